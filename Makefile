@@ -1,0 +1,31 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export PATH := $(HOME)/.local/bin:$(PATH)
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+
+.PHONY: demo test setup lint typecheck libvgpu testenv clean
+
+# uv comes from PyPI; it installs the locked environment into .venv.
+$(UV):
+	python3 -m pip install --user --quiet uv
+
+.venv/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --quiet
+	touch $@
+
+setup: .venv/.synced
+
+demo: setup
+	mkdir -p out
+	$(UV) run --frozen tessera simulate --plot out/simulate.png --json out/simulate.json
+
+lint: setup
+	$(UV) run --frozen ruff check src tests bench
+	$(UV) run --frozen mypy
+
+test: setup lint
+	$(UV) run --frozen pytest
+
+clean:
+	rm -rf .venv out build

@@ -1,0 +1,28 @@
+"""`tessera ...`: one Typer app; each part registers its own sub-commands here."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="tessera",
+    help="Kubernetes GPU sharing: placement, simulation, scheduler, node agent.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.command()
+def version() -> None:
+    """Print Tessera's version."""
+    from tessera import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

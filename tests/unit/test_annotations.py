@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import pytest
+
+from tessera.errors import FormatError
+from tessera.model import Assignment, Card, CardSlice, ComputePolicy, ContainerAssignment
+from tessera.model.annotations import (
+    decode_assignment,
+    decode_inventory,
+    encode_assignment,
+    encode_inventory,
+)
+
+CARDS = (
+    Card("GPU-a", 0, "A100", 40960, 108, 0, (1,), True),
+    Card("GPU-b", 1, "A100", 40960, 108, 0, (0,), False),
+)
+
+
+def test_inventory_round_trip() -> None:
+    text = encode_inventory(CARDS)
+    inv = decode_inventory("n1", text, 64000, 262144)
+    assert inv.cards == CARDS
+    assert (inv.name, inv.cpu_milli, inv.memory_mib) == ("n1", 64000, 262144)
+
+
+def test_inventory_encoding_is_stable_bytes() -> None:
+    assert encode_inventory(CARDS) == encode_inventory(tuple(reversed(CARDS)))
+    assert encode_inventory(CARDS[:1]) == (
+        '{"cards":[{"healthy":true,"index":0,"memoryMiB":40960,"model":"A100",'
+        '"numa":0,"nvlink":[1],"smCount":108,"uuid":"GPU-a"}],"v":1}'
+    )
+
+
+def test_assignment_round_trip() -> None:
+    a = Assignment(
+        "n1",
+        (
+            ContainerAssignment("main", (CardSlice("GPU-a", 1024, 30),), ComputePolicy.BURST_SHARE),
+            ContainerAssignment(
+                "init", (CardSlice("GPU-b", 40960, 100),), exclusive=True, init=True
+            ),
+        ),
+    )
+    assert decode_assignment("ns/p", encode_assignment(a)) == a
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("not json", "not valid JSON"),
+        ("[]", "must be a JSON object"),
+        ('{"v":2,"cards":[]}', "unknown version 2"),
+        ('{"v":1}', "missing field 'cards'"),
+        ('{"v":1,"cards":[{"uuid":"x"}]}', "missing field 'index'"),
+        (
+            '{"v":1,"cards":[{"uuid":"x","index":0,"model":"T4","memoryMiB":0,"smCount":1,'
+            '"numa":0,"nvlink":[],"healthy":true}]}',
+            "'memoryMiB' must be > 0",
+        ),
+        (
+            '{"v":1,"cards":[{"uuid":"x","index":true,"model":"T4","memoryMiB":1,"smCount":1,'
+            '"numa":0,"nvlink":[],"healthy":true}]}',
+            "'index' must be an integer",
+        ),
+    ],
+)
+def test_inventory_refuses_malformed(text: str, fragment: str) -> None:
+    with pytest.raises(FormatError, match="node n1: annotation tessera.io/inventory") as err:
+        decode_inventory("n1", text, 1, 1)
+    assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('{"v":1,"node":"","containers":[]}', "'node' must not be empty"),
+        (
+            '{"v":1,"node":"n","containers":[{"name":"c","init":false,"policy":"turbo",'
+            '"exclusive":false,"cards":[]}]}',
+            "'policy' must be one of",
+        ),
+        (
+            '{"v":1,"node":"n","containers":[{"name":"c","init":false,"policy":"best-effort",'
+            '"exclusive":false,"cards":[{"uuid":"u","memoryMiB":1,"cores":101}]}]}',
+            "'cores' must be <= 100",
+        ),
+    ],
+)
+def test_assignment_refuses_malformed(text: str, fragment: str) -> None:
+    with pytest.raises(FormatError, match="pod ns/p: annotation tessera.io/assignment") as err:
+        decode_assignment("ns/p", text)
+    assert fragment in str(err.value)
+
+
+def test_footprint_takes_max_of_init_and_sum_of_apps() -> None:
+    a = Assignment(
+        "n",
+        (
+            ContainerAssignment("a", (CardSlice("u", 1000, 20),)),
+            ContainerAssignment("b", (CardSlice("u", 2000, 30),)),
+            ContainerAssignment("i", (CardSlice("u", 5000, 10),), init=True),
+        ),
+    )
+    assert a.footprint() == {"u": (5000, 50, False)}
