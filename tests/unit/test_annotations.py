@@ -66,8 +66,9 @@ def test_assignment_round_trip() -> None:
     ],
 )
 def test_inventory_refuses_malformed(text: str, fragment: str) -> None:
-    with pytest.raises(FormatError, match="node n1: annotation tessera.io/inventory") as err:
+    with pytest.raises(FormatError) as err:
         decode_inventory("n1", text, 1, 1)
+    assert str(err.value).startswith("node n1: annotation tessera.io/inventory")
     assert fragment in str(err.value)
 
 
@@ -88,8 +89,9 @@ def test_inventory_refuses_malformed(text: str, fragment: str) -> None:
     ],
 )
 def test_assignment_refuses_malformed(text: str, fragment: str) -> None:
-    with pytest.raises(FormatError, match="pod ns/p: annotation tessera.io/assignment") as err:
+    with pytest.raises(FormatError) as err:
         decode_assignment("ns/p", text)
+    assert str(err.value).startswith("pod ns/p: annotation tessera.io/assignment")
     assert fragment in str(err.value)
 
 
