@@ -1,0 +1,45 @@
+"""Regenerate the Python code of the kubelet APIs from the checked-in ``.proto`` files.
+
+    uv run python -m tessera.node.deviceplugin.generate
+
+Runs grpcio-tools' protoc with ``src/`` as the include root, so the generated modules
+import each other as ``tessera.node.deviceplugin.v1beta1...`` (a package import, not a
+top-level ``api_pb2``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+__all__ = ["PROTOS", "main"]
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parents[2]  # .../src
+PROTOS = ("api.proto", "podresources.proto")
+
+
+def main() -> int:
+    from grpc_tools import protoc  # dev dependency; imported only here
+
+    folder = HERE / "v1beta1"
+    for name in PROTOS:
+        proto = folder / name
+        args = [
+            "grpc_tools.protoc",
+            f"-I{SRC}",
+            f"--python_out={SRC}",
+            f"--pyi_out={SRC}",
+            f"--grpc_python_out={SRC}",
+            str(proto.relative_to(SRC)),
+        ]
+        rc = protoc.main(args)
+        if rc != 0:
+            print(f"protoc failed on {proto.name} (exit {rc})", file=sys.stderr)
+            return rc
+    (folder / "__init__.py").touch()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
