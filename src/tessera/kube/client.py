@@ -1,0 +1,206 @@
+"""``KubeClient``: the real API server behind the ``KubeApi`` port.
+
+Configuration (kubeconfig or in-cluster service account) comes from the official
+``kubernetes`` client; requests go straight through its configured urllib3 pool and
+bodies stay JSON dicts (see ``port.py`` for why). Foreign errors become ``ApiError`` here
+and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from tessera.kube.errors import ApiError, Unavailable, error_from_status
+from tessera.kube.kinds import PODS, Kind
+from tessera.kube.port import ListResult, Obj, WatchEvent
+
+__all__ = ["KubeClient"]
+
+_WATCH_TYPES = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"}
+
+
+class KubeClient:
+    """Talks to one API server. Thread-safe: the pool is shared, requests are not."""
+
+    def __init__(self, configuration: k8s_client.Configuration, timeout_s: float = 30.0) -> None:
+        self._config = configuration
+        self._host = configuration.host.rstrip("/")
+        self._pool = k8s_client.rest.RESTClientObject(configuration).pool_manager
+        self._timeout = urllib3.Timeout(connect=5.0, read=timeout_s)
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeClient:
+        """From a kubeconfig file, or in-cluster config when ``path`` is None and it works."""
+        configuration = k8s_client.Configuration()
+        if path is None:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                return cls(configuration)
+            except k8s_config.ConfigException:
+                pass
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, context=context, client_configuration=configuration
+        )
+        return cls(configuration)
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "tessera"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        if self._config.refresh_api_key_hook is not None:
+            self._config.refresh_api_key_hook(self._config)
+        auth = self._config.auth_settings().get("BearerToken")
+        if auth and auth.get("value"):
+            headers["Authorization"] = str(auth["value"])
+        return headers
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Obj | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        url = self._host + path
+        if query:
+            url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
+        data = None if body is None else json.dumps(body).encode()
+        try:
+            resp = self._pool.request(
+                method,
+                url,
+                body=data,
+                headers=self._headers(content_type if data is not None else None),
+                timeout=self._timeout,
+                retries=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise Unavailable(0, "Unavailable", f"{method} {path}: {exc}") from exc
+        if resp.status >= 300:
+            raise error_from_status(resp.status, resp.data)
+        if not resp.data:
+            return None
+        try:
+            return json.loads(resp.data)
+        except ValueError as exc:
+            raise ApiError(resp.status, "BadResponse", f"{method} {path}: not JSON") from exc
+
+    # --- the port -------------------------------------------------------------------
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ListResult:
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        obj = self._request("GET", kind.path(namespace), query)
+        return ListResult(
+            items=list(obj.get("items") or []),
+            resource_version=str(obj.get("metadata", {}).get("resourceVersion", "")),
+        )
+
+    def watch(
+        self,
+        kind: Kind,
+        resource_version: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_s: int = 300,
+    ) -> Iterator[WatchEvent]:
+        query = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_s),
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+        }
+        url = (
+            self._host
+            + kind.path(namespace)
+            + "?"
+            + urlencode({k: v for k, v in query.items() if v is not None})
+        )
+        try:
+            resp = self._pool.request(
+                "GET",
+                url,
+                headers=self._headers(),
+                timeout=urllib3.Timeout(connect=5.0, read=timeout_s + 30),
+                preload_content=False,
+                retries=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise Unavailable(0, "Unavailable", f"watch {kind.plural}: {exc}") from exc
+        try:
+            if resp.status >= 300:
+                raise error_from_status(resp.status, resp.read())
+            buf = b""
+            for chunk in resp.stream(65536):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield _watch_event(line)
+            if buf.strip():
+                yield _watch_event(buf)
+        except urllib3.exceptions.HTTPError as exc:
+            raise Unavailable(0, "Unavailable", f"watch {kind.plural}: {exc}") from exc
+        finally:
+            resp.release_conn()
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+        return dict(self._request("GET", kind.path(namespace, name)))
+
+    def create(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
+        return dict(self._request("POST", kind.path(namespace), body=body))
+
+    def replace(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
+        name = body["metadata"]["name"]
+        return dict(self._request("PUT", kind.path(namespace, name), body=body))
+
+    def merge_patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+        path = kind.path(namespace, name)
+        return dict(
+            self._request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+        )
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+        self._request("DELETE", kind.path(namespace, name))
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._request("POST", PODS.path(namespace, name) + "/binding", body=body)
+
+
+def _watch_event(line: bytes) -> WatchEvent:
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise ApiError(0, "BadResponse", f"watch: a line is not JSON: {line[:200]!r}") from exc
+    kind = obj.get("type")
+    if kind == "ERROR":
+        raise error_from_status(200, obj.get("object"))
+    if kind not in _WATCH_TYPES:
+        raise ApiError(0, "BadResponse", f"watch: unknown event type {kind!r}")
+    return WatchEvent(type=kind, object=obj.get("object") or {})

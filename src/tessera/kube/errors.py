@@ -1,0 +1,69 @@
+"""Errors of the Kubernetes adapter: API answers translated once, at the boundary.
+
+TesseraError
+└── ApiError              the API server refused a call, or could not be reached
+    ├── NotFound          404: the object does not exist (or no longer does)
+    ├── Conflict          409: a resourceVersion / UID precondition failed, or it exists
+    ├── Gone              410: a watch's resourceVersion is too old; list again
+    └── Unavailable       no answer: connection refused, reset or timed out
+
+Every ApiError carries ``status`` (HTTP code, 0 when no answer), ``reason`` (the
+Status object's reason, e.g. "Conflict") and the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tessera.errors import TesseraError
+
+__all__ = ["ApiError", "Conflict", "Gone", "NotFound", "Unavailable", "error_from_status"]
+
+
+class ApiError(TesseraError):
+    """The API server refused a call. ``status`` is the HTTP code (0: no answer)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{status} {reason}: {message}")
+
+
+class NotFound(ApiError):
+    """404."""
+
+
+class Conflict(ApiError):
+    """409: precondition failed (resourceVersion, UID) or the object already exists."""
+
+
+class Gone(ApiError):
+    """410: the resourceVersion a watch started from is no longer kept; list again."""
+
+
+class Unavailable(ApiError):
+    """No answer from the API server."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone}
+
+
+def error_from_status(status: int, body: bytes | str | dict[str, object] | None) -> ApiError:
+    """The ApiError for an HTTP status and a (possibly empty) metav1.Status body."""
+    reason, message = "", ""
+    obj: object = body
+    if isinstance(body, bytes | str):
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            text = body.decode(errors="replace") if isinstance(body, bytes) else body
+            obj, message = None, text.strip()[:500]
+    if isinstance(obj, dict):
+        reason = str(obj.get("reason") or "")
+        message = str(obj.get("message") or message)
+        code = obj.get("code")
+        if isinstance(code, int) and status == 200:  # a Status inside a watch stream
+            status = code
+    cls = _BY_STATUS.get(status, ApiError)
+    return cls(status, reason or cls.__name__, message)

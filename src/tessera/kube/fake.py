@@ -1,0 +1,280 @@
+"""``FakeKube``: an in-memory API server speaking the ``KubeApi`` contract (port.py).
+
+For unit tests of everything above the port. It keeps what the real server guarantees
+and Tessera relies on: a cluster-wide resourceVersion; ``Conflict`` on a stale
+resourceVersion or UID precondition; ``Conflict`` when binding a bound pod; watches that
+deliver every change after a resourceVersion, in order, and ``Gone`` once that version
+has left the (bounded) history. ``fail_next`` injects an error into the next call of an
+operation, the way a flaky server would.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from tessera.kube.errors import ApiError, Conflict, Gone, NotFound
+from tessera.kube.kinds import PODS, Kind
+from tessera.kube.port import ListResult, Obj, WatchEvent
+
+__all__ = ["FakeKube"]
+
+_Key = tuple[str, str, str]  # plural, namespace ("" if cluster-scoped), name
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _matches(obj: Obj, label_selector: str | None, field_selector: str | None) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in filter(None, (label_selector or "").split(",")):
+        k, _, v = term.partition("=")
+        if labels.get(k) != v:
+            return False
+    for term in filter(None, (field_selector or "").split(",")):
+        negate = "!=" in term
+        k, _, v = term.partition("!=" if negate else "=")
+        cur: Any = obj
+        for part in k.split("."):
+            cur = cur.get(part, "") if isinstance(cur, dict) else ""
+        if (str(cur) == v) == negate:
+            return False
+    return True
+
+
+class FakeKube:
+    def __init__(self, history: int = 10_000) -> None:
+        self._lock = threading.Condition()
+        self._objects: dict[_Key, Obj] = {}
+        self._rv = 0
+        self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
+        self._failures: dict[str, list[ApiError]] = {}
+        self._closed = False
+        self.calls: list[tuple[str, str]] = []  # (operation, plural/name), for assertions
+
+    # --- test controls ----------------------------------------------------------------
+
+    def fail_next(self, operation: str, error: ApiError) -> None:
+        """Make the next call of ``operation`` ("bind", "merge_patch", ...) raise ``error``."""
+        with self._lock:
+            self._failures.setdefault(operation, []).append(error)
+
+    def expire_history(self) -> None:
+        """Forget all watch history: every open or new watch gets ``Gone``."""
+        with self._lock:
+            self._history.clear()
+            self._rv += 1
+            self._lock.notify_all()
+
+    def close(self) -> None:
+        """End every open watch."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+
+    def _check_failure(self, operation: str) -> None:
+        queue = self._failures.get(operation)
+        if queue:
+            raise queue.pop(0)
+
+    # --- helpers ------------------------------------------------------------------------
+
+    @staticmethod
+    def _key(kind: Kind, name: str, namespace: str | None) -> _Key:
+        return (kind.plural, (namespace or "") if kind.namespaced else "", name)
+
+    def _record(self, kind: Kind, type_: str, obj: Obj) -> None:
+        self._history.append((self._rv, kind.plural, type_, copy.deepcopy(obj)))
+        self._lock.notify_all()
+
+    def _stamp(self, obj: Obj) -> None:
+        self._rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
+
+    # --- the port -------------------------------------------------------------------
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ListResult:
+        with self._lock:
+            self.calls.append(("list", kind.plural))
+            self._check_failure("list")
+            items = [
+                copy.deepcopy(o)
+                for (plural, ns, _), o in self._objects.items()
+                if plural == kind.plural
+                and (namespace is None or ns == namespace)
+                and _matches(o, label_selector, field_selector)
+            ]
+            return ListResult(items=items, resource_version=str(self._rv))
+
+    def watch(
+        self,
+        kind: Kind,
+        resource_version: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_s: int = 300,
+    ) -> Iterator[WatchEvent]:
+        deadline = time.monotonic() + timeout_s
+        since = int(resource_version or 0)
+        with self._lock:
+            self._check_failure("watch")
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                oldest = self._history[0][0] if self._history else self._rv + 1
+                if since < self._rv and oldest > since + 1:
+                    raise Gone(410, "Expired", f"too old resource version: {since}")
+                batch = [
+                    (rv, t, o)
+                    for rv, plural, t, o in self._history
+                    if rv > since and plural == kind.plural
+                ]
+                if not batch:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._lock.wait(min(left, 0.5))
+                    continue
+            for rv, t, o in batch:
+                since = rv
+                ns = o.get("metadata", {}).get("namespace")
+                if namespace is not None and ns != namespace:
+                    continue
+                if not _matches(o, label_selector, field_selector):
+                    continue
+                type_: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"] = t  # type: ignore[assignment]
+                yield WatchEvent(type=type_, object=copy.deepcopy(o))
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+        with self._lock:
+            self._check_failure("get")
+            obj = self._objects.get(self._key(kind, name, namespace))
+            if obj is None:
+                raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
+            return copy.deepcopy(obj)
+
+    def create(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
+        with self._lock:
+            self.calls.append(("create", kind.plural))
+            self._check_failure("create")
+            obj = copy.deepcopy(body)
+            meta = obj.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            if kind.namespaced:
+                meta["namespace"] = namespace or meta.get("namespace") or "default"
+            key = self._key(kind, meta["name"], meta.get("namespace"))
+            if key in self._objects:
+                raise Conflict(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" exists')
+            meta["uid"] = meta.get("uid") or str(uuid.uuid4())
+            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            self._stamp(obj)
+            self._objects[key] = obj
+            self._record(kind, "ADDED", obj)
+            return copy.deepcopy(obj)
+
+    def _precondition(self, kind: Kind, stored: Obj, meta: dict[str, Any]) -> None:
+        name = stored["metadata"]["name"]
+        rv = meta.get("resourceVersion")
+        if rv is not None and rv != stored["metadata"]["resourceVersion"]:
+            raise Conflict(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {kind.plural} "{name}": the object has '
+                "been modified; please apply your changes to the latest version and try again",
+            )
+        uid = meta.get("uid")
+        if uid is not None and uid != stored["metadata"]["uid"]:
+            raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+
+    def replace(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
+        with self._lock:
+            self.calls.append(("replace", kind.plural))
+            self._check_failure("replace")
+            meta = body.get("metadata", {})
+            key = self._key(kind, meta.get("name", ""), namespace or meta.get("namespace"))
+            stored = self._objects.get(key)
+            if stored is None:
+                raise NotFound(404, "NotFound", f'{kind.plural} "{meta.get("name")}" not found')
+            if meta.get("resourceVersion") is None:
+                raise ApiError(422, "Invalid", "metadata.resourceVersion: must be specified")
+            self._precondition(kind, stored, meta)
+            obj = copy.deepcopy(body)
+            obj["metadata"]["uid"] = stored["metadata"]["uid"]
+            obj["metadata"]["namespace"] = stored["metadata"].get("namespace")
+            self._stamp(obj)
+            self._objects[key] = obj
+            self._record(kind, "MODIFIED", obj)
+            return copy.deepcopy(obj)
+
+    def merge_patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+        with self._lock:
+            self.calls.append(("merge_patch", f"{kind.plural}/{name}"))
+            self._check_failure("merge_patch")
+            key = self._key(kind, name, namespace)
+            stored = self._objects.get(key)
+            if stored is None:
+                raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
+            self._precondition(kind, stored, patch.get("metadata") or {})
+            obj = merge_patch(stored, patch)
+            obj["metadata"]["uid"] = stored["metadata"]["uid"]
+            self._stamp(obj)
+            self._objects[key] = obj
+            self._record(kind, "MODIFIED", obj)
+            return copy.deepcopy(obj)
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+        with self._lock:
+            self.calls.append(("delete", f"{kind.plural}/{name}"))
+            self._check_failure("delete")
+            obj = self._objects.pop(self._key(kind, name, namespace), None)
+            if obj is None:
+                raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
+            self._stamp(obj)
+            self._record(kind, "DELETED", obj)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        with self._lock:
+            self.calls.append(("bind", f"{namespace}/{name}"))
+            self._check_failure("bind")
+            key = self._key(PODS, name, namespace)
+            stored = self._objects.get(key)
+            if stored is None:
+                raise NotFound(404, "NotFound", f'pods "{name}" not found')
+            if uid and stored["metadata"]["uid"] != uid:
+                raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+            if stored.get("spec", {}).get("nodeName"):
+                raise Conflict(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
+                    f"already assigned to node {stored['spec']['nodeName']!r}",
+                )
+            stored.setdefault("spec", {})["nodeName"] = node
+            self._stamp(stored)
+            self._record(PODS, "MODIFIED", stored)

@@ -1,0 +1,31 @@
+"""The API resources Tessera touches, declared as data (group/version, plural, scope)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EVENTS", "LEASES", "NODES", "PODS", "Kind"]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One API resource: where it lives and whether it is namespaced."""
+
+    api_version: str  # "v1" or "group/version"
+    kind: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The REST path of the collection (``name`` None) or of one object."""
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced and namespace is not None:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return base if name is None else f"{base}/{name}"
+
+
+NODES = Kind("v1", "Node", "nodes", namespaced=False)
+PODS = Kind("v1", "Pod", "pods", namespaced=True)
+EVENTS = Kind("v1", "Event", "events", namespaced=True)
+LEASES = Kind("coordination.k8s.io/v1", "Lease", "leases", namespaced=True)

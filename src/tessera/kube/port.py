@@ -1,0 +1,78 @@
+"""The port: what Tessera asks of the Kubernetes API, as one small interface.
+
+Objects travel as plain JSON dicts (what the API server sends), never as generated
+client models: decoding 5,000 Nodes into models costs seconds; a dict costs what
+``json.loads`` costs. Two implementations speak this contract: ``KubeClient`` (the real
+API server, ``client.py``) and ``FakeKube`` (in memory, ``fake.py``, for unit tests).
+
+The contract, shared by both:
+
+* ``list`` returns the items and the list's resourceVersion; ``watch`` yields events
+  after that resourceVersion and raises ``Gone`` when it is too old (list again).
+* Writes take optimistic-concurrency preconditions: a ``merge_patch`` whose body has
+  ``metadata.resourceVersion`` (or ``metadata.uid``) fails with ``Conflict`` when the
+  stored object differs; ``replace`` (PUT) always carries the resourceVersion read.
+* ``bind`` creates a pods/binding; it fails with ``Conflict`` when the pod is already
+  bound or its UID is not ``uid``.
+* Errors are ``tessera.kube.errors.ApiError`` subclasses; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from tessera.kube.kinds import Kind
+
+__all__ = ["KubeApi", "ListResult", "Obj", "WatchEvent"]
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    items: list[Obj]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+    object: Obj
+
+
+class KubeApi(Protocol):
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ListResult: ...
+
+    def watch(
+        self,
+        kind: Kind,
+        resource_version: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_s: int = 300,
+    ) -> Iterator[WatchEvent]: ...
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj: ...
+
+    def create(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj: ...
+
+    def replace(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj: ...
+
+    def merge_patch(
+        self, kind: Kind, name: str, patch: Obj, namespace: str | None = None
+    ) -> Obj: ...
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...

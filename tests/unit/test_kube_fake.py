@@ -1,0 +1,77 @@
+"""The in-memory fake keeps the API server's contract (port.py) that Tessera relies on."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.kube import NODES, PODS, Conflict, FakeKube, Gone, NotFound
+
+
+def _pod(name: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": {}}
+
+
+def test_create_stamps_uid_and_resource_version() -> None:
+    kube = FakeKube()
+    a = kube.create(PODS, _pod("a"), "ns")
+    b = kube.create(PODS, _pod("b"), "ns")
+    assert a["metadata"]["uid"] != b["metadata"]["uid"]
+    assert int(b["metadata"]["resourceVersion"]) > int(a["metadata"]["resourceVersion"])
+    with pytest.raises(Conflict):
+        kube.create(PODS, _pod("a"), "ns")
+
+
+def test_merge_patch_with_stale_resource_version_conflicts() -> None:
+    kube = FakeKube()
+    pod = kube.create(PODS, _pod("a"), "ns")
+    rv = pod["metadata"]["resourceVersion"]
+    patched = kube.merge_patch(
+        PODS, "a", {"metadata": {"resourceVersion": rv, "annotations": {"k": "v"}}}, "ns"
+    )
+    assert patched["metadata"]["annotations"] == {"k": "v"}
+    with pytest.raises(Conflict):
+        kube.merge_patch(PODS, "a", {"metadata": {"resourceVersion": rv}}, "ns")
+    with pytest.raises(Conflict):
+        kube.merge_patch(PODS, "a", {"metadata": {"uid": "other"}}, "ns")
+    removed = kube.merge_patch(PODS, "a", {"metadata": {"annotations": {"k": None}}}, "ns")
+    assert removed["metadata"]["annotations"] == {}
+
+
+def test_bind_refuses_a_bound_pod_and_a_wrong_uid() -> None:
+    kube = FakeKube()
+    uid = kube.create(PODS, _pod("a"), "ns")["metadata"]["uid"]
+    with pytest.raises(Conflict):
+        kube.bind("ns", "a", "not-the-uid", "n1")
+    kube.bind("ns", "a", uid, "n1")
+    assert kube.get(PODS, "a", "ns")["spec"]["nodeName"] == "n1"
+    with pytest.raises(Conflict):
+        kube.bind("ns", "a", uid, "n2")
+    with pytest.raises(NotFound):
+        kube.bind("ns", "missing", "", "n1")
+
+
+def test_watch_delivers_changes_in_order_then_gone_after_expiry() -> None:
+    kube = FakeKube()
+    start = kube.list(NODES).resource_version
+    kube.create(NODES, {"metadata": {"name": "n1"}})
+    kube.merge_patch(NODES, "n1", {"metadata": {"labels": {"a": "b"}}})
+    kube.delete(NODES, "n1")
+    events = list(kube.watch(NODES, start, timeout_s=0))
+    assert [e.type for e in events] == ["ADDED", "MODIFIED", "DELETED"]
+    kube.expire_history()
+    with pytest.raises(Gone):
+        list(kube.watch(NODES, start, timeout_s=0))
+
+
+def test_field_selector_filters_lists() -> None:
+    kube = FakeKube()
+    kube.create(PODS, {"metadata": {"name": "a"}, "spec": {"schedulerName": "x"}}, "ns")
+    kube.create(PODS, {"metadata": {"name": "b"}, "spec": {"schedulerName": "y"}}, "ns")
+    names = [
+        p["metadata"]["name"] for p in kube.list(PODS, field_selector="spec.schedulerName=x").items
+    ]
+    assert names == ["a"]
+    names = [
+        p["metadata"]["name"] for p in kube.list(PODS, field_selector="spec.schedulerName!=x").items
+    ]
+    assert names == ["b"]

@@ -1,0 +1,76 @@
+"""The reflector lists, watches, and lists again (replacing its view) after 410 Gone."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tessera.kube import NODES, ApiError, FakeKube, Reflector, WatchEvent
+
+
+class View:
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.replaces = 0
+        self.lock = threading.Lock()
+
+    def replace(self, items: list[dict]) -> None:
+        with self.lock:
+            self.names = {o["metadata"]["name"] for o in items}
+            self.replaces += 1
+
+    def apply(self, event: WatchEvent) -> None:
+        with self.lock:
+            name = event.object["metadata"]["name"]
+            if event.type == "DELETED":
+                self.names.discard(name)
+            else:
+                self.names.add(name)
+
+
+def _eventually(check, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_list_then_watch_then_relist_on_gone() -> None:
+    kube = FakeKube(history=100)
+    kube.create(NODES, {"metadata": {"name": "n0"}})
+    view = View()
+    r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
+    r.start()
+    try:
+        assert r.synced.wait(5)
+        assert view.names == {"n0"}
+        kube.create(NODES, {"metadata": {"name": "n1"}})
+        _eventually(lambda: view.names == {"n0", "n1"})
+        # While the watch has expired, n0 goes away: only a re-list can tell.
+        kube.expire_history()
+        kube.delete(NODES, "n0")
+        kube.expire_history()
+        kube.create(NODES, {"metadata": {"name": "n2"}})
+        _eventually(lambda: view.names == {"n1", "n2"})
+        assert view.replaces >= 2
+        assert r.lists >= 2
+    finally:
+        r.stop()
+        kube.close()
+
+
+def test_api_errors_back_off_and_recover() -> None:
+    kube = FakeKube()
+    kube.fail_next("list", ApiError(500, "InternalError", "boom"))
+    view = View()
+    r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
+    r.start()
+    try:
+        assert r.synced.wait(5)
+        kube.create(NODES, {"metadata": {"name": "n1"}})
+        _eventually(lambda: view.names == {"n1"})
+    finally:
+        r.stop()
+        kube.close()
