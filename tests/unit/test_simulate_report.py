@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tessera.simulate.metrics import ReplayResult, Spread, summarize
+from tessera.simulate.report import plot_allocation, summary_table, write_json
+
+
+def result(policy: str, seed: int, allocated: int, curve: tuple[float, ...]) -> ReplayResult:
+    return ReplayResult(
+        policy=policy,
+        seed=seed,
+        arrival=1.3,
+        capacity_milli=10_000,
+        arrived_tasks=20,
+        arrived_milli=12_900,
+        placed_tasks=17,
+        allocated_milli=allocated,
+        fragmentation_rate=0.25,
+        curve=curve,
+        failed_by_reason={"insufficient gpu": 2, "insufficient cpu": 1},
+        failed_by_class={"shared": 3},
+        seconds=1.5,
+    )
+
+
+CURVE = tuple(min(k, 90) / 100 for k in range(130))
+RUNS = [result("binpack", 42, 9_000, CURVE), result("binpack", 43, 9_400, CURVE)]
+
+
+def test_result_ratios() -> None:
+    r = RUNS[0]
+    assert (r.gpu_allocation_ratio, r.arrived_ratio, r.failed_tasks) == (0.9, 1.29, 3)
+    assert (r.allocation_at(100), r.allocation_at(50), r.allocation_at(130)) == (0.9, 0.5, None)
+
+
+def test_summary_is_mean_and_sample_std() -> None:
+    (s,) = summarize(RUNS)
+    assert s.seeds == (42, 43)
+    assert s.allocation.mean == pytest.approx(0.92)
+    assert s.allocation.std == pytest.approx(math.sqrt(2 * 0.02**2))
+    assert s.failed_by_reason == {"insufficient gpu": 2.0, "insufficient cpu": 1.0}
+    assert Spread.of([0.5]) == Spread(0.5, 0.0, 1)
+
+
+def test_table_shows_ratio_to_fgd() -> None:
+    console = Console(width=250, record=True)
+    console.print(summary_table(summarize(RUNS), 1.3))
+    text = console.export_text()
+    assert "92.00% ± 2.83" in text
+    assert f"{0.92 / 0.9539:.4f}" in text  # ratio to FGD's published 95.39%
+    assert "insufficient gpu 2" in text
+
+
+def test_json_shape(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "sim.json"
+    write_json(path, RUNS, {"arrival": 1.3})
+    doc = json.loads(path.read_text())
+    assert doc["arrival"] == 1.3
+    assert [(r["policy"], r["seed"]) for r in doc["results"]] == [("binpack", 42), ("binpack", 43)]
+    first = doc["results"][0]
+    assert {
+        "policy",
+        "seed",
+        "gpu_allocation_ratio",
+        "gpu_allocation_ratio_at_100",
+        "arrived_ratio",
+        "failed_tasks",
+        "failed_by_reason",
+        "fragmentation_rate",
+        "allocation_curve",
+    } <= set(first)
+    assert (first["gpu_allocation_ratio"], first["arrived_ratio"], first["failed_tasks"]) == (
+        0.9,
+        1.29,
+        3,
+    )
+    assert first["gpu_allocation_ratio_at_100"] == 0.9
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    path = tmp_path / "plot.png"
+    plot_allocation(path, RUNS, "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
