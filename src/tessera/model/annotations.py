@@ -25,10 +25,21 @@ from tessera.model.types import (
 __all__ = [
     "ASSIGNMENT",
     "COMPUTE_POLICY",
+    "GPU_MANAGER_CORE",
+    "GPU_MANAGER_CORE_LIMIT",
+    "GPU_MANAGER_MEMORY",
     "GPU_MODEL",
     "GPU_MODEL_EXCLUDE",
     "GPU_UUID",
     "GPU_UUID_EXCLUDE",
+    "HAMI_GPU",
+    "HAMI_GPU_CORES",
+    "HAMI_GPU_MEMORY",
+    "HAMI_GPU_MEMORY_PERCENT",
+    "HAMI_GPU_TYPE",
+    "HAMI_GPU_TYPE_EXCLUDE",
+    "HAMI_GPU_UUID",
+    "HAMI_GPU_UUID_EXCLUDE",
     "INVENTORY",
     "PLACEMENT",
     "PREFIX",
@@ -47,6 +58,22 @@ GPU_UUID = PREFIX + "gpu-uuid"
 GPU_UUID_EXCLUDE = PREFIX + "gpu-uuid-exclude"
 COMPUTE_POLICY = PREFIX + "compute-policy"
 PLACEMENT = PREFIX + "placement"
+
+# --- Compatibility mode (docs/api.md): keys of other projects, read, never written ----
+# HAMi (Project-HAMi/HAMi), default resource names and pod annotations.
+HAMI_GPU = "nvidia.com/gpu"  # resource: number of cards
+HAMI_GPU_MEMORY = "nvidia.com/gpumem"  # resource: MiB per card
+HAMI_GPU_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"  # resource: percent of each card
+HAMI_GPU_CORES = "nvidia.com/gpucores"  # resource: percent of each card's compute
+HAMI_GPU_TYPE = "nvidia.com/use-gputype"  # annotation: comma list of models allowed
+HAMI_GPU_TYPE_EXCLUDE = "nvidia.com/nouse-gputype"  # annotation: models refused
+HAMI_GPU_UUID = "nvidia.com/use-gpuuuid"  # annotation: card UUIDs allowed
+HAMI_GPU_UUID_EXCLUDE = "nvidia.com/nouse-gpuuuid"  # annotation: card UUIDs refused
+# tkestack GPU-manager.
+GPU_MANAGER_CORE = "tencent.com/vcuda-core"  # resource: 100 per card
+GPU_MANAGER_MEMORY = "tencent.com/vcuda-memory"  # resource: 256 MiB units
+GPU_MANAGER_CORE_LIMIT = "tencent.com/vcuda-core-limit"  # annotation: utilisation cap
+# --------------------------------------------------------------------------------------
 
 # Written by Tessera.
 INVENTORY = PREFIX + "inventory"  # on each Node, by the node agent

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ResourceNames"]
+__all__ = ["PLACEMENT_POLICIES", "ResourceNames"]
+
+# The placement policies a pod may name in tessera.io/placement ("NODE" or "NODE/CARD").
+# tessera.placement.POLICIES must equal this tuple.
+PLACEMENT_POLICIES = ("binpack", "spread", "topology", "fragmentation", "random", "best-fit")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,768 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tessera.errors import SpecError
+from tessera.model import ComputePolicy, ContainerRequest, GpuRequest, PodRequest, ResourceNames
+from tessera.model.names import PLACEMENT_POLICIES
+from tessera.model.podspec import Compat, gpu_resource_names, parse_pod
+
+FIXED = ComputePolicy.FIXED_SHARE
+BURST = ComputePolicy.BURST_SHARE
+BEST = ComputePolicy.BEST_EFFORT
+HAMI = Compat(hami=True)
+GM = Compat(gpu_manager=True)
+BOTH = Compat.all()
+UUID_A = "GPU-6f1f3c1e-7a52-4d0e-9a35-2b0c1c7e5a11"
+UUID_B = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
+MIG = "MIG-4f0e2a1c-9b8d-5e6f-a1b2-c3d4e5f60718"
+
+
+def ctr(
+    name: str = "main",
+    limits: dict[str, Any] | None = None,
+    requests: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    return {"name": name, "image": "x", "resources": resources, **extra}
+
+
+def pod(
+    *containers: dict[str, Any],
+    init: tuple[dict[str, Any], ...] = (),
+    annotations: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"containers": list(containers), **spec}
+    if init:
+        body["initContainers"] = list(init)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": "ns",
+            "name": "p",
+            "uid": "u-1",
+            "annotations": annotations or {},
+        },
+        "spec": body,
+    }
+
+
+def want(
+    *containers: ContainerRequest, cpu: int = 0, mem: int = 0, placement: str | None = None
+) -> PodRequest:
+    return PodRequest("ns", "p", containers, cpu, mem, placement, "u-1")
+
+
+def gpu(name: str = "main", init: bool = False, **kw: Any) -> ContainerRequest:
+    return ContainerRequest(name, GpuRequest(**kw), init)
+
+
+def plain(name: str, init: bool = False) -> ContainerRequest:
+    return ContainerRequest(name, None, init)
+
+
+G = "tessera.io/gpu"
+MEM = "tessera.io/gpu-memory"
+PCT = "tessera.io/gpu-memory-percent"
+CORES = "tessera.io/gpu-cores"
+L0 = "spec.containers[0].resources.limits"
+R0 = "spec.containers[0].resources.requests"
+ANN = "metadata.annotations"
+
+GOOD: list[tuple[str, dict[str, Any], Compat, PodRequest]] = [
+    (
+        "gpu alone is whole exclusive cards",
+        pod(ctr(limits={G: "2"})),
+        Compat.off(),
+        want(gpu(count=2, exclusive=True)),
+    ),
+    (
+        "memory alone: one card, no cores reserved, best-effort",
+        pod(ctr(limits={MEM: "8192"})),
+        Compat.off(),
+        want(gpu(count=1, memory_mib=8192, policy=BEST)),
+    ),
+    (
+        "cores alone: memory percent follows cores, fixed-share",
+        pod(ctr(limits={CORES: "30"})),
+        Compat.off(),
+        want(gpu(count=1, memory_percent=30, cores_percent=30, policy=FIXED)),
+    ),
+    (
+        "slice over several cards, requests equal to limits, canonical 1k form",
+        pod(ctr(limits={G: "2", MEM: "1k", CORES: "50"}, requests={G: "2", MEM: "1000"})),
+        Compat.off(),
+        want(gpu(count=2, memory_mib=1000, cores_percent=50, policy=FIXED)),
+    ),
+    (
+        "memory percent with cores, burst-share by annotation",
+        pod(
+            ctr(limits={PCT: "25", CORES: "20"}),
+            annotations={"tessera.io/compute-policy": " burst-share "},
+        ),
+        Compat.off(),
+        want(gpu(count=1, memory_percent=25, cores_percent=20, policy=BURST)),
+    ),
+    (
+        "best-effort annotation with cores keeps the reservation",
+        pod(
+            ctr(limits={MEM: "100", CORES: "10"}),
+            annotations={"tessera.io/compute-policy": "best-effort"},
+        ),
+        Compat.off(),
+        want(gpu(count=1, memory_mib=100, cores_percent=10, policy=BEST)),
+    ),
+    (
+        "policy annotation does not touch whole-card containers",
+        pod(ctr(limits={G: 1}), annotations={"tessera.io/compute-policy": "burst-share"}),
+        Compat.off(),
+        want(gpu(count=1, exclusive=True)),
+    ),
+    (
+        "constraints and placement annotations apply to every GPU container",
+        pod(
+            ctr("a", limits={MEM: "512"}),
+            ctr("b", limits={G: "1"}),
+            annotations={
+                "tessera.io/gpu-model": "A100, H100",
+                "tessera.io/gpu-model-exclude": "T4",
+                "tessera.io/gpu-uuid": f"{UUID_A},{MIG}",
+                "tessera.io/gpu-uuid-exclude": UUID_B,
+                "tessera.io/placement": "spread/binpack",
+            },
+        ),
+        Compat.off(),
+        want(
+            gpu(
+                "a",
+                count=1,
+                memory_mib=512,
+                policy=BEST,
+                models=frozenset({"A100", "H100"}),
+                models_exclude=frozenset({"T4"}),
+                uuids=frozenset({UUID_A, MIG}),
+                uuids_exclude=frozenset({UUID_B}),
+            ),
+            gpu(
+                "b",
+                count=1,
+                exclusive=True,
+                models=frozenset({"A100", "H100"}),
+                models_exclude=frozenset({"T4"}),
+                uuids=frozenset({UUID_A, MIG}),
+                uuids_exclude=frozenset({UUID_B}),
+            ),
+            placement="spread/binpack",
+        ),
+    ),
+    (
+        "cpu and memory: sum of app containers beats the init container",
+        pod(
+            ctr("a", limits={G: "1"}, requests={"cpu": "500m", "memory": "1Gi"}),
+            ctr("b", requests={"cpu": "1.5", "memory": "512Mi"}),
+            init=(ctr("setup", requests={"cpu": "1", "memory": "1G"}),),
+        ),
+        Compat.off(),
+        want(
+            plain("setup", init=True),
+            gpu("a", count=1, exclusive=True),
+            plain("b"),
+            cpu=2000,
+            mem=1536,
+        ),
+    ),
+    (
+        "cpu and memory: a large init container wins; limits alone are the request",
+        pod(
+            ctr("a", limits={G: "1", "cpu": "1"}),
+            init=(
+                ctr("fetch", limits={MEM: "2048", "cpu": "4", "memory": "8Gi"}),
+                ctr("warm", requests={"cpu": "2"}),
+            ),
+        ),
+        Compat.off(),
+        want(
+            gpu("fetch", init=True, count=1, memory_mib=2048, policy=BEST),
+            plain("warm", init=True),
+            gpu("a", count=1, exclusive=True),
+            cpu=4000,
+            mem=8192,
+        ),
+    ),
+    (
+        "sidecar init containers count with the app containers and are not init",
+        pod(
+            ctr("app", limits={CORES: "40"}, requests={"cpu": "1", "memory": "1Gi"}),
+            init=(
+                ctr("proxy", requests={"cpu": "500m", "memory": "256Mi"}, restartPolicy="Always"),
+                ctr("migrate", requests={"cpu": "1", "memory": "2Gi"}),
+            ),
+        ),
+        Compat.off(),
+        want(
+            plain("proxy"),
+            plain("migrate", init=True),
+            gpu("app", count=1, memory_percent=40, cores_percent=40, policy=FIXED),
+            cpu=1500,  # max(1 + 0.5, 1 + 0.5 for migrate beside proxy)
+            mem=2304,  # migrate 2048 runs beside proxy 256
+        ),
+    ),
+    (
+        "pod overhead is added",
+        pod(
+            ctr(limits={G: "1"}, requests={"cpu": "1"}), overhead={"cpu": "250m", "memory": "64Mi"}
+        ),
+        Compat.off(),
+        want(gpu(count=1, exclusive=True), cpu=1250, mem=64),
+    ),
+    (
+        "HAMi: nvidia.com/gpu alone is whole cards",
+        pod(ctr(limits={"nvidia.com/gpu": "2"})),
+        HAMI,
+        want(gpu(count=2, exclusive=True)),
+    ),
+    (
+        "HAMi: gpumem and gpucores over two cards, model and uuid annotations",
+        pod(
+            ctr(
+                limits={
+                    "nvidia.com/gpu": "2",
+                    "nvidia.com/gpumem": "3k",
+                    "nvidia.com/gpucores": "30",
+                }
+            ),
+            annotations={
+                "nvidia.com/use-gputype": "A100",
+                "nvidia.com/nouse-gputype": "T4,V100",
+                "nvidia.com/nouse-gpuuuid": UUID_B,
+            },
+        ),
+        HAMI,
+        want(
+            gpu(
+                count=2,
+                memory_mib=3000,
+                cores_percent=30,
+                policy=FIXED,
+                models=frozenset({"A100"}),
+                models_exclude=frozenset({"T4", "V100"}),
+                uuids_exclude=frozenset({UUID_B}),
+            )
+        ),
+    ),
+    (
+        "HAMi: gpucores alone keeps HAMi's default of all memory",
+        pod(ctr(limits={"nvidia.com/gpucores": "20"})),
+        HAMI,
+        want(gpu(count=1, memory_percent=100, cores_percent=20, policy=FIXED)),
+    ),
+    (
+        "HAMi: gpumem-percentage alone, count defaults to 1, best-effort",
+        pod(ctr(limits={"nvidia.com/gpumem-percentage": "50"})),
+        HAMI,
+        want(gpu(count=1, memory_percent=50, policy=BEST)),
+    ),
+    (
+        "GPU-manager: a share of one card, memory in 256 MiB units, burst without a limit",
+        pod(
+            ctr(
+                limits={"tencent.com/vcuda-core": "30", "tencent.com/vcuda-memory": "30"},
+                requests={"tencent.com/vcuda-core": "30", "tencent.com/vcuda-memory": "30"},
+            )
+        ),
+        GM,
+        want(gpu(count=1, memory_mib=7680, cores_percent=30, policy=BURST)),
+    ),
+    (
+        "GPU-manager: vcuda-core-limit equal to the share is fixed-share",
+        pod(
+            ctr(limits={"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "4"}),
+            annotations={"tencent.com/vcuda-core-limit": "50"},
+        ),
+        GM,
+        want(gpu(count=1, memory_mib=1024, cores_percent=50, policy=FIXED)),
+    ),
+    (
+        "GPU-manager: 200 is two whole cards (memory units ignored)",
+        pod(ctr(limits={"tencent.com/vcuda-core": "200", "tencent.com/vcuda-memory": "60"})),
+        GM,
+        want(gpu(count=2, exclusive=True)),
+    ),
+    (
+        "GPU-manager: share without memory gets the same percent of memory",
+        pod(ctr(limits={"tencent.com/vcuda-core": "25"})),
+        GM,
+        want(gpu(count=1, memory_percent=25, cores_percent=25, policy=BURST)),
+    ),
+    (
+        "Tessera and HAMi in different containers of one pod",
+        pod(ctr("a", limits={G: "1"}), ctr("b", limits={"nvidia.com/gpumem": "100"})),
+        HAMI,
+        want(gpu("a", count=1, exclusive=True), gpu("b", count=1, memory_mib=100, policy=BEST)),
+    ),
+    (
+        "compat off: foreign names are ignored beside ours",
+        pod(ctr("a", limits={G: "1"}), ctr("b", limits={"nvidia.com/gpu": "1"})),
+        Compat.off(),
+        want(gpu("a", count=1, exclusive=True), plain("b")),
+    ),
+    (
+        "YAML-loaded ints are accepted",
+        pod(ctr(limits={G: 1, MEM: 2048}, requests={"cpu": 2, "memory": 1073741824})),
+        Compat.off(),
+        want(gpu(count=1, memory_mib=2048, policy=BEST), cpu=2000, mem=1024),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "compat", "expected"), GOOD, ids=[g[0] for g in GOOD])
+def test_good(case: str, spec: dict[str, Any], compat: Compat, expected: PodRequest) -> None:
+    assert parse_pod(spec, compat=compat) == expected
+
+
+BAD: list[tuple[str, Any, Compat, str, str]] = [
+    ("pod not an object", [], Compat.off(), "pod", "must be an object"),
+    (
+        "spec not an object",
+        {"metadata": {}, "spec": "x"},
+        Compat.off(),
+        "spec",
+        "must be an object",
+    ),
+    ("spec missing", {"metadata": {}}, Compat.off(), "spec", "must be an object"),
+    (
+        "containers not a list",
+        {"spec": {"containers": {"name": "a"}}},
+        Compat.off(),
+        "spec.containers",
+        "must be a list of containers",
+    ),
+    (
+        "init containers not a list",
+        {"spec": {"containers": [], "initContainers": "x"}},
+        Compat.off(),
+        "spec.initContainers",
+        "must be a list of containers",
+    ),
+    ("container not an object", pod("a"), Compat.off(), "spec.containers[0]", "must be an object"),
+    (
+        "container without a name",
+        pod(ctr(limits={G: "1"}), {"resources": {}}),
+        Compat.off(),
+        "spec.containers[1].name",
+        "is required",
+    ),
+    (
+        "duplicate container name",
+        pod(ctr("a"), init=(ctr("a"),)),
+        Compat.off(),
+        "spec.containers[0].name",
+        "must be unique in the pod (spec.initContainers[0])",
+    ),
+    (
+        "limits not an object",
+        pod({"name": "a", "resources": {"limits": ["x"]}}),
+        Compat.off(),
+        "spec.containers[0].resources.limits",
+        "must be an object",
+    ),
+    ("zero cards", pod(ctr(limits={G: "0"})), Compat.off(), f"{L0}[{G}]", "must be greater than 0"),
+    (
+        "negative memory",
+        pod(ctr(limits={MEM: "-5"})),
+        Compat.off(),
+        f"{L0}[{MEM}]",
+        "must be greater than 0",
+    ),
+    (
+        "fractional extended resource",
+        pod(ctr(limits={G: "1.5"})),
+        Compat.off(),
+        f"{L0}[{G}]",
+        "must be a whole number",
+    ),
+    (
+        "milli extended resource",
+        pod(ctr(limits={CORES: "500m"})),
+        Compat.off(),
+        f"{L0}[{CORES}]",
+        "must be a whole number",
+    ),
+    (
+        "malformed extended quantity",
+        pod(ctr(limits={G: "one"})),
+        Compat.off(),
+        f"{L0}[{G}]",
+        "must be a Kubernetes quantity",
+    ),
+    (
+        "cores over 100",
+        pod(ctr(limits={CORES: "150"})),
+        Compat.off(),
+        f"{L0}[{CORES}]",
+        "must be an integer between 1 and 100",
+    ),
+    (
+        "memory percent over 100",
+        pod(ctr(limits={PCT: "101"})),
+        Compat.off(),
+        f"{L0}[{PCT}]",
+        "must be an integer between 1 and 100",
+    ),
+    (
+        "both MiB and percent",
+        pod(ctr(limits={MEM: "100", PCT: "10"})),
+        Compat.off(),
+        f"{L0}[{PCT}]",
+        f"cannot be combined with {MEM}",
+    ),
+    (
+        "memory with a binary suffix",
+        pod(ctr(limits={MEM: "8Gi"})),
+        Compat.off(),
+        f"{L0}[{MEM}]",
+        "counts MiB: write a plain number",
+    ),
+    (
+        "requests differ from limits",
+        pod(ctr(limits={G: "2"}, requests={G: "1"})),
+        Compat.off(),
+        f"{R0}[{G}]",
+        "must equal limits",
+    ),
+    (
+        "requests without limits",
+        pod(ctr(requests={CORES: "10"})),
+        Compat.off(),
+        f"{R0}[{CORES}]",
+        "must also be set in limits",
+    ),
+    (
+        "unknown Tessera resource (typo)",
+        pod(ctr(limits={"tessera.io/gpus": "1"})),
+        Compat.off(),
+        f"{L0}[tessera.io/gpus]",
+        "is not a Tessera resource",
+    ),
+    (
+        "malformed cpu quantity",
+        pod(ctr(limits={G: "1"}, requests={"cpu": "lots"})),
+        Compat.off(),
+        f"{R0}[cpu]",
+        "must be a Kubernetes quantity",
+    ),
+    (
+        "negative memory request",
+        pod(ctr(limits={G: "1", "memory": "-1Gi"})),
+        Compat.off(),
+        f"{L0}[memory]",
+        "must not be negative",
+    ),
+    (
+        "init container errors carry their own path",
+        pod(ctr("a"), init=(ctr("i", limits={CORES: "0"}),)),
+        Compat.off(),
+        f"spec.initContainers[0].resources.limits[{CORES}]",
+        "must be greater than 0",
+    ),
+    (
+        "errors name the right container",
+        pod(ctr("a", limits={G: "1"}), ctr("b", limits={CORES: "101"})),
+        Compat.off(),
+        f"spec.containers[1].resources.limits[{CORES}]",
+        "between 1 and 100",
+    ),
+    (
+        "unknown compute policy",
+        pod(ctr(limits={CORES: "10"}), annotations={"tessera.io/compute-policy": "greedy"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/compute-policy]",
+        "must be one of fixed-share, burst-share, best-effort",
+    ),
+    (
+        "fixed-share without cores",
+        pod(ctr(limits={MEM: "100"}), annotations={"tessera.io/compute-policy": "fixed-share"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/compute-policy]",
+        f"fixed-share needs a compute share: set {CORES} on container 'main'",
+    ),
+    (
+        "burst-share without cores",
+        pod(ctr(limits={PCT: "10"}), annotations={"tessera.io/compute-policy": "burst-share"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/compute-policy]",
+        "burst-share needs a compute share",
+    ),
+    (
+        "unknown placement policy",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/placement": "tetris"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/placement]",
+        "must be one of binpack, spread",
+    ),
+    (
+        "placement with three levels",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/placement": "spread/binpack/random"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/placement]",
+        "NODE/CARD",
+    ),
+    (
+        "placement with an empty card level",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/placement": "spread/"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/placement]",
+        "must be one of",
+    ),
+    (
+        "empty item in a model list",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/gpu-model": "A100,,H100"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/gpu-model]",
+        "without empty items",
+    ),
+    (
+        "empty model list",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/gpu-model-exclude": " "}),
+        Compat.off(),
+        f"{ANN}[tessera.io/gpu-model-exclude]",
+        "without empty items",
+    ),
+    (
+        "duplicate model",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/gpu-model": "A100, A100"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/gpu-model]",
+        "must not repeat an item ('A100' appears twice)",
+    ),
+    (
+        "model both allowed and refused",
+        pod(
+            ctr(limits={G: "1"}),
+            annotations={"tessera.io/gpu-model": "A100,T4", "tessera.io/gpu-model-exclude": "T4"},
+        ),
+        Compat.off(),
+        f"{ANN}[tessera.io/gpu-model-exclude]",
+        "must not refuse 'T4', which tessera.io/gpu-model allows",
+    ),
+    (
+        "uuid both allowed and refused",
+        pod(
+            ctr(limits={G: "1"}),
+            annotations={"tessera.io/gpu-uuid": UUID_A, "tessera.io/gpu-uuid-exclude": UUID_A},
+        ),
+        Compat.off(),
+        f"{ANN}[tessera.io/gpu-uuid-exclude]",
+        "must not refuse",
+    ),
+    (
+        "malformed uuid",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/gpu-uuid": "card-0"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/gpu-uuid]",
+        "must list GPU UUIDs",
+    ),
+    (
+        "uuid with a non-hex body",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/gpu-uuid-exclude": "GPU-xyz"}),
+        Compat.off(),
+        f"{ANN}[tessera.io/gpu-uuid-exclude]",
+        "'GPU-xyz' is not one",
+    ),
+    (
+        "annotation not a string",
+        pod(ctr(limits={G: "1"}), annotations={"tessera.io/placement": 3}),
+        Compat.off(),
+        f"{ANN}[tessera.io/placement]",
+        "must be a string",
+    ),
+    (
+        "Tessera and HAMi names in one container",
+        pod(ctr(limits={G: "1", "nvidia.com/gpumem": "100"})),
+        HAMI,
+        f"{L0}[nvidia.com/gpumem]",
+        f"cannot be mixed with {G} in one container",
+    ),
+    (
+        "HAMi and GPU-manager in one pod",
+        pod(
+            ctr("a", limits={"nvidia.com/gpu": "1"}),
+            ctr("b", limits={"tencent.com/vcuda-core": "10"}),
+        ),
+        BOTH,
+        "spec.containers[1].resources.limits[tencent.com/vcuda-core]",
+        "cannot be used in a pod whose container 'a' uses HAMi names",
+    ),
+    (
+        "HAMi: gpumem and gpumem-percentage together",
+        pod(ctr(limits={"nvidia.com/gpumem": "100", "nvidia.com/gpumem-percentage": "10"})),
+        HAMI,
+        f"{L0}[nvidia.com/gpumem-percentage]",
+        "cannot be combined with nvidia.com/gpumem",
+    ),
+    (
+        "HAMi: gpucores over 100",
+        pod(ctr(limits={"nvidia.com/gpucores": "101"})),
+        HAMI,
+        f"{L0}[nvidia.com/gpucores]",
+        "between 1 and 100",
+    ),
+    (
+        "HAMi and Tessera model annotations together",
+        pod(
+            ctr(limits={"nvidia.com/gpu": "1"}),
+            annotations={"tessera.io/gpu-model": "A100", "nvidia.com/use-gputype": "A100"},
+        ),
+        HAMI,
+        f"{ANN}[nvidia.com/use-gputype]",
+        "cannot be combined with tessera.io/gpu-model",
+    ),
+    (
+        "HAMi uuid allowed and refused",
+        pod(
+            ctr(limits={"nvidia.com/gpu": "1"}),
+            annotations={"nvidia.com/use-gpuuuid": UUID_A, "nvidia.com/nouse-gpuuuid": UUID_A},
+        ),
+        HAMI,
+        f"{ANN}[nvidia.com/nouse-gpuuuid]",
+        "which nvidia.com/use-gpuuuid allows",
+    ),
+    (
+        "GPU-manager: fractional share over several cards",
+        pod(ctr(limits={"tencent.com/vcuda-core": "150"})),
+        GM,
+        f"{L0}[tencent.com/vcuda-core]",
+        "a fractional share over several cards is not allowed",
+    ),
+    (
+        "GPU-manager: memory without cores",
+        pod(ctr(limits={"tencent.com/vcuda-memory": "4"})),
+        GM,
+        f"{L0}[tencent.com/vcuda-core]",
+        "is required with tencent.com/vcuda-memory",
+    ),
+    (
+        "GPU-manager: core limit below the share",
+        pod(
+            ctr(limits={"tencent.com/vcuda-core": "50"}),
+            annotations={"tencent.com/vcuda-core-limit": "20"},
+        ),
+        GM,
+        f"{ANN}[tencent.com/vcuda-core-limit]",
+        "must be at least tencent.com/vcuda-core of container 'main' (50)",
+    ),
+    (
+        "GPU-manager: core limit not a percent",
+        pod(
+            ctr(limits={"tencent.com/vcuda-core": "50"}),
+            annotations={"tencent.com/vcuda-core-limit": "0.5"},
+        ),
+        GM,
+        f"{ANN}[tencent.com/vcuda-core-limit]",
+        "must be an integer between 1 and 100",
+    ),
+    (
+        "GPU-manager: memory units with a binary suffix",
+        pod(ctr(limits={"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "1Ki"})),
+        GM,
+        f"{L0}[tencent.com/vcuda-memory]",
+        "counts 256 MiB units",
+    ),
+    (
+        "metadata name not a string",
+        {"metadata": {"name": 7}, "spec": {"containers": []}},
+        Compat.off(),
+        "metadata.name",
+        "must be a string",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "compat", "field", "rule"), BAD, ids=[b[0] for b in BAD])
+def test_bad(case: str, spec: dict[str, Any], compat: Compat, field: str, rule: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        parse_pod(spec, compat=compat)
+    assert exc.value.field == field
+    assert rule in exc.value.rule
+    assert str(exc.value).startswith(f"{field}: ")
+
+
+def test_at_least_thirty_bad_inputs() -> None:
+    assert len(BAD) >= 30
+
+
+@pytest.mark.parametrize(
+    ("spec", "compat"),
+    [
+        (pod(ctr(requests={"cpu": "1"})), Compat.off()),
+        (pod(ctr(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100"})), Compat.off()),
+        (pod(ctr(limits={"tencent.com/vcuda-core": "50"})), HAMI),
+        # not ours, so its other mistakes are the API server's to report
+        (
+            pod(ctr(requests={"cpu": "lots"}), annotations={"tessera.io/placement": "x"}),
+            Compat.off(),
+        ),
+        ({"spec": {"containers": []}}, Compat.off()),
+    ],
+)
+def test_not_ours_is_none(spec: dict[str, Any], compat: Compat) -> None:
+    assert parse_pod(spec, compat=compat) is None
+
+
+def test_first_error_follows_start_order() -> None:
+    spec = pod(ctr("a", limits={G: "0"}), init=(ctr("i", limits={CORES: "200"}),))
+    with pytest.raises(SpecError) as exc:
+        parse_pod(spec)
+    assert exc.value.field == f"spec.initContainers[0].resources.limits[{CORES}]"
+
+
+def test_custom_resource_names() -> None:
+    names = ResourceNames(
+        gpu="example.com/card",
+        memory="example.com/card-mib",
+        memory_percent="example.com/card-percent",
+        cores="example.com/card-cores",
+    )
+    got = parse_pod(pod(ctr(limits={"example.com/card-mib": "64"})), names=names)
+    assert got == want(gpu(count=1, memory_mib=64, policy=BEST))
+    assert parse_pod(pod(ctr(limits={G: "1"})), names=names) is None
+
+
+def test_missing_metadata_gives_empty_identity() -> None:
+    got = parse_pod({"spec": {"containers": [ctr(limits={G: "1"})]}})
+    assert got is not None
+    assert (got.namespace, got.name, got.uid) == ("", "", "")
+
+
+def test_gpu_resource_names() -> None:
+    assert gpu_resource_names() == (G, MEM, PCT, CORES)
+    assert gpu_resource_names(compat=BOTH) == (
+        G,
+        MEM,
+        PCT,
+        CORES,
+        "nvidia.com/gpu",
+        "nvidia.com/gpumem",
+        "nvidia.com/gpumem-percentage",
+        "nvidia.com/gpucores",
+        "tencent.com/vcuda-core",
+        "tencent.com/vcuda-memory",
+    )
+    assert gpu_resource_names(compat=GM)[-1] == "tencent.com/vcuda-memory"
+
+
+def test_every_placement_policy_is_accepted_at_both_levels() -> None:
+    for node in PLACEMENT_POLICIES:
+        for card in (None, *PLACEMENT_POLICIES):
+            value = node if card is None else f"{node}/{card}"
+            got = parse_pod(pod(ctr(limits={G: "1"}), annotations={"tessera.io/placement": value}))
+            assert got is not None and got.placement == value
