@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tessera.errors import SpecError
 from tessera.model import ComputePolicy, ContainerRequest, GpuRequest, PodRequest, ResourceNames
@@ -766,3 +769,16 @@ def test_every_placement_policy_is_accepted_at_both_levels() -> None:
             value = node if card is None else f"{node}/{card}"
             got = parse_pod(pod(ctr(limits={G: "1"}), annotations={"tessera.io/placement": value}))
             assert got is not None and got.placement == value
+
+
+def test_docs_examples_parse_as_documented() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    got = [parse_pod(b, compat=BOTH) for b in blocks]
+    assert [g.containers[0].gpu if g else None for g in got] == [
+        GpuRequest(1, 10240, None, 30, policy=BURST, models=frozenset({"A100", "H100"})),
+        GpuRequest(2, exclusive=True),
+        GpuRequest(2, 3000, None, 30, policy=FIXED),
+        GpuRequest(1, 7680, None, 50, policy=FIXED),
+    ]
+    assert got[1] is not None and got[1].placement == "spread/binpack"
