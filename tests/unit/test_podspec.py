@@ -378,6 +378,13 @@ BAD: list[tuple[str, Any, Compat, str, str]] = [
         "spec.containers[0].resources.limits",
         "must be an object",
     ),
+    (
+        "resource name not a string",
+        pod({"name": "a", "resources": {"limits": {1: "1"}}}),
+        Compat.off(),
+        "spec.containers[0].resources.limits",
+        "must map resource names (strings) to quantities",
+    ),
     ("zero cards", pod(ctr(limits={G: "0"})), Compat.off(), f"{L0}[{G}]", "must be greater than 0"),
     (
         "negative memory",

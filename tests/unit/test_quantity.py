@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tessera.errors import SpecError
 from tessera.model.quantity import cpu_milli, memory_mib, parse_quantity
@@ -125,3 +128,19 @@ def test_negative_refused_with_field(convert: Callable[[object, str], int]) -> N
         convert("-1", "spec.containers[0].resources.requests[cpu]")
     assert exc.value.field == "spec.containers[0].resources.requests[cpu]"
     assert exc.value.rule == "must not be negative"
+
+
+@given(
+    st.integers(min_value=0, max_value=10**12),
+    st.sampled_from(["", "k", "M", "G", "Ki", "Mi", "Gi", "m"]),
+)
+def test_integer_with_suffix(n: int, suffix: str) -> None:
+    scale = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 1 << 10, "Mi": 1 << 20}
+    scale |= {"Gi": 1 << 30, "m": Fraction(1, 1000)}
+    assert parse_quantity(f"{n}{suffix}", "f").value == n * scale[suffix]
+
+
+@given(st.decimals(min_value=0, max_value=10**9, allow_nan=False, places=3))
+def test_decimal_text_is_exact(d: Decimal) -> None:
+    assert parse_quantity(str(d), "f").value == Fraction(d)
+    assert cpu_milli(str(d), "f") == int(d * 1000)

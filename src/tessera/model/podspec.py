@@ -117,6 +117,14 @@ class _Container:
     limits: Mapping[str, Any]
 
 
+def _resource_map(value: object, field: str) -> Mapping[str, Any]:
+    out = _object(value, field, optional=True)
+    for key in out:
+        if not isinstance(key, str):
+            raise SpecError(field, "must map resource names (strings) to quantities", _shown(key))
+    return out
+
+
 def _containers(spec: Mapping[str, Any]) -> list[_Container]:
     out: list[_Container] = []
     seen: dict[str, str] = {}
@@ -142,12 +150,8 @@ def _containers(spec: Mapping[str, Any]) -> list[_Container]:
                     name=name,
                     init=init,
                     sidecar=init and c.get("restartPolicy") == "Always",
-                    requests=_object(
-                        resources.get("requests"), f"{path}.resources.requests", optional=True
-                    ),
-                    limits=_object(
-                        resources.get("limits"), f"{path}.resources.limits", optional=True
-                    ),
+                    requests=_resource_map(resources.get("requests"), f"{path}.resources.requests"),
+                    limits=_resource_map(resources.get("limits"), f"{path}.resources.limits"),
                 )
             )
     return out
