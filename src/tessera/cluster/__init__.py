@@ -1,1 +1,6 @@
-"""Tessera cluster."""
+"""Cluster state: nodes, cards and bookings, updated by events; O(1) snapshots."""
+
+from tessera.cluster.snapshot import CardFree, Snapshot
+from tessera.cluster.state import Booking, ClusterState
+
+__all__ = ["Booking", "CardFree", "ClusterState", "Snapshot"]

@@ -1,0 +1,34 @@
+"""best-fit: the node left with the least free capacity after the pod is placed.
+
+The baseline of the FGD paper: remaining GPU share and remaining CPU share, each over the
+node's capacity, summed; the lower, the better. On the node, the tightest card.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.cluster.snapshot import Snapshot
+from tessera.placement.base import Demand, FloatArray, card_free_fraction
+from tessera.placement.binpack import BinpackCards
+
+__all__ = ["BestFitCards", "BestFitNodes"]
+
+BestFitCards = BinpackCards  # the tightest card that fits is best-fit at card level
+
+
+class BestFitNodes:
+    def score_rows(self, snap: Snapshot, demand: Demand) -> FloatArray:
+        t = snap.tables
+        rows = demand.rows
+        cards = np.maximum((t.card_valid[rows] & t.healthy[rows]).sum(axis=1), 1)
+        gpu_free = card_free_fraction(snap, rows).sum(axis=1)
+        gpu = demand.primary
+        if gpu is not None:
+            share = np.maximum(
+                gpu.cores() / 100.0, demand.need_mem / np.maximum(t.card_mem[rows], 1)
+            )
+            share = np.where(demand.card_ok, share, np.inf).min(axis=1)
+            gpu_free = gpu_free - gpu.count * np.where(np.isfinite(share), share, 0.0)
+        cpu_free = (t.cpu_free[rows] - demand.pod.cpu_milli) / np.maximum(t.cpu_total[rows], 1)
+        return np.asarray(-(gpu_free / cards + cpu_free), dtype=np.float64)

@@ -1,0 +1,60 @@
+"""The policy names and ``make_policy``.
+
+A name is one policy (``binpack``) or a node-level and a card-level policy joined by a
+slash (``spread/binpack``: spread pods over nodes, pack them onto cards).
+"""
+
+from __future__ import annotations
+
+from tessera.errors import SpecError
+from tessera.placement.base import CardPicker, NodeScorer, Policy
+from tessera.placement.bestfit import BestFitCards, BestFitNodes
+from tessera.placement.binpack import BinpackCards, BinpackNodes
+from tessera.placement.fragmentation import FragmentationCards, FragmentationNodes
+from tessera.placement.mix import WorkloadMix
+from tessera.placement.random_choice import RandomCards, RandomNodes
+from tessera.placement.spread import SpreadCards, SpreadNodes
+from tessera.placement.topology import TopologyCards, TopologyNodes
+
+__all__ = ["DEFAULT_POLICY", "POLICIES", "make_policy"]
+
+POLICIES: frozenset[str] = frozenset(
+    {"binpack", "spread", "topology", "fragmentation", "random", "best-fit"}
+)
+DEFAULT_POLICY = "fragmentation"
+
+
+def _halves(name: str, seed: int, mix: WorkloadMix) -> tuple[NodeScorer, CardPicker]:
+    if name == "binpack":
+        return BinpackNodes(), BinpackCards()
+    if name == "spread":
+        return SpreadNodes(), SpreadCards()
+    if name == "best-fit":
+        return BestFitNodes(), BestFitCards()
+    if name == "topology":
+        return TopologyNodes(), TopologyCards()
+    if name == "random":
+        return RandomNodes(seed), RandomCards(seed + 1)
+    assert name == "fragmentation"
+    nodes = FragmentationNodes(mix)
+    return nodes, FragmentationCards(nodes)
+
+
+def make_policy(name: str, seed: int = 0, mix: WorkloadMix | None = None) -> Policy:
+    """The policy called ``name`` (``NODE`` or ``NODE/CARD``, each one of POLICIES).
+
+    ``seed`` drives ``random``; ``mix`` is the workload mix ``fragmentation`` learns from
+    (a fresh, empty one when None: observe pods into ``policy``'s mix via the caller).
+    """
+    parts = name.split("/")
+    if len(parts) > 2 or not all(p in POLICIES for p in parts):
+        raise SpecError(
+            "placement",
+            f"must be one of {', '.join(sorted(POLICIES))}, or NODE/CARD of two of them",
+            name,
+        )
+    shared = mix if mix is not None else WorkloadMix()
+    node, card = _halves(parts[0], seed, shared)
+    if len(parts) == 2:
+        _, card = _halves(parts[1], seed, shared)
+    return Policy(name=name, node=node, card=card)

@@ -1,0 +1,229 @@
+"""ClusterState: bookings, releases, node events, snapshots and the invariant check."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.cluster import ClusterState
+from tessera.errors import PlacementError, SpecError
+from tessera.model.types import (
+    Assignment,
+    Card,
+    CardSlice,
+    ContainerAssignment,
+    ContainerRequest,
+    GpuRequest,
+    NodeInventory,
+    PodRequest,
+)
+
+
+def node(
+    name: str, cards: int = 2, memory: int = 16000, cpu: int = 8000, model: str = "T4"
+) -> NodeInventory:
+    return NodeInventory(
+        name=name,
+        cards=tuple(Card(f"{name}-g{i}", i, model, memory) for i in range(cards)),
+        cpu_milli=cpu,
+        memory_mib=64000,
+    )
+
+
+def pod(name: str, gpu: GpuRequest | None = None, cpu: int = 1000) -> PodRequest:
+    return PodRequest("ns", name, (ContainerRequest("main", gpu),), cpu_milli=cpu, memory_mib=1000)
+
+
+def on(
+    node_name: str, *uuids: str, mem: int = 4000, cores: int = 30, exclusive: bool = False
+) -> Assignment:
+    slices = tuple(CardSlice(u, mem, cores) for u in uuids)
+    return Assignment(node_name, (ContainerAssignment("main", slices, exclusive=exclusive),))
+
+
+SHARE = GpuRequest(count=1, memory_mib=4000, cores_percent=30)
+
+
+def test_assign_books_and_release_gives_back() -> None:
+    state = ClusterState([node("a")])
+    state.assign(pod("p", SHARE), on("a", "a-g0"))
+    free = {
+        c.card.uuid: (c.memory_mib, c.cores_percent, c.tenants)
+        for c in state.snapshot().cards_free("a")
+    }
+    assert free == {"a-g0": (12000, 70, 1), "a-g1": (16000, 100, 0)}
+    assert state.snapshot().cpu_free("a") == 7000
+    assert state.release("ns/p") is True
+    assert state.release("ns/p") is False
+    assert state.snapshot().cards_free("a")[0].memory_mib == 16000
+    assert state.snapshot().cpu_free("a") == 8000
+    assert state.check_invariants() == []
+
+
+@pytest.mark.parametrize(
+    ("existing", "request_", "assignment", "reason"),
+    [
+        ([], SHARE, on("zz", "a-g0"), "node not in the cluster state"),
+        ([], SHARE, on("a", "b-g0"), "card b-g0 is not on this node"),
+        (
+            [],
+            GpuRequest(count=1, memory_mib=20000),
+            on("a", "a-g0", mem=20000),
+            "has 16000 MiB free, needs 20000",
+        ),
+        (
+            [("x", SHARE, on("a", "a-g0", cores=80))],
+            SHARE,
+            on("a", "a-g0"),
+            "has 20% cores free, needs 30",
+        ),
+        (
+            [("x", SHARE, on("a", "a-g0"))],
+            GpuRequest(count=1, exclusive=True),
+            on("a", "a-g0", mem=16000, cores=100, exclusive=True),
+            "has tenants",
+        ),
+        (
+            [
+                (
+                    "x",
+                    GpuRequest(count=1, exclusive=True),
+                    on("a", "a-g0", mem=16000, cores=100, exclusive=True),
+                )
+            ],
+            SHARE,
+            on("a", "a-g0"),
+            "held whole",
+        ),
+        (
+            [],
+            GpuRequest(count=2, memory_mib=4000, cores_percent=30),
+            on("a", "a-g0"),
+            "1 cards given, 2 requested",
+        ),
+        (
+            [],
+            GpuRequest(count=2, memory_mib=4000, cores_percent=30),
+            on("a", "a-g0", "a-g0"),
+            "a card appears twice",
+        ),
+        (
+            [],
+            GpuRequest(count=1, memory_mib=1, models_exclude=frozenset({"T4"})),
+            on("a", "a-g0", mem=1),
+            "model T4) not allowed",
+        ),
+        (
+            [],
+            GpuRequest(count=1, memory_mib=1, uuids_exclude=frozenset({"a-g0"})),
+            on("a", "a-g0", mem=1),
+            "not allowed",
+        ),
+        ([("x", SHARE, on("a", "a-g1"))], SHARE, on("a", "a-g0"), "insufficient cpu"),
+    ],
+)
+def test_assign_refuses_what_breaks_an_invariant_and_changes_nothing(
+    existing: list[tuple[str, GpuRequest, Assignment]],
+    request_: GpuRequest,
+    assignment: Assignment,
+    reason: str,
+) -> None:
+    state = ClusterState([node("a"), node("b")])
+    for name, gpu, a in existing:
+        state.assign(pod(name, gpu, cpu=7500 if reason == "insufficient cpu" else 1000), a)
+    before = state.snapshot()
+    with pytest.raises(PlacementError) as err:
+        state.assign(pod("p", request_), assignment)
+    assert reason in str(err.value)
+    assert reason in err.value.reasons[assignment.node]
+    after = state.snapshot()
+    assert after is before  # nothing changed, not even the generation
+    assert state.booking("ns/p") is None
+
+
+def test_unhealthy_card_takes_nothing_new() -> None:
+    inv = node("a")
+    sick = NodeInventory(
+        "a", (inv.cards[0], Card("a-g1", 1, "T4", 16000, healthy=False)), 8000, 64000
+    )
+    state = ClusterState([sick])
+    with pytest.raises(PlacementError, match="unhealthy"):
+        state.assign(pod("p", SHARE), on("a", "a-g1"))
+
+
+def test_double_assign_is_a_spec_error_naming_the_pod() -> None:
+    state = ClusterState([node("a")])
+    state.assign(pod("p", SHARE), on("a", "a-g0"))
+    with pytest.raises(SpecError, match="pod: already assigned"):
+        state.assign(pod("p", SHARE), on("a", "a-g1"))
+
+
+def test_exclusive_booking_takes_the_whole_card() -> None:
+    state = ClusterState([node("a")])
+    whole = GpuRequest(count=1, exclusive=True)
+    state.assign(pod("p", whole), on("a", "a-g0", mem=16000, cores=100, exclusive=True))
+    card = state.snapshot().cards_free("a")[0]
+    assert (card.memory_mib, card.cores_percent, card.exclusive) == (0, 0, True)
+    state.release("ns/p")
+    card = state.snapshot().cards_free("a")[0]
+    assert (card.memory_mib, card.cores_percent, card.exclusive) == (16000, 100, False)
+
+
+def test_snapshot_is_cheap_and_never_moves() -> None:
+    state = ClusterState([node("a")])
+    first = state.snapshot()
+    assert state.snapshot() is first  # nothing changed: the same object
+    state.assign(pod("p", SHARE), on("a", "a-g0"))
+    second = state.snapshot()
+    assert second is not first and second.generation > first.generation
+    assert first.cards_free("a")[0].memory_mib == 16000  # the old view did not move
+    assert second.cards_free("a")[0].memory_mib == 12000
+    assert not first.tables.free_mem.flags.writeable
+
+
+def test_row_generation_changes_only_where_something_changed() -> None:
+    state = ClusterState([node("a"), node("b")])
+    s1 = state.snapshot()
+    state.assign(pod("p", SHARE), on("b", "b-g0"))
+    s2 = state.snapshot()
+    ra, rb = s2.rows["a"], s2.rows["b"]
+    assert s2.tables.generation[ra] == s1.tables.generation[ra]
+    assert s2.tables.generation[rb] > s1.tables.generation[rb]
+
+
+def test_node_events() -> None:
+    state = ClusterState([node("a"), node("b")])
+    state.assign(pod("p", SHARE), on("a", "a-g0"))
+    with pytest.raises(SpecError, match="node: already in the cluster state"):
+        state.add_node(node("a"))
+    with pytest.raises(SpecError, match="card uuid: already on node a"):
+        state.add_node(NodeInventory("c", node("a").cards, 1, 1))
+    # update keeps bookings on the cards still there
+    state.update_node(node("a", cards=4))
+    assert state.snapshot().cards_free("a")[0].memory_mib == 12000
+    assert len(state.snapshot().cards_free("a")) == 4
+    assert state.check_invariants() == []
+    # remove takes the node's pods with it; the row is reused
+    state.remove_node("a")
+    assert "a" not in state.snapshot() and state.booking("ns/p") is None
+    state.add_node(node("c", cards=8))
+    snap = state.snapshot()
+    assert snap.node_names() == ["c", "b"]
+    assert [c.memory_mib for c in snap.cards_free("c")] == [16000] * 8
+    assert state.check_invariants() == []
+    with pytest.raises(SpecError, match="node: not in the cluster state"):
+        state.remove_node("a")
+
+
+def test_update_that_drops_a_booked_card_is_reported() -> None:
+    state = ClusterState([node("a")])
+    state.assign(pod("p", SHARE), on("a", "a-g1"))
+    state.update_node(node("a", cards=1))
+    assert any("a-g1, which is not on a" in p for p in state.check_invariants())
+
+
+def test_invariant_check_sees_drift_in_the_arrays() -> None:
+    state = ClusterState([node("a")])
+    state.assign(pod("p", SHARE), on("a", "a-g0"))
+    state._t.free_mem[state._rows["a"], 0] += 1  # simulate a bookkeeping bug
+    problems = state.check_invariants()
+    assert any("state says 12001 MiB" in p for p in problems)

@@ -1,0 +1,280 @@
+"""Placement: filter reasons, card picking, policies, determinism. Snapshots from plain lists."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.cluster import ClusterState
+from tessera.errors import PlacementError, SpecError
+from tessera.model.types import (
+    Assignment,
+    Card,
+    ContainerRequest,
+    GpuRequest,
+    NodeInventory,
+    PodRequest,
+)
+from tessera.placement import (
+    POLICIES,
+    WorkloadMix,
+    filter_nodes,
+    make_policy,
+    pick_cards,
+    place,
+    score_nodes,
+)
+
+
+def node(
+    name: str,
+    cards: int = 2,
+    memory: int = 16000,
+    cpu: int = 8000,
+    model: str = "T4",
+    healthy: bool = True,
+) -> NodeInventory:
+    return NodeInventory(
+        name=name,
+        cards=tuple(Card(f"{name}-g{i}", i, model, memory, healthy=healthy) for i in range(cards)),
+        cpu_milli=cpu,
+        memory_mib=64000,
+    )
+
+
+def gpu_pod(name: str = "p", cpu: int = 1000, **gpu: object) -> PodRequest:
+    request = GpuRequest(**gpu)  # type: ignore[arg-type]
+    return PodRequest(
+        "ns", name, (ContainerRequest("main", request),), cpu_milli=cpu, memory_mib=1000
+    )
+
+
+def share(mem: int = 4000, cores: int = 30, count: int = 1, **kw: object) -> PodRequest:
+    return gpu_pod(count=count, memory_mib=mem, cores_percent=cores, **kw)
+
+
+def book(
+    state: ClusterState, p: PodRequest, policy: str = "binpack", node_name: str | None = None
+) -> Assignment:
+    snap = state.snapshot()
+    if node_name is None:
+        a = place(snap, p, make_policy(policy)).assignment
+    else:
+        a = pick_cards(snap, p, node_name, make_policy(policy))
+    state.assign(p, a)
+    return a
+
+
+@pytest.mark.parametrize(
+    ("nodes", "pod", "reason"),
+    [
+        ([node("n", cards=0)], share(), "no GPU on node"),
+        ([node("n", healthy=False)], share(), "no healthy card"),
+        ([node("n")], share(models_exclude=frozenset({"T4"})), "model T4 excluded"),
+        ([node("n")], share(models=frozenset({"A100"})), "model T4 not in A100"),
+        ([node("n")], share(uuids=frozenset({"other"})), "no card with an allowed UUID"),
+        ([node("n", cpu=500)], share(), "insufficient cpu"),
+        ([node("n")], share(mem=20000), "no card with 20000 MiB and 30% cores free"),
+        ([node("n")], share(count=3), "fewer than 3 healthy cards"),
+        (
+            [node("n", cards=4, memory=3000)],
+            share(count=3),
+            "fewer than 3 cards with 4000 MiB and 30% cores free",
+        ),
+        (
+            [node("n")],
+            gpu_pod(
+                count=1, memory_mib=1, models=frozenset({"T4"}), models_exclude=frozenset({"T4"})
+            ),
+            "model T4 excluded",
+        ),
+        ([node("n")], gpu_pod(count=1, memory_percent=50), None),
+    ],
+)
+def test_filter_gives_a_groupable_reason_per_failed_node(
+    nodes: list[NodeInventory], pod: PodRequest, reason: str | None
+) -> None:
+    result = filter_nodes(ClusterState(nodes).snapshot(), pod)
+    if reason is None:
+        assert result.feasible == ["n"] and result.reasons == {}
+    else:
+        assert result.feasible == [] and result.reasons == {"n": reason}
+
+
+def test_filter_reasons_depend_on_occupancy_and_unknown_names() -> None:
+    state = ClusterState([node("a"), node("b")])
+    book(state, share(name="x", mem=15000, cores=10), node_name="a")
+    book(state, share(name="y", mem=15000, cores=10), node_name="a")
+    result = filter_nodes(state.snapshot(), share(mem=2000), ["a", "b", "ghost"])
+    assert result.feasible == ["b"]
+    assert result.reasons == {
+        "a": "no card with 2000 MiB and 30% cores free",
+        "ghost": "node not in the cluster state",
+    }
+
+
+def test_exclusive_holders_block_everyone_and_need_an_empty_card() -> None:
+    state = ClusterState([node("a", cards=1)])
+    book(state, share(name="x", mem=100, cores=0))  # best-effort: memory only
+    assert filter_nodes(state.snapshot(), gpu_pod(count=1, exclusive=True)).feasible == []
+    state.release("ns/x")
+    book(state, gpu_pod(name="w", count=1, exclusive=True))
+    assert filter_nodes(state.snapshot(), share(mem=1, cores=0)).feasible == []
+    assert filter_nodes(state.snapshot(), gpu_pod(count=1, exclusive=True)).reasons == {
+        "a": "no free whole card"
+    }
+
+
+def test_best_effort_takes_only_memory() -> None:
+    state = ClusterState([node("a", cards=1)])
+    book(state, share(name="x", mem=1000, cores=100))
+    assert filter_nodes(state.snapshot(), share(mem=1000, cores=0)).feasible == ["a"]
+    assert filter_nodes(state.snapshot(), share(mem=1000, cores=1)).feasible == []
+
+
+def test_percent_memory_resolves_per_card() -> None:
+    big = node("big", cards=1, memory=80000, model="A100")
+    state = ClusterState([node("small", cards=1), big])
+    a = pick_cards(
+        state.snapshot(), gpu_pod(count=1, memory_percent=50), "big", make_policy("binpack")
+    )
+    assert a.containers[0].slices[0].memory_mib == 40000
+
+
+def test_place_raises_with_reasons_when_nothing_fits() -> None:
+    state = ClusterState([node("a", cpu=500), node("b", cpu=500), node("c", model="P100")])
+    with pytest.raises(PlacementError) as err:
+        place(state.snapshot(), share(models=frozenset({"T4"})), make_policy("binpack"))
+    assert err.value.reasons == {
+        "a": "insufficient cpu",
+        "b": "insufficient cpu",
+        "c": "model P100 not in T4",
+    }
+    assert "0/3 nodes fit: 2 insufficient cpu, 1 model P100 not in T4" in str(err.value)
+
+
+def test_binpack_fills_the_busiest_node_and_card() -> None:
+    state = ClusterState([node("a"), node("b")])
+    first = book(state, share(name="x"))
+    second = book(state, share(name="y"))
+    assert first.node == second.node
+    assert first.containers[0].slices[0].uuid == second.containers[0].slices[0].uuid
+
+
+def test_spread_goes_to_the_idlest_node_and_card() -> None:
+    state = ClusterState([node("a"), node("b")])
+    first = book(state, share(name="x"), "spread")
+    second = book(state, share(name="y"), "spread")
+    assert first.node != second.node
+    third = book(state, share(name="z"), "spread")
+    assert third.containers[0].slices[0].uuid not in {
+        first.containers[0].slices[0].uuid,
+        second.containers[0].slices[0].uuid,
+    }
+
+
+def test_node_and_card_halves_combine() -> None:
+    state = ClusterState([node("a"), node("b")])
+    book(state, share(name="x"), "spread/binpack")
+    a = book(state, share(name="y"), "spread/binpack")
+    b = book(state, share(name="z"), "spread/binpack")
+    assert a.node != b.node or a.containers[0].slices[0].uuid == b.containers[0].slices[0].uuid
+
+
+def test_best_fit_prefers_the_tightest_node() -> None:
+    state = ClusterState([node("roomy", memory=32000), node("tight", memory=8000)])
+    assert book(state, share(mem=6000, cores=10), "best-fit").node == "tight"
+
+
+def test_random_is_deterministic_per_seed() -> None:
+    nodes = [node(f"n{i}") for i in range(20)]
+
+    def run(seed: int) -> list[str]:
+        state = ClusterState(nodes)
+        policy = make_policy("random", seed=seed)
+        out = []
+        for i in range(10):
+            d = place(state.snapshot(), share(name=f"p{i}"), policy)
+            state.assign(share(name=f"p{i}"), d.assignment)
+            out.append(d.node)
+        return out
+
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+
+
+def test_two_gpu_containers_may_share_a_card_and_init_reuses_app_slices() -> None:
+    state = ClusterState([node("a", cards=1)])
+    gpu = GpuRequest(count=1, memory_mib=6000, cores_percent=40)
+    pod = PodRequest(
+        "ns",
+        "p",
+        (
+            ContainerRequest(
+                "setup", GpuRequest(count=1, memory_mib=14000, cores_percent=90), init=True
+            ),
+            ContainerRequest("one", gpu),
+            ContainerRequest("two", gpu),
+        ),
+    )
+    d = place(state.snapshot(), pod, make_policy("binpack"))
+    assert [c.slices[0].uuid for c in d.assignment.containers] == ["a-g0"] * 3
+    state.assign(pod, d.assignment)
+    card = state.snapshot().cards_free("a")[0]
+    assert (card.memory_mib, card.cores_percent) == (2000, 10)  # max(init 14000, 12000)
+    assert state.check_invariants() == []
+
+
+def test_gpu_containers_that_do_not_fit_together_fail_with_a_reason() -> None:
+    state = ClusterState([node("a", cards=1)])
+    gpu = GpuRequest(count=1, memory_mib=9000, cores_percent=10)
+    pod = PodRequest("ns", "p", (ContainerRequest("one", gpu), ContainerRequest("two", gpu)))
+    result = filter_nodes(state.snapshot(), pod)
+    assert result.reasons == {"a": "cards cannot hold all GPU containers together"}
+
+
+def test_cpu_only_pod_is_placed_without_cards() -> None:
+    state = ClusterState([node("a", cpu=500), node("b")])
+    pod = PodRequest("ns", "p", (ContainerRequest("main"),), cpu_milli=1000)
+    d = place(state.snapshot(), pod, make_policy("fragmentation"))
+    assert d.node == "b" and d.assignment.containers == ()
+
+
+def test_topology_picks_linked_cards_on_one_numa_node() -> None:
+    # 8 cards, two NUMA nodes; NVLink only inside pairs (0,1) (2,3) ...
+    cards = tuple(
+        Card(f"t-g{i}", i, "V100", 32000, numa_node=i // 4, nvlink_peers=(i ^ 1,)) for i in range(8)
+    )
+    state = ClusterState([NodeInventory("t", cards, 64000, 256000)])
+    book(state, share(name="x", mem=4000, cores=10), node_name="t")  # lands on card 0
+    a = pick_cards(state.snapshot(), share(count=2, mem=30000), "t", make_policy("topology"))
+    picked = sorted(int(s.uuid.rsplit("g", 1)[1]) for s in a.containers[0].slices)
+    assert picked in ([2, 3], [4, 5], [6, 7])
+
+
+def test_fragmentation_keeps_whole_cards_for_whole_card_work() -> None:
+    # The mix is mostly whole-card work: a small share must not break a fresh card.
+    mix = WorkloadMix(
+        [gpu_pod(name=f"w{i}", count=1, exclusive=True) for i in range(9)] + [share(name="s")]
+    )
+    state = ClusterState([node("a"), node("b")])
+    book(state, share(name="x", mem=8000, cores=50), node_name="a")
+    policy = make_policy("fragmentation", mix=mix)
+    d = place(state.snapshot(), share(mem=4000, cores=30), policy)
+    assert d.node == "a"
+    assert d.assignment.containers[0].slices[0].uuid == "a-g0"
+
+
+def test_score_nodes_covers_feasible_nodes_only() -> None:
+    state = ClusterState([node("a"), node("b", cpu=10)])
+    book(state, share(name="x"), node_name="a")
+    scores = score_nodes(state.snapshot(), share(), ["a", "b"], make_policy("binpack"))
+    assert set(scores) == {"a"}
+
+
+def test_make_policy_refuses_unknown_names() -> None:
+    assert POLICIES == {"binpack", "spread", "topology", "fragmentation", "random", "best-fit"}
+    with pytest.raises(SpecError, match="placement: must be one of"):
+        make_policy("tetris")
+    with pytest.raises(SpecError, match="placement: must be one of"):
+        make_policy("binpack/spread/random")
+    assert make_policy("spread/binpack").name == "spread/binpack"
