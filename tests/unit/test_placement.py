@@ -272,7 +272,7 @@ def test_score_nodes_covers_feasible_nodes_only() -> None:
 
 
 def test_make_policy_refuses_unknown_names() -> None:
-    assert POLICIES == {"binpack", "spread", "topology", "fragmentation", "random", "best-fit"}
+    assert {"binpack", "spread", "topology", "fragmentation", "random", "best-fit"} == POLICIES
     with pytest.raises(SpecError, match="placement: must be one of"):
         make_policy("tetris")
     with pytest.raises(SpecError, match="placement: must be one of"):
