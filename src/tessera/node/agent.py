@@ -1,0 +1,211 @@
+"""`tessera node-agent`: one process per GPU node, wiring the parts together.
+
+    discovery ──► health tracker ──► device plugin (ListAndWatch) + inventory annotation
+    pods (watch) + pod-resources ──► allocator ──► device plugin (Preferred/Allocate/PreStart)
+    cleanup loop: folders of containers that are gone; MPS daemon supervision
+
+Every outside dependency comes in through the constructor (discovery backend, pod source,
+event sink, node port, MPS control), so tests run the real wiring with fakes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tessera.model.types import Card
+from tessera.node.allocator import Allocator, PodResources
+from tessera.node.discovery import Discovery, NodeFacts
+from tessera.node.health import APPLICATION_XIDS, HealthTracker
+from tessera.node.inventory import InventoryPublisher, NodePort
+from tessera.node.isolation import Isolation, MpsControl, MpsSupervisor, Visibility
+from tessera.node.layout import Layout
+from tessera.node.plugin import DevicePluginServer
+from tessera.node.pods import EventSink, PodSource
+
+__all__ = ["Agent", "AgentConfig"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    node: str
+    resource: str = "tessera.io/gpu"
+    plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
+    endpoint: str = "tessera.sock"
+    state_dir: Path = Path("/var/lib/tessera")
+    slots_per_card: int = 16
+    isolation: Isolation = Isolation.HOOK
+    visibility: Visibility = Visibility.ENV
+    libvgpu: Path | None = None
+    recovery_s: float = 30.0
+    ignored_xids: frozenset[int] = field(default=APPLICATION_XIDS)
+    health_interval_s: float = 1.0
+    cleanup_interval_s: float = 30.0
+    cleanup_grace_s: float = 60.0
+
+
+class Agent:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        discovery: Discovery,
+        pods: PodSource,
+        events: EventSink,
+        node_port: NodePort | None,
+        podres: PodResources | None,
+        mps: MpsControl | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.discovery = discovery
+        self.pods = pods
+        self.events = events
+        self.podres = podres
+        self.inventory = InventoryPublisher(cfg.node, node_port) if node_port else None
+        self.mps = MpsSupervisor(mps) if mps is not None else None
+        self.layout = Layout(cfg.state_dir)
+        self.facts: NodeFacts | None = None
+        self.tracker: HealthTracker | None = None
+        self.allocator: Allocator | None = None
+        self.plugin: DevicePluginServer | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.health_changes: list[tuple[float, str, bool]] = []  # (monotonic, uuid, healthy)
+
+    # --- state -----------------------------------------------------------------------
+
+    def cards(self) -> tuple[Card, ...]:
+        """The node's cards with their current health (what the inventory says)."""
+        assert self.facts is not None and self.tracker is not None
+        from dataclasses import replace
+
+        return tuple(replace(c, healthy=self.tracker.healthy(c.uuid)) for c in self.facts.cards)
+
+    def _publish(self) -> None:
+        if self.inventory is None:
+            return
+        try:
+            self.inventory.publish(self.cards())
+        except Exception:
+            log.exception("could not patch the inventory of %s; will retry", self.cfg.node)
+            self.inventory.forget()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.cfg
+        self.facts = self.discovery.facts()
+        mig = sorted(self.facts.mig_enabled)
+        if mig:
+            log.warning("cards in MIG mode are not shared by Tessera yet: %s", mig)
+        cards = tuple(c for c in self.facts.cards if c.uuid not in self.facts.mig_enabled)
+        self.facts = NodeFacts(
+            cards=cards,
+            driver_version=self.facts.driver_version,
+            cuda_version=self.facts.cuda_version,
+            mig_enabled=self.facts.mig_enabled,
+        )
+        self.tracker = HealthTracker(
+            (c.uuid for c in cards), recovery_s=cfg.recovery_s, ignored_xids=cfg.ignored_xids
+        )
+        lib_version = self.layout.install_library(cfg.libvgpu)
+        if self.mps is not None:
+            self.mps.check()
+        self.allocator = Allocator(
+            node=cfg.node,
+            cards=cards,
+            slots_per_card=cfg.slots_per_card,
+            layout=self.layout,
+            lib_version=lib_version,
+            pods=self.pods,
+            podres=self.podres,
+            events=self.events,
+            isolation=cfg.isolation,
+            visibility=cfg.visibility,
+        )
+        self.plugin = DevicePluginServer(
+            allocator=self.allocator,
+            cards=cards,
+            resource=cfg.resource,
+            plugin_dir=cfg.plugin_dir,
+            events=self.events,
+            slots_per_card=cfg.slots_per_card,
+            endpoint=cfg.endpoint,
+        )
+        self._publish()
+        self.plugin.start()
+        self._stop.clear()
+        for name, target in (("health", self._health_loop), ("cleanup", self._cleanup_loop)):
+            t = threading.Thread(target=target, name=f"agent-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        log.info(
+            "node agent up on %s: %d card(s), %d slot(s) each, isolation %s, driver %s",
+            cfg.node,
+            len(cards),
+            cfg.slots_per_card,
+            cfg.isolation,
+            self.facts.driver_version or "unknown",
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.discovery.close()
+        for t in self._threads:
+            t.join(5)
+        self._threads.clear()
+        if self.plugin is not None:
+            self.plugin.stop()
+
+    # --- loops -----------------------------------------------------------------------
+
+    def _apply_health(self, changed: set[str]) -> None:
+        assert self.tracker is not None and self.plugin is not None
+        if not changed:
+            return
+        now = time.monotonic()
+        for uuid in sorted(changed):
+            ok = self.tracker.healthy(uuid)
+            self.health_changes.append((now, uuid, ok))
+            log.warning(
+                "card %s is %s%s",
+                uuid,
+                "Healthy again" if ok else "Unhealthy",
+                "" if ok else f" ({self.tracker.reason(uuid)})",
+            )
+        self.plugin.set_health(self.tracker.snapshot())
+        self._publish()
+
+    def health_step(self, wait_s: float) -> None:
+        """One turn of the health loop: XID events (waiting up to ``wait_s``), then probes."""
+        assert self.tracker is not None
+        changed: set[str] = set()
+        for ev in self.discovery.wait_events(wait_s):
+            if self.tracker.on_xid(ev.uuid, ev.xid, time.monotonic()):
+                changed.add(ev.uuid)
+        changed |= self.tracker.tick(time.monotonic(), self.discovery.probe)
+        self._apply_health(changed)
+
+    def _health_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.health_step(self.cfg.health_interval_s)
+                if self.mps is not None and self.mps.check():
+                    log.warning("MPS control daemon was down; restarted")
+            except Exception:
+                log.exception("health loop")
+                self._stop.wait(self.cfg.health_interval_s)
+
+    def _cleanup_loop(self) -> None:
+        while not self._stop.wait(self.cfg.cleanup_interval_s):
+            try:
+                assert self.allocator is not None
+                removed = self.allocator.cleanup(self.cfg.cleanup_grace_s)
+                if removed:
+                    log.info("removed the folders of %d gone container(s)", len(removed))
+            except Exception:
+                log.exception("cleanup loop")

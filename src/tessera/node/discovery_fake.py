@@ -1,0 +1,125 @@
+"""The fake discovery backend: cards from the node CSV, faults injected by tests or files.
+
+The node is the CSV row whose ``sn`` is the agent's node name (``clusterspec``), so a fake
+agent on a kwok node of the dev cluster sees the same cards the simulator and the
+scheduler assume.
+
+Faults, for tests (methods) and for a running fake agent (files in ``fault_dir``):
+
+* ``inject_xid(uuid, xid)``, or a line ``<uuid> <xid>`` appended to ``fault_dir/xid``;
+* ``set_probe(uuid, ok)``, or the UUID listed (one a line) in ``fault_dir/probe-fail``.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from tessera.model.clusterspec import read_nodes_csv
+from tessera.model.types import Card
+from tessera.node.discovery import DiscoveryError, NodeFacts, XidEvent
+
+__all__ = ["FakeDiscovery"]
+
+
+class FakeDiscovery:
+    def __init__(
+        self,
+        cards: tuple[Card, ...],
+        fault_dir: str | Path | None = None,
+        driver_version: str = "fake-0.0",
+        cuda_version: str = "12.4",
+    ) -> None:
+        self._cards = tuple(cards)
+        self._uuids = {c.uuid for c in cards}
+        self._driver = driver_version
+        self._cuda = cuda_version
+        self._fault_dir = Path(fault_dir) if fault_dir is not None else None
+        self._xid_offset = 0
+        self._events: list[XidEvent] = []
+        self._probe_fail: set[str] = set()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    @classmethod
+    def from_csv(
+        cls, path: str | Path, node: str, fault_dir: str | Path | None = None
+    ) -> FakeDiscovery:
+        """The cards of row ``node`` in the node CSV at ``path``."""
+        for inv in read_nodes_csv(path):
+            if inv.name == node:
+                return cls(inv.cards, fault_dir=fault_dir)
+        raise DiscoveryError(f"node {node!r} is not in {Path(path).name} (column sn)")
+
+    # --- injection ---------------------------------------------------------------
+
+    def inject_xid(self, uuid: str, xid: int) -> None:
+        self._check(uuid)
+        with self._cond:
+            self._events.append(XidEvent(uuid, xid))
+            self._cond.notify_all()
+
+    def set_probe(self, uuid: str, ok: bool) -> None:
+        self._check(uuid)
+        with self._cond:
+            if ok:
+                self._probe_fail.discard(uuid)
+            else:
+                self._probe_fail.add(uuid)
+
+    def _check(self, uuid: str) -> None:
+        if uuid not in self._uuids:
+            raise DiscoveryError(f"no card {uuid} on this fake node")
+
+    # --- Discovery ---------------------------------------------------------------
+
+    def facts(self) -> NodeFacts:
+        return NodeFacts(cards=self._cards, driver_version=self._driver, cuda_version=self._cuda)
+
+    def wait_events(self, timeout_s: float) -> list[XidEvent]:
+        with self._cond:
+            self._read_xid_file()
+            if not self._events and not self._closed:
+                # A file writer does not notify; wake at least every 100 ms to read it.
+                self._cond.wait(timeout=min(timeout_s, 0.1) if self._fault_dir else timeout_s)
+                self._read_xid_file()
+            out, self._events = self._events, []
+            return out
+
+    def probe(self, uuid: str) -> bool:
+        if uuid not in self._uuids:
+            return False
+        with self._cond:
+            if uuid in self._probe_fail:
+                return False
+        if self._fault_dir is not None:
+            try:
+                listed = (self._fault_dir / "probe-fail").read_text().split()
+            except FileNotFoundError:
+                listed = []
+            return uuid not in listed
+        return True
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _read_xid_file(self) -> None:
+        # Called with the condition held. Lines with an unknown UUID or a bad number are
+        # skipped: a typo in a test fixture must not take the agent down.
+        if self._fault_dir is None:
+            return
+        path = self._fault_dir / "xid"
+        try:
+            with path.open("rb") as f:
+                f.seek(self._xid_offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1  # only whole lines
+        self._xid_offset += end
+        for line in data[:end].decode(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in self._uuids and parts[1].isdigit():
+                self._events.append(XidEvent(parts[0], int(parts[1])))

@@ -1,0 +1,280 @@
+"""The kubelet device plugin (v1beta1 gRPC over a unix socket), and its lifecycle.
+
+Serves ``DevicePlugin`` on ``<plugin dir>/<endpoint>``, registers with kubelet on
+``<plugin dir>/kubelet.sock`` only once serving, and watches the folder: when kubelet
+restarts it deletes every socket there and creates a new ``kubelet.sock``; the plugin
+then serves again and re-registers (polled every 100 ms, so well inside 2 s).
+
+Errors from the allocator go back to kubelet as a gRPC status whose message names what
+is wrong, and as a Warning Event on the pod when the pod is known. Nothing raises out of
+a handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tessera.model.types import Card
+from tessera.node import slots as S
+from tessera.node.allocator import AllocationError, Allocator
+from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
+from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
+from tessera.node.isolation import ContainerEdits
+from tessera.node.pods import EventSink
+
+__all__ = ["API_VERSION", "KUBELET_SOCKET", "DevicePluginServer", "device_list"]
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "v1beta1"
+KUBELET_SOCKET = "kubelet.sock"
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
+_CODES = {
+    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
+    "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+}
+_REASONS = {
+    "INVALID_ARGUMENT": "TesseraBadDeviceIDs",
+    "FAILED_PRECONDITION": "TesseraAllocateFailed",
+    "NOT_FOUND": "TesseraAllocateFailed",
+}
+
+
+def device_list(
+    cards: tuple[Card, ...], slots_per_card: int, healthy: dict[str, bool]
+) -> list[pb.Device]:
+    """Every slot of every card, with its card's health and NUMA node."""
+    out: list[pb.Device] = []
+    for c in sorted(cards, key=lambda c: c.index):
+        health = HEALTHY if healthy.get(c.uuid, True) else UNHEALTHY
+        topo = pb.TopologyInfo(nodes=[pb.NUMANode(ID=c.numa_node)]) if c.numa_node >= 0 else None
+        for sid in S.slot_ids(c.uuid, slots_per_card):
+            out.append(pb.Device(ID=sid, health=health, topology=topo))
+    return out
+
+
+def _response(edits: ContainerEdits) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=edits.envs,
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in edits.mounts
+        ],
+        cdi_devices=[pb.CDIDevice(name=n) for n in edits.cdi_devices],
+    )
+
+
+class _Servicer(pbg.DevicePluginServicer):
+    def __init__(self, owner: DevicePluginServer) -> None:
+        self.o = owner
+
+    def GetDevicePluginOptions(self, request: pb.Empty, context: Any) -> pb.DevicePluginOptions:
+        return self.o.options()
+
+    def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
+        o = self.o
+        seen = -1
+        context.add_callback(o._wake)
+        while context.is_active() and not o._stopping.is_set():
+            with o._cond:
+                if o._version == seen:
+                    o._cond.wait(timeout=1.0)
+                    continue
+                seen = o._version
+                devices = device_list(o.cards, o.slots_per_card, o._health)
+            yield pb.ListAndWatchResponse(devices=devices)
+
+    def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: Any
+    ) -> pb.PreferredAllocationResponse:
+        out = []
+        for r in request.container_requests:
+            ids = self.o._guard(
+                context,
+                lambda r=r: self.o.allocator.preferred(
+                    list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size
+                ),
+            )
+            out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return pb.PreferredAllocationResponse(container_responses=out)
+
+    def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
+        out = []
+        for r in request.container_requests:
+            t0 = time.perf_counter()
+            _, edits = self.o._guard(
+                context, lambda r=r: self.o.allocator.allocate(list(r.devices_ids))
+            )
+            self.o.allocate_seconds.append(time.perf_counter() - t0)
+            out.append(_response(edits))
+        return pb.AllocateResponse(container_responses=out)
+
+    def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: Any
+    ) -> pb.PreStartContainerResponse:
+        self.o._guard(context, lambda: self.o.allocator.pre_start(list(request.devices_ids)))
+        return pb.PreStartContainerResponse()
+
+
+class DevicePluginServer:
+    def __init__(
+        self,
+        allocator: Allocator,
+        cards: tuple[Card, ...],
+        resource: str,
+        plugin_dir: str | Path,
+        events: EventSink,
+        slots_per_card: int,
+        endpoint: str = "tessera.sock",
+        poll_s: float = 0.1,
+    ) -> None:
+        self.allocator = allocator
+        self.cards = tuple(cards)
+        self.resource = resource
+        self.plugin_dir = Path(plugin_dir)
+        self.events = events
+        self.slots_per_card = slots_per_card
+        self.endpoint = endpoint
+        self.poll_s = poll_s
+        self._health: dict[str, bool] = {c.uuid: True for c in cards}
+        self._version = 0
+        self._cond = threading.Condition()
+        self._stopping = threading.Event()
+        self._server: grpc.Server | None = None
+        self._watcher: threading.Thread | None = None
+        self._kubelet_id: tuple[int, int] | None = None
+        self.registrations = 0
+        self.registered_at: list[float] = []  # monotonic times of successful Register
+        self.allocate_seconds: list[float] = []
+        self.on_register: Callable[[], None] | None = None
+
+    # --- state -----------------------------------------------------------------------
+
+    @property
+    def socket_path(self) -> Path:
+        return self.plugin_dir / self.endpoint
+
+    def options(self) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(
+            pre_start_required=True, get_preferred_allocation_available=True
+        )
+
+    def set_health(self, healthy: dict[str, bool]) -> None:
+        """New card health; ListAndWatch streams send the new device list at once."""
+        with self._cond:
+            if healthy == self._health:
+                return
+            self._health = dict(healthy)
+            self._version += 1
+            self._cond.notify_all()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _guard(self, context: Any, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except AllocationError as exc:
+            log.warning("%s", exc.message)
+            if exc.pod is not None:
+                try:
+                    self.events.warn(exc.pod, _REASONS.get(exc.code, "TesseraError"), exc.message)
+                except Exception:  # an Event is best effort; the gRPC error is the answer
+                    log.exception("could not post an Event on %s", exc.pod.key)
+            context.abort(_CODES.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
+        except Exception as exc:  # never crash a handler; say what broke
+            log.exception("device plugin call failed")
+            context.abort(
+                grpc.StatusCode.INTERNAL, f"tessera node agent: {type(exc).__name__}: {exc}"
+            )
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=0).wait(2)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        pbg.add_DevicePluginServicer_to_server(_Servicer(self), server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self._server = server
+
+    def _kubelet_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.plugin_dir / KUBELET_SOCKET)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
+
+    def _register(self) -> bool:
+        target = f"unix://{self.plugin_dir / KUBELET_SOCKET}"
+        try:
+            with grpc.insecure_channel(target) as ch:
+                pbg.RegistrationStub(ch).Register(
+                    pb.RegisterRequest(
+                        version=API_VERSION,
+                        endpoint=self.endpoint,
+                        resource_name=self.resource,
+                        options=self.options(),
+                    ),
+                    timeout=5,
+                )
+        except grpc.RpcError as exc:
+            log.warning("Register with kubelet failed: %s", exc)
+            return False
+        self.registrations += 1
+        self.registered_at.append(time.monotonic())
+        if self.on_register is not None:
+            self.on_register()
+        return True
+
+    def start(self) -> None:
+        """Serve, register, and watch the folder for kubelet restarts (background)."""
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self._serve()
+        self._stopping.clear()
+        self._watcher = threading.Thread(target=self._watch, name="plugin-watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        registered = False
+        while not self._stopping.is_set():
+            kubelet = self._kubelet_identity()
+            if not self.socket_path.exists():
+                log.info("plugin socket removed (kubelet restart?): serving again")
+                self._serve()
+                registered = False
+            if kubelet != self._kubelet_id:
+                registered = False
+            if not registered and kubelet is not None:
+                registered = self._register()
+                if registered:
+                    self._kubelet_id = kubelet
+            self._stopping.wait(self.poll_s)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake()
+        if self._watcher is not None:
+            self._watcher.join(5)
+        if self._server is not None:
+            self._server.stop(grace=0).wait(5)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()

@@ -1,0 +1,153 @@
+"""The pods bound to this node, as the allocator needs them (pure translation + ports).
+
+``pod_info`` turns a Pod as the API server sends it (a JSON dict) into a ``PodInfo``:
+its GPU containers in the order kubelet allocates them (init containers, then app
+containers, each in spec order) and its decoded ``tessera.io/assignment`` or the reason
+it cannot be used (missing, malformed, stale). The ports below are what the allocator
+asks of the outside; ``kube_source.py`` implements them against the API server and the
+tests use in-memory fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tessera.errors import FormatError
+from tessera.model import annotations
+from tessera.model.types import Assignment, ContainerAssignment
+
+__all__ = ["EventSink", "GpuContainer", "PodInfo", "PodSource", "pod_info"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuContainer:
+    name: str
+    init: bool
+    count: int  # the container's limit of the plugin's resource: its number of cards
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    created: str  # RFC 3339 (sorts as text); kubelet admits oldest first
+    containers: tuple[GpuContainer, ...]
+    assignment: Assignment | None
+    problem: str = ""  # why the assignment cannot be used; "" when it can
+    terminal: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def container(self, name: str) -> ContainerAssignment | None:
+        if self.assignment is None:
+            return None
+        for c in self.assignment.containers:
+            if c.name == name:
+                return c
+        return None
+
+
+def _count(resources: Mapping[str, Any] | None, resource: str) -> int:
+    if not resources:
+        return 0
+    for part in ("limits", "requests"):
+        value = (resources.get(part) or {}).get(resource)
+        if value is not None:
+            try:
+                return int(str(value))
+            except ValueError:
+                return 0
+    return 0
+
+
+def pod_info(obj: Mapping[str, Any], resource: str, cards: frozenset[str]) -> PodInfo:
+    """A Pod dict as the allocator sees it; ``cards`` are the UUIDs of this node's cards."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    ns = meta.get("namespace", "default")
+    name = meta.get("name", "")
+    node = spec.get("nodeName") or ""
+    containers: list[GpuContainer] = []
+    for init, field in ((True, "initContainers"), (False, "containers")):
+        for c in spec.get(field) or []:
+            n = _count(c.get("resources"), resource)
+            if n > 0:
+                containers.append(GpuContainer(c.get("name", ""), init, n))
+    text = (meta.get("annotations") or {}).get(annotations.ASSIGNMENT)
+    assignment: Assignment | None = None
+    problem = ""
+    if text is None:
+        if containers:
+            problem = (
+                f"pod {ns}/{name} asks for {resource} but has no {annotations.ASSIGNMENT} "
+                "annotation: it was not placed by the Tessera scheduler"
+            )
+    else:
+        try:
+            assignment = annotations.decode_assignment(f"{ns}/{name}", text)
+        except FormatError as exc:
+            problem = str(exc)
+    if assignment is not None:
+        problem = _stale(ns, name, node, assignment, containers, cards)
+    return PodInfo(
+        uid=meta.get("uid", ""),
+        namespace=ns,
+        name=name,
+        node=node,
+        created=meta.get("creationTimestamp") or "",
+        containers=tuple(containers),
+        assignment=assignment,
+        problem=problem,
+        terminal=status.get("phase") in ("Succeeded", "Failed"),
+    )
+
+
+def _stale(
+    ns: str,
+    name: str,
+    node: str,
+    a: Assignment,
+    containers: list[GpuContainer],
+    cards: frozenset[str],
+) -> str:
+    what = f"pod {ns}/{name}: annotation {annotations.ASSIGNMENT}"
+    if node and a.node != node:
+        return f"{what} is stale: it places the pod on node {a.node}, but it is bound to {node}"
+    by_name = {c.name: c for c in a.containers}
+    for c in containers:
+        ca = by_name.get(c.name)
+        if ca is None:
+            return f"{what} has no entry for container {c.name!r}, which asks for GPUs"
+        if len(ca.slices) != c.count:
+            return (
+                f"{what} gives container {c.name!r} {len(ca.slices)} card(s), "
+                f"but it asks for {c.count}"
+            )
+        missing = [s.uuid for s in ca.slices if s.uuid not in cards]
+        if missing and cards:
+            return (
+                f"{what} is stale: container {c.name!r} is assigned card(s) {missing} "
+                "that are not on this node"
+            )
+    return ""
+
+
+class PodSource(Protocol):
+    """Pods bound to this node (a watch-fed cache) with a fresh read for when it lags."""
+
+    def pods(self) -> list[PodInfo]: ...
+
+    def refresh(self) -> list[PodInfo]: ...
+
+
+class EventSink(Protocol):
+    """Warning Events on a pod (kubectl describe shows why its container did not start)."""
+
+    def warn(self, pod: PodInfo, reason: str, message: str) -> None: ...

@@ -1,0 +1,483 @@
+"""The node agent against the test kubelet, over the real v1beta1 gRPC protocol.
+
+Everything runs in-process on unix sockets in a short temporary folder: the fake
+discovery backend, in-memory pods (the API server's part), the agent's real wiring, and
+``KubeletDouble`` (registration, ListAndWatch, GetPreferredAllocation, Allocate,
+PreStartContainer, pod-resources List, restart).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tessera.model import annotations
+from tessera.model.annotations import decode_inventory, encode_assignment
+from tessera.model.clusterspec import make_cards
+from tessera.model.types import Assignment, CardSlice, ComputePolicy, ContainerAssignment
+from tessera.node.agent import Agent, AgentConfig
+from tessera.node.allocator import PodResourcesView
+from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
+from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
+from tessera.node.discovery_fake import FakeDiscovery
+from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
+from tessera.node.layout import CONTAINER_ETC_DIR, LD_SO_PRELOAD
+from tessera.node.limits import decode_limits, limits_for
+from tessera.node.podresources import PodResourcesClient
+from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
+
+NODE = "node-a"
+RES = "tessera.io/gpu"
+SLOTS = 8
+CARDS = make_cards(NODE, 2, "A100")
+U0, U1 = CARDS[0].uuid, CARDS[1].uuid
+
+
+class SwitchablePodResources:
+    """pod-resources that a test can turn off (kubelet without the API, or a blip)."""
+
+    def __init__(self, inner: PodResourcesClient) -> None:
+        self.inner = inner
+        self.on = True
+
+    def view(self) -> PodResourcesView | None:
+        return self.inner.view() if self.on else None
+
+
+@dataclass
+class Env:
+    root: Path
+    discovery: FakeDiscovery
+    pods: MemoryPods
+    events: MemoryEvents
+    node: MemoryNode
+    podres: SwitchablePodResources
+    agent: Agent
+    kubelet: KubeletDouble
+    lib: Path
+
+    def new_agent(self, lib: Path | None = None, **cfg: object) -> Agent:
+        self.discovery = FakeDiscovery(CARDS)
+        self.agent = make_agent(self, lib or self.lib, **cfg)
+        return self.agent
+
+
+def make_agent(env: Env, lib: Path, **cfg: object) -> Agent:
+    config = AgentConfig(
+        node=NODE,
+        resource=RES,
+        plugin_dir=env.root / "dp",
+        state_dir=env.root / "state",
+        slots_per_card=SLOTS,
+        libvgpu=lib,
+        recovery_s=0.3,
+        health_interval_s=0.05,
+        cleanup_interval_s=3600,
+    )
+    for k, v in cfg.items():
+        setattr(config, k, v)
+    return Agent(config, env.discovery, env.pods, env.events, env.node, env.podres)
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    # unix socket paths are limited to 107 bytes: a short folder, not pytest's tmp_path.
+    root = Path(tempfile.mkdtemp(prefix="ts-dp-", dir="/tmp"))
+    lib = root / "libvgpu-1.so"
+    lib.write_bytes(b"\x7fELF fake libvgpu v1")
+    kubelet = KubeletDouble(root / "dp", root / "pr" / "kubelet.sock", RES, seed=1)
+    kubelet.start()
+    e = Env(
+        root=root,
+        discovery=FakeDiscovery(CARDS),
+        pods=MemoryPods(RES, frozenset(c.uuid for c in CARDS)),
+        events=MemoryEvents(),
+        node=MemoryNode(),
+        podres=SwitchablePodResources(PodResourcesClient(root / "pr" / "kubelet.sock", RES)),
+        agent=None,  # type: ignore[arg-type]
+        kubelet=kubelet,
+        lib=lib,
+    )
+    e.agent = make_agent(e, lib)
+    e.agent.start()
+    kubelet.wait_devices(len(CARDS) * SLOTS)
+    yield e
+    e.agent.stop()
+    kubelet.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+# --- pods ---------------------------------------------------------------------------
+
+
+def pod_obj(
+    name: str,
+    containers: list[tuple[str, list[tuple[str, int, int]]]],
+    created: int,
+    node: str = NODE,
+    init: tuple[str, ...] = (),
+    annotation: str | None = None,
+    policy: ComputePolicy = ComputePolicy.FIXED_SHARE,
+) -> tuple[dict[str, object], KPod, Assignment]:
+    """A bound Pod dict with its assignment; ``containers``: (name, [(uuid, MiB, cores)])."""
+    assignment = Assignment(
+        node=node,
+        containers=tuple(
+            ContainerAssignment(
+                name=cname,
+                slices=tuple(CardSlice(u, m, c) for u, m, c in slices),
+                policy=policy,
+                init=cname in init,
+            )
+            for cname, slices in containers
+        ),
+    )
+    text = encode_assignment(assignment) if annotation is None else annotation
+    spec_containers = [
+        {"name": cname, "resources": {"limits": {RES: str(len(slices))}}}
+        for cname, slices in containers
+        if cname not in init
+    ]
+    spec_init = [
+        {"name": cname, "resources": {"limits": {RES: str(len(slices))}}}
+        for cname, slices in containers
+        if cname in init
+    ]
+    uid = f"uid-{name}"
+    obj: dict[str, object] = {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": uid,
+            "creationTimestamp": f"2026-11-21T10:{created // 60:02d}:{created % 60:02d}Z",
+            "annotations": {annotations.ASSIGNMENT: text} if text else {},
+        },
+        "spec": {"nodeName": NODE, "containers": spec_containers, "initContainers": spec_init},
+        "status": {"phase": "Pending"},
+    }
+    kpod = KPod(
+        "default",
+        name,
+        uid,
+        [KContainer(cname, len(slices), cname in init) for cname, slices in containers],
+    )
+    return obj, kpod, assignment
+
+
+def check_started(env: Env, started: list, assignment: Assignment) -> None:
+    """Every container's visible cards and limits file equal its assignment."""
+    by_name = {c.name: c for c in assignment.containers}
+    assert {s.container for s in started} == set(by_name)
+    for s in started:
+        ca = by_name[s.container]
+        uuids = [x.uuid for x in ca.slices]
+        assert s.envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(uuids)
+        assert sorted(d.split("::")[0] for d in s.devices) == sorted(uuids)
+        etc = s.mount(CONTAINER_ETC_DIR)
+        assert etc.read_only
+        limits = decode_limits((Path(etc.host_path) / "limits").read_text())
+        assert limits == limits_for(ca, card_order=uuids)
+        preload = s.mount(LD_SO_PRELOAD)
+        assert preload.read_only
+        assert Path(preload.host_path).read_text() == "/usr/local/tessera/lib/libvgpu.so\n"
+        # Limits travel only in the read-only file, never in the environment.
+        assert not any("MEM" in k or "CORE" in k or "LIMIT" in k for k in s.envs)
+
+
+# --- tests --------------------------------------------------------------------------
+
+
+def test_registers_and_lists_slots_with_health_and_numa(env: Env) -> None:
+    k = env.kubelet
+    assert len(k.registrations) == 1
+    assert set(k.devices.values()) == {"Healthy"}
+    assert sorted(k.devices) == sorted(f"{c.uuid}::{i}" for c in CARDS for i in range(SLOTS))
+    assert k.topology[f"{U0}::0"] == [CARDS[0].numa_node]
+    assert env.kubelet.endpoint is not None
+    opts = env.kubelet.endpoint.options
+    assert opts.get_preferred_allocation_available and opts.pre_start_required
+    inv = decode_inventory(NODE, env.node.text or "", 0, 0)
+    assert [c.uuid for c in inv.cards] == [U0, U1] and all(c.healthy for c in inv.cards)
+    assert len(env.node.patches) == 1
+
+
+def test_concurrent_pending_pods_with_different_slices_of_one_card(env: Env) -> None:
+    # Six pods pending on the node at once, all bound before kubelet admits any, four of
+    # them holding different slices of card 0. kubelet admits them in an order that is
+    # not creation order (pods reach it in different batches).
+    specs = [
+        ("p0", [("main", [(U0, 1000, 10)])]),
+        ("p1", [("main", [(U0, 2000, 20)])]),
+        ("p2", [("main", [(U0, 3000, 30)])]),
+        ("p3", [("main", [(U0, 4000, 15)])]),
+        ("p4", [("main", [(U1, 5000, 50)])]),
+        ("p5", [("main", [(U0, 6000, 5), (U1, 7000, 5)])]),
+    ]
+    made = [pod_obj(n, c, created=i) for i, (n, c) in enumerate(specs)]
+    for obj, _, _ in made:
+        env.pods.put(obj)
+    order = [3, 0, 5, 2, 4, 1]
+    for i in order:
+        _, kpod, assignment = made[i]
+        check_started(env, env.kubelet.run(kpod), assignment)
+    assert env.agent.allocator is not None and env.agent.allocator.corrections == 0
+    assert env.events.events == []
+
+
+def test_admission_in_creation_order_without_pod_resources(env: Env) -> None:
+    env.podres.on = False
+    made = [
+        pod_obj(f"q{i}", [("main", [(U0, 1000 * (i + 1), 10 + i)])], created=i) for i in range(4)
+    ]
+    for obj, _, _ in made:
+        env.pods.put(obj)
+    for _, kpod, assignment in made:
+        check_started(env, env.kubelet.run(kpod), assignment)
+
+
+def test_prestart_corrects_a_wrong_guess(env: Env) -> None:
+    # pod-resources is down at Allocate time, so the agent guesses by creation order
+    # (r0, the older); kubelet is in fact admitting r1. PreStartContainer asks
+    # pod-resources again and rewrites the limits file before the container starts.
+    r0 = pod_obj("r0", [("main", [(U0, 1111, 11)])], created=0)
+    r1 = pod_obj("r1", [("main", [(U0, 2222, 22)])], created=1)
+    env.pods.put(r0[0])
+    env.pods.put(r1[0])
+    env.podres.on = False
+    env.kubelet.admit(r1[1])
+    env.podres.on = True
+    started = env.kubelet.start_containers(r1[1])
+    check_started(env, started, r1[2])
+    assert env.agent.allocator is not None and env.agent.allocator.corrections == 1
+    check_started(env, env.kubelet.run(r0[1]), r0[2])
+
+
+def test_concurrent_allocate_calls_each_get_their_own_pod(env: Env) -> None:
+    # No lock spans calls: eight Allocate calls race from threads, each for a different
+    # pod (unique cards per pod on a wider node), and each gets its own assignment.
+    env.agent.stop()
+    env.kubelet.stop()
+    wide = make_cards(NODE, 8, "A100")
+    env.discovery = FakeDiscovery(wide)
+    env.pods = MemoryPods(RES, frozenset(c.uuid for c in wide))
+    env.podres.on = False
+    env.agent = make_agent(env, env.lib)
+    env.agent.discovery = env.discovery
+    env.agent.pods = env.pods
+    env.agent.start()
+    made = [
+        pod_obj(f"c{i}", [("main", [(wide[i].uuid, 500 + i, 10)])], created=i) for i in range(8)
+    ]
+    for obj, _, _ in made:
+        env.pods.put(obj)
+    results: dict[str, pb.AllocateResponse] = {}
+    errors: list[Exception] = []
+    sock = f"unix://{env.agent.plugin.socket_path}" if env.agent.plugin else ""
+
+    def call(i: int) -> None:
+        with grpc.insecure_channel(sock) as ch:
+            stub = pbg.DevicePluginStub(ch)
+            try:
+                results[f"c{i}"] = stub.Allocate(
+                    pb.AllocateRequest(
+                        container_requests=[
+                            pb.ContainerAllocateRequest(
+                                devices_ids=[f"{wide[i].uuid}::{i % SLOTS}"]
+                            )
+                        ]
+                    )
+                )
+            except grpc.RpcError as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in random.sample(range(8), 8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i in range(8):
+        resp = results[f"c{i}"].container_responses[0]
+        assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == wide[i].uuid
+        etc = next(m for m in resp.mounts if m.container_path == CONTAINER_ETC_DIR)
+        assert decode_limits((Path(etc.host_path) / "limits").read_text()).cards[0].memory_mib == (
+            500 + i
+        )
+
+
+def test_init_container_devices_are_reused_by_the_app_container(env: Env) -> None:
+    obj, kpod, assignment = pod_obj(
+        "i0",
+        [("setup", [(U1, 1000, 10)]), ("main", [(U1, 3000, 30)])],
+        created=0,
+        init=("setup",),
+    )
+    env.pods.put(obj)
+    check_started(env, env.kubelet.run(kpod), assignment)
+
+
+def test_lagging_watch_is_covered_by_a_fresh_read(env: Env) -> None:
+    env.pods.lagging = True
+    obj, kpod, assignment = pod_obj("lag", [("main", [(U0, 1234, 12)])], created=0)
+    env.pods.put(obj)
+    assert env.pods.pods() == []
+    check_started(env, env.kubelet.run(kpod), assignment)
+    assert env.pods.refreshes >= 1
+
+
+def test_kubelet_restart_reregisters_and_keeps_allocations(env: Env) -> None:
+    a = pod_obj("k0", [("main", [(U0, 1000, 10)])], created=0)
+    env.pods.put(a[0])
+    check_started(env, env.kubelet.run(a[1]), a[2])
+    t0 = time.monotonic()
+    env.kubelet.restart()
+    env.kubelet.wait_devices(len(CARDS) * SLOTS, timeout=5)
+    assert env.kubelet.registrations[-1] - t0 < 2.0
+    # The pod admitted before the restart still holds its slots; new pods get others.
+    b = pod_obj("k1", [("main", [(U0, 2000, 20)])], created=1)
+    env.pods.put(b[0])
+    started = env.kubelet.run(b[1])
+    check_started(env, started, b[2])
+    assert set(started[0].devices).isdisjoint(env.kubelet.pod_devices[(a[1].uid, "main")])
+
+
+def test_agent_restart_in_the_middle_loses_nothing(env: Env) -> None:
+    a = pod_obj("g0", [("main", [(U0, 1000, 10)])], created=0)
+    b = pod_obj("g1", [("main", [(U0, 2000, 20)])], created=1)
+    env.pods.put(a[0])
+    env.pods.put(b[0])
+    env.kubelet.admit(a[1])  # allocated, not started yet
+    env.agent.stop()
+    env.new_agent().start()
+    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
+    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    check_started(env, env.kubelet.start_containers(a[1]), a[2])
+    check_started(env, env.kubelet.run(b[1]), b[2])
+    # The restarted agent found the node's inventory unchanged: no second patch.
+    assert len(env.node.patches) == 1
+
+
+def test_library_upgrade_does_not_swap_the_library_under_running_pods(env: Env) -> None:
+    a = pod_obj("v0", [("main", [(U0, 1000, 10)])], created=0)
+    env.pods.put(a[0])
+    old = env.kubelet.run(a[1])[0].mount("/usr/local/tessera/lib").host_path
+    env.agent.stop()
+    lib2 = env.root / "libvgpu-2.so"
+    lib2.write_bytes(b"\x7fELF fake libvgpu v2")
+    env.new_agent(lib=lib2, cleanup_grace_s=0.0).start()
+    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
+    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    b = pod_obj("v1", [("main", [(U1, 1000, 10)])], created=1)
+    env.pods.put(b[0])
+    new = env.kubelet.run(b[1])[0].mount("/usr/local/tessera/lib").host_path
+    assert new != old
+    assert (Path(old) / "libvgpu.so").read_bytes() == b"\x7fELF fake libvgpu v1"
+    assert (Path(new) / "libvgpu.so").read_bytes() == b"\x7fELF fake libvgpu v2"
+    allocator = env.agent.allocator
+    assert allocator is not None
+    allocator.cleanup(grace_s=0.0)
+    assert Path(old).exists()  # v0 still runs on it
+    env.pods.delete(a[1].uid)
+    env.kubelet.remove(a[1])
+    allocator.cleanup(grace_s=0.0)
+    assert not Path(old).exists() and Path(new).exists()
+
+
+def test_cleanup_removes_folders_of_gone_containers_only(env: Env) -> None:
+    a = pod_obj("d0", [("main", [(U0, 1000, 10)])], created=0)
+    b = pod_obj("d1", [("main", [(U1, 1000, 10)])], created=1)
+    for p in (a, b):
+        env.pods.put(p[0])
+    sa = env.kubelet.run(a[1])[0]
+    sb = env.kubelet.run(b[1])[0]
+    env.pods.delete(a[1].uid)
+    env.kubelet.remove(a[1])
+    assert env.agent.allocator is not None
+    removed = env.agent.allocator.cleanup(grace_s=0.0)
+    assert len(removed) == 1
+    assert not Path(sa.mount(CONTAINER_ETC_DIR).host_path).exists()
+    assert Path(sb.mount(CONTAINER_ETC_DIR).host_path).exists()
+
+
+# --- bad input ----------------------------------------------------------------------
+
+
+def _stub(env: Env) -> pbg.DevicePluginStub:
+    assert env.agent.plugin is not None
+    return pbg.DevicePluginStub(grpc.insecure_channel(f"unix://{env.agent.plugin.socket_path}"))
+
+
+def test_unknown_device_ids_are_refused_with_their_names(env: Env) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        _stub(env).Allocate(
+            pb.AllocateRequest(
+                container_requests=[
+                    pb.ContainerAllocateRequest(devices_ids=["nvidia0", f"{U0}::{SLOTS}"])
+                ]
+            )
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "nvidia0" in info.value.details() and f"{U0}::{SLOTS}" in info.value.details()
+
+
+def test_pod_without_assignment_is_rejected_with_an_event(env: Env) -> None:
+    obj, kpod, _ = pod_obj("n0", [("main", [(U0, 1000, 10)])], created=0, annotation="")
+    env.pods.put(obj)
+    with pytest.raises(AdmissionError) as info:
+        env.kubelet.run(kpod)
+    assert info.value.status == grpc.StatusCode.FAILED_PRECONDITION
+    assert "default/n0" in str(info.value) and annotations.ASSIGNMENT in str(info.value)
+    assert env.events.for_pod("default/n0")
+
+
+def test_malformed_assignment_is_rejected_with_an_event(env: Env) -> None:
+    obj, kpod, _ = pod_obj("m0", [("main", [(U0, 1000, 10)])], created=0, annotation="{oops")
+    env.pods.put(obj)
+    with pytest.raises(AdmissionError) as info:
+        env.kubelet.run(kpod)
+    assert "not valid JSON" in str(info.value)
+    (event,) = env.events.for_pod("default/m0")
+    assert "not valid JSON" in event[2]
+
+
+def test_stale_assignment_is_rejected_and_other_pods_still_run(env: Env) -> None:
+    stale = pod_obj("s0", [("main", [(U0, 1000, 10)])], created=0, node="node-b")
+    good = pod_obj("s1", [("main", [(U0, 1000, 10)])], created=1)
+    env.pods.put(stale[0])
+    env.pods.put(good[0])
+    with pytest.raises(AdmissionError) as info:
+        env.kubelet.run(stale[1])
+    assert "stale" in str(info.value) and "node-b" in str(info.value)
+    assert env.events.for_pod("default/s0")
+    check_started(env, env.kubelet.run(good[1]), good[2])
+
+
+# --- health -------------------------------------------------------------------------
+
+
+def test_xid_takes_a_card_out_and_it_comes_back_when_quiet(env: Env) -> None:
+    k = env.kubelet
+    env.discovery.inject_xid(U0, 13)  # an application fault: the card is fine
+    time.sleep(0.2)
+    assert k.health_of(U0) == {"Healthy"}
+    env.discovery.set_probe(U0, False)
+    env.discovery.inject_xid(U0, 79)  # fell off the bus
+    assert k.wait(lambda: k.health_of(U0) == {"Unhealthy"}, timeout=3)
+    assert k.health_of(U1) == {"Healthy"}
+    inv = decode_inventory(NODE, env.node.text or "", 0, 0)
+    assert [c.healthy for c in inv.cards] == [False, True]
+    time.sleep(0.6)  # quiet, but the probe still fails: stays out
+    assert k.health_of(U0) == {"Unhealthy"}
+    env.discovery.set_probe(U0, True)
+    assert k.wait(lambda: k.health_of(U0) == {"Healthy"}, timeout=3)
+    inv = decode_inventory(NODE, env.node.text or "", 0, 0)
+    assert all(c.healthy for c in inv.cards)
