@@ -20,6 +20,11 @@ def version() -> None:
     typer.echo(__version__)
 
 
+from tessera.simulate.cli import simulate  # noqa: E402  (light: heavy imports are lazy)
+
+app.command("simulate")(simulate)
+
+
 def main() -> None:
     app()
 

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from tessera.simulate.metrics import ReplayResult, Spread, summarize
-from tessera.simulate.report import plot_allocation, summary_table, write_json
+from tessera.simulate.report import failures_table, plot_allocation, summary_table, write_json
 
 
 def result(policy: str, seed: int, allocated: int, curve: tuple[float, ...]) -> ReplayResult:
@@ -49,12 +49,23 @@ def test_summary_is_mean_and_sample_std() -> None:
 
 
 def test_table_shows_ratio_to_fgd() -> None:
-    console = Console(width=250, record=True)
+    console = Console(width=80, record=True)
     console.print(summary_table(summarize(RUNS), 1.3))
+    console.print(failures_table(summarize(RUNS)))
     text = console.export_text()
-    assert "92.00% ± 2.83" in text
+    assert "92.00 ±2.83" in text
     assert f"{0.92 / 0.9539:.4f}" in text  # ratio to FGD's published 95.39%
-    assert "insufficient gpu 2" in text
+    assert f"{0.90 / 0.9523:.4f}" in text  # and to 95.23% at 100%
+    header = next(line for line in text.splitlines() if "failed" in line and "policy" in line)
+    assert header.split() == [
+        "policy",
+        "failed",
+        "insufficient",
+        "gpu",
+        "insufficient",
+        "cpu",
+        "shared",
+    ]
 
 
 def test_json_shape(tmp_path: Path) -> None:

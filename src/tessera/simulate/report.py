@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
-from tessera.simulate.metrics import (
-    PUBLISHED,
-    PUBLISHED_FGD,
-    PolicySummary,
-    ReplayResult,
-    Spread,
-)
+from tessera.simulate.metrics import PUBLISHED_FGD, PolicySummary, ReplayResult, Spread
 
-__all__ = ["plot_allocation", "results_json", "summary_table", "write_json"]
+__all__ = ["failures_table", "plot_allocation", "results_json", "summary_table", "write_json"]
 
 
 def _pct(s: Spread) -> str:
     if s.n == 0:
         return "—"
-    return f"{100 * s.mean:.2f}% ± {100 * s.std:.2f}"
+    return f"{100 * s.mean:.2f} ±{100 * s.std:.2f}"
 
 
 def _ratio(s: Spread, anchor: float | None) -> str:
@@ -33,44 +28,70 @@ def _ratio(s: Spread, anchor: float | None) -> str:
     return f"{s.mean / anchor:.4f}"
 
 
-def _anchor(policy: str, arrival: float) -> str:
-    published = PUBLISHED.get(policy, {}).get(round(arrival, 6))
-    return "—" if published is None else f"{100 * published:.2f}%"
-
-
 def summary_table(summaries: Sequence[PolicySummary], arrival: float) -> Table:
-    """Per policy: allocation at the target and at 100%, the ratio to FGD's published
-    figure at each, fragmentation rate, and failed tasks by reason (mean per run)."""
+    """Per policy: allocation at the target and at 100%, each with the ratio to FGD's
+    published figure beside it, and the fragmentation rate at the end."""
     target = f"{100 * arrival:g}%"
     fgd_target = PUBLISHED_FGD.get(round(arrival, 6))
-    table = Table(title=f"GPU allocation, arrivals to {target} of GPU capacity (mean ± std)")
-    table.add_column("policy")
-    table.add_column("seeds", justify="right")
-    table.add_column(f"alloc @{target}", justify="right")
-    table.add_column(
-        "÷ FGD" + ("" if fgd_target is None else f" {100 * fgd_target:.2f}%"), justify="right"
+    fgd_100 = PUBLISHED_FGD[1.0]
+    n = {len(s.seeds) for s in summaries}
+    seeds = f"{n.pop()} seed(s)" if len(n) == 1 else "seeds"
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title=f"GPU allocation (%), arrivals to {target} of capacity, mean ±std over {seeds}",
+        caption="÷FGD: our mean over FGD's published mean (Weng et al., ATC'23), "
+        + ("" if fgd_target is None else f"{100 * fgd_target:.2f}% at 130% and ")
+        + f"{100 * fgd_100:.2f}% at 100%",
     )
-    table.add_column("published", justify="right")
-    table.add_column("alloc @100%", justify="right")
-    table.add_column(f"÷ FGD {100 * PUBLISHED_FGD[1.0]:.2f}%", justify="right")
-    table.add_column("frag rate", justify="right")
-    table.add_column("failed", justify="right")
-    table.add_column("failed by reason")
+    table.add_column("policy", no_wrap=True)
+    table.add_column(f"@{target}", justify="right", no_wrap=True)
+    table.add_column("÷FGD", justify="right", no_wrap=True)
+    table.add_column("@100%", justify="right", no_wrap=True)
+    table.add_column("÷FGD", justify="right", no_wrap=True)
+    table.add_column("frag. %", justify="right", no_wrap=True)
     for s in summaries:
-        reasons = ", ".join(f"{k} {v:.0f}" for k, v in s.failed_by_reason.items()) or "—"
         table.add_row(
             s.policy,
-            str(len(s.seeds)),
             _pct(s.allocation),
             _ratio(s.allocation, fgd_target),
-            _anchor(s.policy, arrival),
             _pct(s.allocation_at_100),
-            _ratio(s.allocation_at_100, PUBLISHED_FGD[1.0]),
+            _ratio(s.allocation_at_100, fgd_100),
             _pct(s.fragmentation_rate),
-            f"{s.failed_tasks.mean:.0f}",
-            reasons,
         )
     return table
+
+
+def failures_table(summaries: Sequence[PolicySummary]) -> Table:
+    """Per policy: failed tasks per run (mean), by reason and by request class."""
+    reasons = _keys(s.failed_by_reason for s in summaries)
+    classes = _keys(s.failed_by_class for s in summaries)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title="Failed tasks per run (mean): by reason, then by request class",
+    )
+    table.add_column("policy", no_wrap=True)
+    table.add_column("failed", justify="right", no_wrap=True)
+    for k in reasons:
+        table.add_column(k, justify="right", no_wrap=True)
+    for k in classes:
+        table.add_column(k, justify="right", style="dim", no_wrap=True)
+    for s in summaries:
+        table.add_row(
+            s.policy,
+            f"{s.failed_tasks.mean:.0f}",
+            *(f"{s.failed_by_reason.get(k, 0):.0f}" for k in reasons),
+            *(f"{s.failed_by_class.get(k, 0):.0f}" for k in classes),
+        )
+    return table
+
+
+def _keys(counts: Iterable[Mapping[str, float]]) -> list[str]:
+    """Keys of all ``counts``, most frequent overall first."""
+    total: dict[str, float] = {}
+    for c in counts:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    return sorted(total, key=lambda k: (-total[k], k))
 
 
 def _finite(x: float | None) -> float | None:

@@ -1,0 +1,125 @@
+"""Replay a task list on a cluster with one policy, the way the published experiment does.
+
+Tasks arrive one by one (:func:`arrival_stream`); each is placed with the same pure core
+the extender uses (``ClusterState`` + ``place``), or dropped when nothing fits; nothing
+departs. The policy learns the workload mix online, from the tasks that have arrived so
+far (the extender can know no more than that).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from tessera.cluster import ClusterState
+from tessera.errors import PlacementError
+from tessera.model.types import NodeInventory
+from tessera.simulate.arrivals import arrival_stream
+from tessera.simulate.metrics import ReplayResult, gpu_capacity_milli
+from tessera.simulate.trace import TraceTask, to_pod_request
+from tessera.simulate.workload import request_class
+
+__all__ = ["failure_reason", "reason_category", "replay", "replay_stream"]
+
+Progress = Callable[[int, int], None]  # (tasks done, tasks in the stream)
+
+
+def failure_reason(err: PlacementError) -> str:
+    """Why a task found no node, in one word: the category most nodes gave.
+
+    ``gpu`` (too few cards with room, or too few cards), ``cpu``, ``memory``, ``model``
+    (no card of an allowed model or UUID), ``no-gpu`` (no GPU, or none healthy);
+    any other reason is kept as the filter worded it.
+    """
+    if not err.reasons:
+        return "no nodes"
+    counts = Counter(reason_category(r) for r in err.reasons.values())
+    return counts.most_common(1)[0][0]
+
+
+def reason_category(reason: str) -> str:
+    """The category of one node's filter reason (see :func:`failure_reason`)."""
+    text = reason.lower()
+    if text.startswith("insufficient cpu"):
+        return "cpu"
+    if text.startswith("insufficient memory"):
+        return "memory"
+    if text.startswith(("no gpu", "no healthy")):
+        return "no-gpu"
+    if text.startswith("model") or "uuid" in text:
+        return "model"
+    if text.startswith(("no card", "no free", "fewer than", "cards cannot")):
+        return "gpu"  # no room on the cards, or too few cards on the node
+    return reason
+
+
+def replay(
+    nodes: Sequence[NodeInventory],
+    tasks: Sequence[TraceTask],
+    policy: str,
+    seed: int,
+    arrival: float,
+    progress: Progress | None = None,
+) -> ReplayResult:
+    """Run one experiment of the published protocol and measure it."""
+    stream = arrival_stream(tasks, gpu_capacity_milli(nodes), arrival, seed)
+    return replay_stream(nodes, stream, policy, seed, arrival, progress)
+
+
+def replay_stream(
+    nodes: Sequence[NodeInventory],
+    stream: Sequence[TraceTask],
+    policy: str,
+    seed: int,
+    arrival: float,
+    progress: Progress | None = None,
+) -> ReplayResult:
+    """Place ``stream`` in order on an empty cluster of ``nodes``; ``seed`` drives the
+    policy's own randomness, ``arrival`` is only recorded."""
+    from tessera.placement import WorkloadMix, fragmentation_rate, make_policy, place
+
+    started = time.perf_counter()
+    capacity = gpu_capacity_milli(nodes)
+    state = ClusterState(nodes)
+    mix = WorkloadMix()
+    chooser = make_policy(policy, seed=seed, mix=mix)
+
+    arrived = allocated = placed = 0
+    curve = [0.0]
+    failed_by_reason: Counter[str] = Counter()
+    failed_by_class: Counter[str] = Counter()
+    for i, task in enumerate(stream):
+        pod = to_pod_request(task)
+        mix.observe(pod)
+        arrived += task.gpu_milli_total
+        try:
+            decision = place(state.snapshot(), pod, chooser)
+        except PlacementError as err:
+            failed_by_reason[failure_reason(err)] += 1
+            failed_by_class[request_class(task.num_gpu, task.gpu_milli)] += 1
+        else:
+            state.assign(pod, decision.assignment)
+            allocated += task.gpu_milli_total
+            placed += 1
+        while len(curve) * capacity <= 100 * arrived:  # crossed the next whole percent
+            curve.append(allocated / capacity)
+        if progress is not None:
+            progress(i + 1, len(stream))
+
+    mix.freeze()  # measure against every arrival, not the last refresh
+    return ReplayResult(
+        policy=policy,
+        seed=seed,
+        arrival=arrival,
+        capacity_milli=capacity,
+        arrived_tasks=len(stream),
+        arrived_milli=arrived,
+        placed_tasks=placed,
+        allocated_milli=allocated,
+        fragmentation_rate=fragmentation_rate(state.snapshot(), mix),
+        curve=tuple(curve),
+        failed_by_reason=dict(failed_by_reason.most_common()),
+        failed_by_class=dict(failed_by_class.most_common()),
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tessera.cli import app
+
+NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\nn1,32000,131072,4,T4\n"
+TASKS = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+    "a,4000,8192,1,500,\nb,4000,8192,1,1000,\nc,4000,8192,2,1000,\nd,2000,4096,0,0,\n"
+)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    nodes, tasks = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text(NODES)
+    tasks.write_text(TASKS)
+    return nodes, tasks
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner(env={"COLUMNS": "120"}).invoke(app, ["simulate", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_runs_writes_json_and_plot(files: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, tasks = files
+    out_json, out_png = tmp_path / "o" / "sim.json", tmp_path / "o" / "sim.png"
+    code, out, err = run(
+        "--cluster", str(nodes), "--workload", str(tasks), "--policy", "binpack",
+        "--policy", "spread", "--seeds", "2", "--json", str(out_json), "--plot", str(out_png),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "binpack" in out and "spread" in out and "@130%" in out and "÷FGD" in out
+    doc = json.loads(out_json.read_text())
+    assert [(r["policy"], r["seed"]) for r in doc["results"]] == [
+        ("binpack", 42),
+        ("binpack", 43),
+        ("spread", 42),
+        ("spread", 43),
+    ]
+    for r in doc["results"]:
+        assert r["arrived_ratio"] <= 1.3
+        assert 0 < r["gpu_allocation_ratio"] <= 1
+        assert isinstance(r["failed_tasks"], int)
+    assert (doc["cluster"], doc["workload"], doc["arrival"]) == ("nodes.csv", "pods.csv", 1.3)
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "nope"], "--policy: must be one of best-fit, binpack, fragmentation"),
+        (["--arrival", "0"], "--arrival: must be > 0 (got 0.0)"),
+        (["--arrival", "-1.5"], "--arrival: must be > 0 (got -1.5)"),
+        (["--seeds", "0"], "--seeds: must be >= 1 (got 0)"),
+        (["--jobs", "0"], "--jobs: must be >= 1 (got 0)"),
+        (["--cluster", "missing.csv"], "--cluster: file not found: missing.csv"),
+        (["--workload", "missing.csv"], "--workload: file not found: missing.csv"),
+    ],
+)
+def test_bad_options_one_line_exit_2(args: list[str], message: str) -> None:
+    code, out, err = run(*args)
+    assert code == 2
+    assert err.startswith(f"tessera simulate: error: {message}")
+    assert err.count("\n") == 1 and "Traceback" not in err and out == ""
+
+
+def test_bad_csv_row_names_file_line_and_column(files: tuple[Path, Path]) -> None:
+    nodes, tasks = files
+    tasks.write_text(TASKS + "e,1,1,1,half,\n")
+    code, _, err = run("--cluster", str(nodes), "--workload", str(tasks))
+    assert code == 2
+    assert err == (
+        "tessera simulate: error: --workload: pods.csv line 6: column gpu_milli: "
+        "must be an integer (got 'half')\n"
+    )
+    nodes.write_text(NODES + "n2,1,1,2,NOPE\n")
+    code, _, err = run("--cluster", str(nodes))
+    assert code == 2
+    assert err.startswith("tessera simulate: error: --cluster: nodes.csv line 4: column model:")
+
+
+def test_cluster_without_gpus_is_refused(tmp_path: Path) -> None:
+    nodes = tmp_path / "cpu.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nc0,1000,1000,0,\n")
+    code, _, err = run("--cluster", str(nodes))
+    assert (code, err) == (
+        2,
+        "tessera simulate: error: --cluster: must hold at least one healthy GPU\n",
+    )
