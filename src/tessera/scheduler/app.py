@@ -1,0 +1,233 @@
+"""The scheduler process: state + reflectors + verbs + webhook + leader election.
+
+``SchedulerApp.handle(method, path, body)`` is the whole HTTP surface as a pure
+function of the request (the socket server in ``http.py`` only moves bytes), so tests
+drive it without a socket:
+
+==========================  ===========================================================
+POST /filter                ExtenderArgs -> ExtenderFilterResult
+POST /prioritize            ExtenderArgs -> HostPriorityList
+POST /bind                  ExtenderBindingArgs -> ExtenderBindingResult
+POST /mutate, /validate     AdmissionReview (Pods) -> AdmissionReview
+GET  /healthz               200 while the process serves
+GET  /readyz                200 once nodes and pods are listed and this replica leads
+GET  /metrics               Prometheus text
+==========================  ===========================================================
+
+A malformed body gets 400 with a message, an unknown path 404; nothing a client sends
+produces a 500. A standby replica answers the extender verbs with 503 (they take
+reservations or write to the API); the webhook, which writes nothing, answers on both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from tessera.kube.events import EventRecorder
+from tessera.kube.kinds import NODES, PODS
+from tessera.kube.port import KubeApi
+from tessera.kube.reflector import Reflector
+from tessera.scheduler.bind import BindError, bind_pod
+from tessera.scheduler.config import SchedulerConfig
+from tessera.scheduler.filter import filter_pod
+from tessera.scheduler.leader import LeaderElector
+from tessera.scheduler.metrics import Metrics
+from tessera.scheduler.placer import Placer
+from tessera.scheduler.prioritize import prioritize_pod
+from tessera.scheduler.reasons import summarise
+from tessera.scheduler.state import SchedulerState
+from tessera.scheduler.webhook import Webhook
+from tessera.scheduler.wire import (
+    WireError,
+    decode_binding_args,
+    decode_extender_args,
+    encode_binding_result,
+    encode_filter_result,
+    encode_priorities,
+)
+
+__all__ = ["Response", "SchedulerApp"]
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = JSON
+
+
+def _error(status: int, message: str) -> Response:
+    return Response(status, json.dumps({"Error": message}).encode())
+
+
+class SchedulerApp:
+    def __init__(self, config: SchedulerConfig, api: KubeApi) -> None:
+        self.config = config
+        self.api = api
+        self.state = SchedulerState(
+            config.names, config.compat, reservation_ttl_s=config.reservation_ttl_s
+        )
+        self.placer = Placer(config.policy, config.seed)
+        self.metrics = Metrics()
+        self.events = EventRecorder(api, "tessera-scheduler", config.identity)
+        self.webhook = Webhook(config.scheduler_name, config.names, config.compat)
+        self.leader: LeaderElector | None = None
+        if config.leader_elect:
+            self.leader = LeaderElector(
+                api,
+                config.lease_namespace,
+                config.lease_name,
+                config.identity,
+                lease_s=config.lease_s,
+                renew_deadline_s=config.renew_deadline_s,
+                retry_s=config.retry_s,
+                on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+            )
+        else:
+            self.metrics.leader.set(1)
+        self.node_reflector = Reflector(
+            api, NODES, self.state.nodes, watch_timeout_s=config.watch_timeout_s
+        )
+        self.pod_reflector = Reflector(
+            api,
+            PODS,
+            self.state.pods_handler,
+            field_selector=f"spec.schedulerName={config.scheduler_name}",
+            watch_timeout_s=config.watch_timeout_s,
+        )
+        self.metrics.on_scrape(self._refresh_gauges)
+        self._problems_seen: dict[str, int] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.events.start()
+        self.node_reflector.start()
+        self.pod_reflector.start()
+        if self.leader is not None:
+            self.leader.start()
+
+    def stop(self) -> None:
+        self.node_reflector.stop()
+        self.pod_reflector.stop()
+        if self.leader is not None:
+            self.leader.stop(release=True)
+        self.events.stop()
+
+    def wait_synced(self, timeout_s: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        for r in (self.node_reflector, self.pod_reflector):
+            if not r.synced.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def synced(self) -> bool:
+        return self.node_reflector.synced.is_set() and self.pod_reflector.synced.is_set()
+
+    def leading(self) -> bool:
+        return self.leader is None or self.leader.is_leader()
+
+    def _refresh_gauges(self) -> None:
+        with self.state.lock:
+            t = self.state.cluster.snapshot().tables
+            self.metrics.cards_allocated.set(int((t.tenants > 0).sum()))
+            self.metrics.nodes.set(len(self.state.cluster))
+            self.metrics.reservations.set(len(self.state.reservations))
+            problems = dict(self.state.problems)
+        for kind, n in problems.items():
+            delta = n - self._problems_seen.get(kind, 0)
+            if delta > 0:
+                self.metrics.problems.labels(kind).inc(delta)
+            self._problems_seen[kind] = n
+
+    # --- HTTP surface ---------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, body: bytes) -> Response:
+        route = path.split("?", 1)[0].rstrip("/") or "/"
+        if method == "GET":
+            if route == "/healthz":
+                return Response(200, b"ok", "text/plain")
+            if route == "/readyz":
+                if not self.synced():
+                    return Response(503, b"not synced", "text/plain")
+                if not self.leading():
+                    return Response(503, b"standby", "text/plain")
+                return Response(200, b"ok", "text/plain")
+            if route == "/metrics":
+                return Response(200, self.metrics.exposition(), "text/plain; version=0.0.4")
+            return Response(404, b"not found", "text/plain")
+        if method != "POST":
+            return Response(405, b"method not allowed", "text/plain")
+        verb = route.lstrip("/")
+        handler = {
+            "filter": self._filter,
+            "prioritize": self._prioritize,
+            "bind": self._bind,
+            "mutate": self._mutate,
+            "validate": self._validate,
+        }.get(verb)
+        if handler is None:
+            return Response(404, b"not found", "text/plain")
+        start = time.perf_counter()
+        try:
+            if verb in ("filter", "prioritize", "bind") and not self.leading():
+                self.metrics.failures.labels(verb, "standby").inc()
+                holder = self.leader.holder if self.leader else ""
+                return _error(503, f"standby replica; the leader is {holder!r}")
+            return handler(body)
+        except WireError as exc:
+            self.metrics.failures.labels(verb, "bad-request").inc()
+            return _error(400, str(exc))
+        except Exception as exc:  # a bug: answer, log, count -- never take the process down
+            log.exception("%s failed", verb)
+            self.metrics.failures.labels(verb, "internal").inc()
+            return _error(500, f"internal error: {type(exc).__name__}")
+        finally:
+            self.metrics.verb_seconds.labels(verb).observe(time.perf_counter() - start)
+
+    def _filter(self, body: bytes) -> Response:
+        args = decode_extender_args(body)
+        out = filter_pod(self.state, self.placer, args, narrow=self.config.narrow)
+        if out.spec_error:
+            self.metrics.failures.labels("filter", "bad-spec").inc()
+            self.events.record(args.pod, "TesseraInvalidSpec", out.spec_error)
+        elif out.unschedulable:
+            self.metrics.failures.labels("filter", "unschedulable").inc()
+            why = {**out.failed, **out.unresolvable}
+            self.events.record(
+                args.pod, "TesseraUnschedulable", summarise(why, len(args.node_names))
+            )
+        return Response(200, encode_filter_result(out.node_names, out.failed, out.unresolvable))
+
+    def _prioritize(self, body: bytes) -> Response:
+        args = decode_extender_args(body)
+        return Response(200, encode_priorities(prioritize_pod(self.state, self.placer, args)))
+
+    def _bind(self, body: bytes) -> Response:
+        args = decode_binding_args(body)
+        try:
+            bind_pod(self.state, self.placer, self.api, args)
+        except BindError as exc:
+            self.metrics.failures.labels("bind", exc.reason).inc()
+            log.info("bind %s -> %s failed: %s", args.key, args.node, exc)
+            return Response(200, encode_binding_result(str(exc)))
+        self.metrics.placements.inc()
+        return Response(200, encode_binding_result())
+
+    def _mutate(self, body: bytes) -> Response:
+        result = self.webhook.mutate(body)
+        label = "refused" if not result.allowed else ("mutated" if result.mutated else "allowed")
+        self.metrics.admissions.labels("mutate", label).inc()
+        return Response(200, result.body)
+
+    def _validate(self, body: bytes) -> Response:
+        result = self.webhook.validate(body)
+        self.metrics.admissions.labels("validate", "allowed" if result.allowed else "refused").inc()
+        return Response(200, result.body)

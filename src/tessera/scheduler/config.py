@@ -1,0 +1,44 @@
+"""The scheduler process's settings (the CLI fills them; tests build them directly)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tessera.model.names import ResourceNames
+from tessera.model.podspec import Compat
+
+__all__ = ["SchedulerConfig"]
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    scheduler_name: str = "tessera-scheduler"  # the kube-scheduler profile pods are sent to
+    policy: str = "binpack"  # default placement policy (a pod may override it)
+    seed: int = 0
+    narrow: bool = True  # filter returns only the node the placement core chose
+    names: ResourceNames = field(default_factory=ResourceNames)
+    compat: Compat = field(default_factory=Compat)
+    reservation_ttl_s: float = 30.0
+    leader_elect: bool = True
+    lease_namespace: str = "kube-system"
+    lease_name: str = "tessera-scheduler"
+    identity: str = field(default_factory=_identity)
+    lease_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_s: float = 2.0
+    extender_host: str = "0.0.0.0"
+    extender_port: int = 8888  # plain HTTP: filter/prioritize/bind, healthz/readyz/metrics
+    webhook_host: str = "0.0.0.0"
+    webhook_port: int | None = 8443  # HTTPS: mutate/validate (None: no webhook)
+    tls_cert: Path | None = None  # given serving certificate (with tls_key) ...
+    tls_key: Path | None = None
+    tls_dir: Path | None = None  # ... or generate one here, for tls_hosts
+    tls_hosts: tuple[str, ...] = ("localhost", "127.0.0.1")
+    watch_timeout_s: int = 300

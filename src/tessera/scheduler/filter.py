@@ -1,0 +1,107 @@
+"""The ``filter`` verb: which of the offered nodes can take the pod, and why not the rest.
+
+The decision is taken here, in the scheduling cycle: the placement core chooses the
+node and the cards among the nodes the scheduler offers (``place``), and the choice is
+reserved at once, so the next cycle -- which may run before this pod's bind arrives --
+already sees those cards as taken. With ``narrow`` (the default) only the chosen node is
+returned: the scheduler binds where the placement core decided, so a replay of the same
+pod sequence through ``place`` gives the same placements. Without it, every feasible
+node is returned and ``prioritize`` ranks them (the reserved node first); ``bind`` then
+moves the reservation if the scheduler chose another node.
+
+Nothing here touches the API server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tessera.cluster.snapshot import Snapshot
+from tessera.errors import PlacementError, SpecError
+from tessera.model.annotations import INVENTORY
+from tessera.model.types import Assignment, PodRequest
+from tessera.placement.fit import filter_nodes
+from tessera.placement.place import place
+from tessera.scheduler.placer import Placer
+from tessera.scheduler.state import SchedulerState
+from tessera.scheduler.wire import ExtenderArgs
+
+__all__ = ["FilterOutcome", "filter_pod", "ordered_candidates"]
+
+NO_INVENTORY = f"no {INVENTORY} annotation (not a Tessera GPU node)"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    node_names: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    request: PodRequest | None = None
+    decision: Assignment | None = None
+    spec_error: str = ""
+
+    @property
+    def unschedulable(self) -> bool:
+        return self.request is not None and not self.node_names
+
+
+def ordered_candidates(snap: Snapshot, names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The offered names in cluster-state row order (the placement core breaks ties by
+    row, whatever order the scheduler offers them in), and the names it does not know."""
+    rows = snap.rows
+    known = sorted(rows[n] for n in names if n in rows)
+    unknown = [n for n in names if n not in rows]
+    return [snap.names[r] for r in known], unknown
+
+
+def _unknown_reasons(state: SchedulerState, unknown: list[str]) -> dict[str, str]:
+    return {
+        n: (f"inventory refused: {state.bad_nodes[n]}" if n in state.bad_nodes else NO_INVENTORY)
+        for n in unknown
+    }
+
+
+def filter_pod(
+    state: SchedulerState, placer: Placer, args: ExtenderArgs, *, narrow: bool = True
+) -> FilterOutcome:
+    try:
+        request = state.parse(args.pod)
+    except SpecError as exc:
+        why = str(exc)
+        return FilterOutcome([], unresolvable=dict.fromkeys(args.node_names, why), spec_error=why)
+    if request is None:  # asks for no Tessera resource: not ours to judge
+        return FilterOutcome(list(args.node_names))
+    meta = args.pod.get("metadata", {})
+    uid = str(meta.get("uid") or "")
+    rv = str(meta.get("resourceVersion") or "")
+    if request.uid != uid:
+        request = PodRequest(
+            request.namespace, request.name, request.containers,
+            request.cpu_milli, request.memory_mib, request.placement, uid,
+        )  # fmt: skip
+    with state.lock:
+        state.expire_reservations()
+        state.release(request.key)  # being scheduled (again): whatever it held is stale
+        placer.observe(uid, request)
+        policy = placer.policy(request)
+        snap = state.cluster.snapshot()
+        names, unknown = ordered_candidates(snap, args.node_names)
+        failed = _unknown_reasons(state, unknown)
+        if not narrow:
+            result = filter_nodes(snap, request, names)
+            failed.update(result.reasons)
+            if result.feasible:
+                try:
+                    decision = place(snap, request, policy, result.feasible)
+                    state.reserve(request, uid, decision.assignment, rv)
+                except PlacementError:
+                    pass  # prioritize and bind decide without a reservation
+            return FilterOutcome(result.feasible, failed, request=request)
+        try:
+            decision = place(snap, request, policy, names)
+        except PlacementError as exc:
+            failed.update(exc.reasons)
+            return FilterOutcome([], failed, request=request)
+        state.reserve(request, uid, decision.assignment, rv)
+        return FilterOutcome([decision.node], {}, request=request, decision=decision.assignment)

@@ -1,0 +1,66 @@
+"""Prometheus metrics of the scheduler process (one registry per process, not global).
+
+=============================================  =====================================
+tessera_scheduler_verb_seconds{verb}           histogram: handler time per verb
+tessera_scheduler_placements_total             pods bound with an assignment
+tessera_scheduler_failures_total{verb,reason}  refusals and errors, by short reason
+tessera_scheduler_cards_allocated              cards with at least one tenant
+tessera_scheduler_nodes                        GPU nodes in the state
+tessera_scheduler_reservations                 tentative bookings in flight
+tessera_scheduler_leader                       1 on the replica that leads
+tessera_scheduler_admissions_total{result}     webhook answers: mutated/allowed/refused
+tessera_scheduler_state_problems_total{kind}   inventories/assignments that did not decode
+=============================================  =====================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["Metrics"]
+
+_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.verb_seconds = Histogram(
+            "tessera_scheduler_verb_seconds", "Handler time per verb", ["verb"],
+            buckets=_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.placements = Counter(
+            "tessera_scheduler_placements", "Pods bound with an assignment", registry=r
+        )
+        self.failures = Counter(
+            "tessera_scheduler_failures", "Refusals and errors by reason", ["verb", "reason"],
+            registry=r,
+        )  # fmt: skip
+        self.cards_allocated = Gauge(
+            "tessera_scheduler_cards_allocated", "Cards with at least one tenant", registry=r
+        )
+        self.nodes = Gauge("tessera_scheduler_nodes", "GPU nodes in the state", registry=r)
+        self.reservations = Gauge(
+            "tessera_scheduler_reservations", "Tentative bookings in flight", registry=r
+        )
+        self.leader = Gauge("tessera_scheduler_leader", "1 on the leading replica", registry=r)
+        self.admissions = Counter(
+            "tessera_scheduler_admissions", "Webhook answers", ["hook", "result"], registry=r
+        )
+        self.problems = Counter(
+            "tessera_scheduler_state_problems", "Annotations that did not decode", ["kind"],
+            registry=r,
+        )  # fmt: skip
+        self._refreshers: list[Callable[[], None]] = []
+
+    def on_scrape(self, refresh: Callable[[], None]) -> None:
+        """Call ``refresh`` (which sets gauges) before each exposition."""
+        self._refreshers.append(refresh)
+
+    def exposition(self) -> bytes:
+        for refresh in self._refreshers:
+            refresh()
+        return generate_latest(self.registry)

@@ -1,0 +1,72 @@
+"""The reservation book: which bookings in the cluster state are still tentative.
+
+A reservation is taken when the extender decides where a pod goes (in ``filter``, or in
+``bind`` when no decision was taken before) and is booked into the ``ClusterState`` at
+once, so the very next scheduling cycle already sees those cards as taken -- even though
+the scheduler's bind for the first pod has not arrived yet. That is the scheduler's own
+"assume" step, for the cards it cannot see.
+
+A reservation ends in one of three ways:
+
+* confirmed: the pod's ``tessera.io/assignment`` came back through the watch (or bind
+  succeeded); the booking stays and the record goes;
+* released: bind failed, the pod was deleted, or it is being scheduled again;
+* expired: ``ttl_s`` passed without a bind (the scheduler chose not to go on, e.g. a
+  later plugin rejected the node); reservations being bound never expire.
+
+The book is not thread-safe on its own; the scheduler state guards it with its lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.model.types import Assignment
+
+__all__ = ["Reservation", "ReservationBook"]
+
+
+@dataclass(slots=True)
+class Reservation:
+    pod_key: str
+    uid: str
+    assignment: Assignment
+    expires_at: float
+    resource_version: str = ""  # the pod's, when the decision was taken
+    binding: bool = False  # a bind is writing it: never expires
+
+    @property
+    def node(self) -> str:
+        return self.assignment.node
+
+
+class ReservationBook:
+    def __init__(self, ttl_s: float = 30.0) -> None:
+        self.ttl_s = ttl_s
+        self._by_key: dict[str, Reservation] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __contains__(self, pod_key: object) -> bool:
+        return pod_key in self._by_key
+
+    def get(self, pod_key: str) -> Reservation | None:
+        return self._by_key.get(pod_key)
+
+    def add(
+        self, pod_key: str, uid: str, assignment: Assignment, now: float, rv: str = ""
+    ) -> Reservation:
+        r = Reservation(pod_key, uid, assignment, now + self.ttl_s, rv)
+        self._by_key[pod_key] = r
+        return r
+
+    def pop(self, pod_key: str) -> Reservation | None:
+        return self._by_key.pop(pod_key, None)
+
+    def expired(self, now: float) -> list[Reservation]:
+        """The reservations past their time (not being bound); the caller releases them."""
+        return [r for r in self._by_key.values() if not r.binding and r.expires_at <= now]
+
+    def all(self) -> list[Reservation]:
+        return list(self._by_key.values())

@@ -1,0 +1,211 @@
+"""The admission webhook for Pods (admission.k8s.io/v1 AdmissionReview).
+
+``mutate`` (Pod CREATE): a pod that asks for a GPU resource -- Tessera's names, or
+HAMi's / GPU-manager's when compatibility is on -- gets
+
+* ``spec.schedulerName`` set to Tessera's scheduler,
+* its GPU resources rewritten in Tessera's canonical form (``tessera.io/gpu`` made
+  explicit, foreign names translated, requests equal to limits) so the kubelet and the
+  node agent see one vocabulary -- only when the rewritten pod parses to exactly the
+  same request (annotations are left as they are: the parser reads them either way).
+
+``validate`` re-reads the final object (other webhooks may have changed it) and refuses
+an impossible spec, or a pod that brings its own ``tessera.io/assignment``.
+
+Both refuse with the parser's message, which names the field and the rule, e.g.
+``spec.containers[1].resources.limits[tessera.io/gpu-cores]: must be an integer between
+1 and 100 (got '150')``. A pod asking for no GPU passes untouched (no patch at all).
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tessera.errors import SpecError
+from tessera.model import annotations as keys
+from tessera.model.names import ResourceNames
+from tessera.model.podspec import Compat, gpu_resource_names, parse_pod
+from tessera.model.types import GpuRequest, PodRequest
+from tessera.scheduler.wire import WireError
+
+__all__ = ["AdmissionResult", "Webhook"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionResult:
+    body: bytes
+    allowed: bool
+    mutated: bool
+    gpu: bool
+    message: str = ""
+
+
+def _review(body: bytes) -> tuple[str, str, Mapping[str, Any], str]:
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WireError(f"AdmissionReview: body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("request"), dict):
+        raise WireError("AdmissionReview: a 'request' object is required")
+    req = obj["request"]
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise WireError("AdmissionReview.request.uid: must be a non-empty string")
+    pod = req.get("object")
+    if not isinstance(pod, dict):
+        raise WireError("AdmissionReview.request.object: must be an object")
+    api_version = obj.get("apiVersion") or "admission.k8s.io/v1"
+    return uid, str(req.get("operation") or ""), pod, str(api_version)
+
+
+def _answer(
+    api_version: str, uid: str, allowed: bool, message: str = "", patch: list[Any] | None = None
+) -> bytes:
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        response["status"] = {"code": 422, "reason": "Invalid", "message": message}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return json.dumps(
+        {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+    ).encode()
+
+
+def _joined(values: frozenset[str]) -> str:
+    return ",".join(sorted(values))
+
+
+class Webhook:
+    def __init__(
+        self,
+        scheduler_name: str,
+        names: ResourceNames | None = None,
+        compat: Compat | None = None,
+    ) -> None:
+        self.scheduler_name = scheduler_name
+        self.names = names or ResourceNames()
+        self.compat = compat or Compat()
+        self._gpu_names = frozenset(gpu_resource_names(self.names, self.compat))
+
+    def _parse(self, pod: Mapping[str, Any], namespace_hint: str = "") -> PodRequest | None:
+        return parse_pod(pod, names=self.names, compat=self.compat)
+
+    # --- mutate -------------------------------------------------------------------------
+
+    def mutate(self, body: bytes) -> AdmissionResult:
+        uid, operation, pod, api_version = _review(body)
+        if operation not in ("CREATE", ""):
+            return AdmissionResult(_answer(api_version, uid, True), True, False, False)
+        try:
+            request = self._parse(pod)
+        except SpecError as exc:
+            return AdmissionResult(
+                _answer(api_version, uid, False, str(exc)), False, False, True, str(exc)
+            )
+        if request is None:
+            return AdmissionResult(_answer(api_version, uid, True), True, False, False)
+        patch = self._patch(pod, request)
+        return AdmissionResult(
+            _answer(api_version, uid, True, patch=patch), True, bool(patch), True
+        )
+
+    def _canonical(self, gpu: GpuRequest) -> dict[str, str]:
+        n = self.names
+        out = {n.gpu: str(gpu.count)}
+        if not gpu.exclusive:
+            if gpu.memory_mib is not None:
+                out[n.memory] = str(gpu.memory_mib)
+            if gpu.memory_percent is not None:
+                out[n.memory_percent] = str(gpu.memory_percent)
+            if gpu.cores_percent:
+                out[n.cores] = str(gpu.cores_percent)
+        return out
+
+    def _patch(self, pod: Mapping[str, Any], request: PodRequest) -> list[dict[str, Any]]:
+        ops: list[dict[str, Any]] = []
+        spec = pod.get("spec") or {}
+        if spec.get("schedulerName") != self.scheduler_name:
+            ops.append({"op": "add", "path": "/spec/schedulerName", "value": self.scheduler_name})
+        by_name = {(c.name, c.init): c for c in request.containers}
+        for field, init in (("initContainers", True), ("containers", False)):
+            for i, c in enumerate(spec.get(field) or []):
+                name = c.get("name")
+                cr = by_name.get((name, init)) or by_name.get((name, False))
+                if cr is None or cr.gpu is None:
+                    continue
+                resources = dict(c.get("resources") or {})
+                canonical = self._canonical(cr.gpu)
+                old_limits = dict(resources.get("limits") or {})
+                old_requests = dict(resources.get("requests") or {})
+                limits = {k: v for k, v in old_limits.items() if k not in self._gpu_names}
+                limits.update(canonical)
+                requests = {k: v for k, v in old_requests.items() if k not in self._gpu_names}
+                if any(k in self._gpu_names for k in old_requests):
+                    requests.update(canonical)  # extended resources: requests == limits
+                value = dict(resources)
+                value["limits"] = limits
+                if "requests" in resources:
+                    value["requests"] = requests
+                if value != resources:
+                    path = f"/spec/{field}/{i}/resources"
+                    ops.append({"op": "add", "path": path, "value": value})
+        if len(ops) > 1 and not self._same_request(pod, ops, request):
+            ops = ops[:1] if ops and ops[0]["path"] == "/spec/schedulerName" else []
+        return ops
+
+    def _same_request(
+        self, pod: Mapping[str, Any], ops: list[dict[str, Any]], request: PodRequest
+    ) -> bool:
+        """Whether the rewritten pod still parses to ``request`` (else keep the original
+        resources: normalising must never change what a pod gets)."""
+        out = json.loads(json.dumps(pod))
+        for op in ops:
+            parts = op["path"].strip("/").split("/")
+            cur = out
+            for p in parts[:-1]:
+                cur = cur[int(p)] if isinstance(cur, list) else cur[p]
+            cur[parts[-1]] = op["value"]
+        try:
+            return self._parse(out) == request
+        except SpecError:
+            return False
+
+    # --- validate -----------------------------------------------------------------------
+
+    def validate(self, body: bytes) -> AdmissionResult:
+        uid, operation, pod, api_version = _review(body)
+        if operation not in ("CREATE", ""):
+            return AdmissionResult(_answer(api_version, uid, True), True, False, False)
+        try:
+            request = self._parse(pod)
+        except SpecError as exc:
+            return AdmissionResult(
+                _answer(api_version, uid, False, str(exc)), False, False, True, str(exc)
+            )
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if isinstance(annotations, dict) and keys.ASSIGNMENT in annotations:
+            message = (
+                f"metadata.annotations[{keys.ASSIGNMENT}]: is written by the Tessera scheduler "
+                "when it binds the pod; a new pod must not carry it"
+            )
+            return AdmissionResult(
+                _answer(api_version, uid, False, message), False, False, True, message
+            )
+        if (
+            request is not None
+            and (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name
+        ):
+            message = (
+                "spec.schedulerName: a pod asking for GPU resources must use "
+                f"{self.scheduler_name!r} (the mutating webhook sets it; is it installed?)"
+            )
+            return AdmissionResult(
+                _answer(api_version, uid, False, message), False, False, True, message
+            )
+        return AdmissionResult(_answer(api_version, uid, True), True, False, request is not None)

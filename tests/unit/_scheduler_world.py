@@ -1,0 +1,101 @@
+"""Helpers for the scheduler's unit tests: a FakeKube with GPU nodes, pods and an app."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tessera.kube import NODES, PODS, FakeKube
+from tessera.model.annotations import INVENTORY, encode_inventory
+from tessera.model.clusterspec import make_cards
+from tessera.scheduler.app import SchedulerApp
+from tessera.scheduler.config import SchedulerConfig
+
+SCHED = "tessera-scheduler"
+
+
+def node_obj(name: str, count: int = 2, model: str = "A100", cpu: str = "64") -> dict[str, Any]:
+    cards = make_cards(name, count, model)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": {INVENTORY: encode_inventory(cards)}},
+        "status": {"allocatable": {"cpu": cpu, "memory": "256Gi"}},
+    }
+
+
+def pod_obj(
+    name: str,
+    gpu: int | None = 1,
+    memory: int | None = None,
+    cores: int | None = None,
+    annotations: dict[str, str] | None = None,
+    ns: str = "default",
+) -> dict[str, Any]:
+    limits: dict[str, str] = {}
+    if gpu is not None:
+        limits["tessera.io/gpu"] = str(gpu)
+    if memory is not None:
+        limits["tessera.io/gpu-memory"] = str(memory)
+    if cores is not None:
+        limits["tessera.io/gpu-cores"] = str(cores)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "annotations": dict(annotations or {})},
+        "spec": {
+            "schedulerName": SCHED,
+            "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}],
+        },
+    }
+
+
+class World:
+    """A FakeKube plus a synced SchedulerApp (no leader election unless asked)."""
+
+    def __init__(self, nodes: list[dict[str, Any]], **config: Any) -> None:
+        self.kube = FakeKube()
+        for n in nodes:
+            self.kube.create(NODES, n)
+        config.setdefault("leader_elect", False)
+        config.setdefault("watch_timeout_s", 1)
+        self.app = SchedulerApp(SchedulerConfig(**config), self.kube)
+        self.app.start()
+        assert self.app.wait_synced(5)
+
+    def close(self) -> None:
+        self.app.stop()
+        self.kube.close()
+
+    def create(self, pod: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.create(PODS, pod, pod["metadata"]["namespace"])
+
+    def post(self, verb: str, body: Any) -> tuple[int, Any]:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        r = self.app.handle("POST", f"/{verb}", raw)
+        return r.status, json.loads(r.body)
+
+    def filter(self, pod: dict[str, Any], nodes: list[str] | None = None) -> dict[str, Any]:
+        names = nodes if nodes is not None else sorted(self.app.state.cluster.node_names())
+        status, out = self.post("filter", {"Pod": pod, "NodeNames": names})
+        assert status == 200, out
+        return dict(out)
+
+    def bind(self, pod: dict[str, Any], node: str) -> dict[str, Any]:
+        meta = pod["metadata"]
+        status, out = self.post(
+            "bind",
+            {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
+             "Node": node},
+        )  # fmt: skip
+        assert status == 200, out
+        return dict(out)
+
+    def schedule(self, pod: dict[str, Any]) -> str | None:
+        """filter + bind like the scheduler in narrow mode; the node, or None."""
+        out = self.filter(pod)
+        if not out["NodeNames"]:
+            return None
+        node = out["NodeNames"][0]
+        assert self.bind(pod, node)["Error"] == ""
+        return str(node)

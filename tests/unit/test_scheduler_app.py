@@ -1,0 +1,130 @@
+"""The HTTP surface: 4xx for anything malformed, never a 500; health, readiness, metrics."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tessera.scheduler.http import serve
+from tests.unit._scheduler_world import World, node_obj, pod_obj
+
+MALFORMED = [
+    b"",
+    b"{",
+    b"null",
+    b"[]",
+    b'"text"',
+    b"\xff\xfe",
+    b'{"Pod": null, "NodeNames": ["n1"]}',
+    b'{"Pod": {"metadata": {}}, "NodeNames": ["n1"]}',
+    b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": "n1"}',
+    b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": [1, 2]}',
+    b'{"Pod": {"metadata": {"name": "p"}}}',
+    b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": 5}]}}',
+]
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    w = World([node_obj("n1", 2)])
+    yield w
+    w.close()
+
+
+@pytest.mark.parametrize("body", MALFORMED)
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "bind", "mutate", "validate"])
+def test_malformed_bodies_get_400(world: World, verb: str, body: bytes) -> None:
+    r = world.app.handle("POST", f"/{verb}", body)
+    assert r.status == 400, (verb, body, r.body)
+    assert json.loads(r.body)["Error"]
+
+
+def test_pod_with_garbage_spec_is_answered_not_crashed(world: World) -> None:
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u"},
+           "spec": {"containers": "nope"}}  # fmt: skip
+    status, out = world.post("filter", {"Pod": pod, "NodeNames": ["n1"]})
+    assert status == 200
+    assert out["NodeNames"] == [] and "spec.containers" in out["FailedAndUnresolvableNodes"]["n1"]
+    status, out = world.post("prioritize", {"Pod": pod, "NodeNames": ["n1"]})
+    assert status == 200 and out == [{"Host": "n1", "Score": 0}]
+
+
+def test_paths_and_methods(world: World) -> None:
+    assert world.app.handle("GET", "/healthz", b"").status == 200
+    assert world.app.handle("GET", "/readyz", b"").status == 200
+    assert world.app.handle("GET", "/nope", b"").status == 404
+    assert world.app.handle("POST", "/nope", b"{}").status == 404
+    assert world.app.handle("PUT", "/filter", b"{}").status == 405
+
+
+def test_metrics_count_verbs_placements_and_cards(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=2))
+    assert world.schedule(pod) == "n1"
+    world.app.handle("POST", "/filter", b"{")
+    text = world.app.handle("GET", "/metrics", b"").body.decode()
+    assert 'tessera_scheduler_verb_seconds_count{verb="filter"}' in text
+    assert "tessera_scheduler_placements_total 1.0" in text
+    assert "tessera_scheduler_cards_allocated 2.0" in text
+    assert 'tessera_scheduler_failures_total{reason="bad-request",verb="filter"} 1.0' in text
+
+
+def test_unschedulable_pod_gets_a_summarised_event(world: World) -> None:
+    from tessera.kube import EVENTS
+
+    pod = world.create(pod_obj("big", gpu=4))
+    assert world.filter(pod)["NodeNames"] == []
+    world.app.events.flush()
+    events = world.kube.list(EVENTS, "default").items
+    assert len(events) == 1
+    assert events[0]["reason"] == "TesseraUnschedulable"
+    assert events[0]["message"].startswith("0/1 node fit — 1 node: ")
+
+
+def test_standby_refuses_extender_verbs_but_serves_the_webhook() -> None:
+    w = World([node_obj("n1", 1)], leader_elect=True, lease_namespace="default")
+    other = World.__new__(World)
+    other.kube = w.kube
+    from tessera.scheduler.app import SchedulerApp
+    from tessera.scheduler.config import SchedulerConfig
+
+    other.app = SchedulerApp(
+        SchedulerConfig(lease_namespace="default", identity="other", watch_timeout_s=1), w.kube
+    )
+    try:
+        assert w.app.leader is not None and w.app.leader.try_acquire_or_renew()
+        other.app.start()
+        assert other.app.wait_synced(5)
+        assert other.app.leader is not None and not other.app.leader.try_acquire_or_renew()
+        pod = w.create(pod_obj("p"))
+        r = other.app.handle(
+            "POST", "/filter", json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode()
+        )
+        assert r.status == 503 and "standby" in json.loads(r.body)["Error"]
+        assert other.app.handle("GET", "/readyz", b"").status == 503
+        review = {"request": {"uid": "1", "operation": "CREATE", "object": pod_obj("q")}}
+        assert other.app.handle("POST", "/mutate", json.dumps(review).encode()).status == 200
+        assert w.filter(pod)["NodeNames"] == ["n1"]
+    finally:
+        other.app.stop()
+        w.close()
+
+
+def test_real_socket_keeps_alive_and_answers_400(world: World) -> None:
+    server = serve(world.app, "127.0.0.1", 0)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        for _ in range(3):  # one connection, several requests
+            conn.request(
+                "POST", "/filter", body=b"{not json", headers={"Content-Type": "application/json"}
+            )
+            resp = conn.getresponse()
+            assert resp.status == 400
+            resp.read()
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b"ok"
+        conn.close()
+    finally:
+        server.stop()

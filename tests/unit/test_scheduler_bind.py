@@ -1,0 +1,106 @@
+"""bind: annotation then Binding; on any failure the reservation goes and nothing stays."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tessera.kube import PODS, ApiError, Conflict
+from tessera.model.annotations import ASSIGNMENT, decode_assignment
+from tests.unit._scheduler_world import World, node_obj, pod_obj
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    w = World([node_obj("n1", 2)])
+    yield w
+    w.close()
+
+
+def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_bind_writes_the_reserved_assignment_then_binds(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=1, memory=1000, cores=30))
+    node = world.filter(pod)["NodeNames"][0]
+    reserved = world.app.state.reservations.get("default/p")
+    assert reserved is not None
+    assert world.bind(pod, node) == {"Error": ""}
+    stored = world.kube.get(PODS, "p", "default")
+    assert stored["spec"]["nodeName"] == node
+    assignment = decode_assignment("default/p", stored["metadata"]["annotations"][ASSIGNMENT])
+    assert assignment == reserved.assignment
+    ops = [op for op, _ in world.kube.calls if op in ("merge_patch", "bind")]
+    assert ops[-2:] == ["merge_patch", "bind"]  # annotation first
+    _eventually(lambda: "default/p" not in world.app.state.reservations)
+    assert world.app.state.held("default/p") == assignment
+
+
+def test_binding_failure_releases_and_removes_the_annotation(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=2))
+    node = world.filter(pod)["NodeNames"][0]
+    world.kube.fail_next("bind", ApiError(500, "InternalError", "etcd timeout"))
+    out = world.bind(pod, node)
+    assert "etcd timeout" in out["Error"]
+    assert world.app.state.held("default/p") is None
+    assert "default/p" not in world.app.state.reservations
+    stored = world.kube.get(PODS, "p", "default")
+    assert ASSIGNMENT not in stored["metadata"].get("annotations", {})
+    assert not stored["spec"].get("nodeName")
+    # The cards are free again: the retry succeeds.
+    node = world.filter(pod)["NodeNames"][0]
+    assert world.bind(pod, node) == {"Error": ""}
+
+
+def test_stale_resource_version_is_refreshed_once(world: World) -> None:
+    pod = world.create(pod_obj("p"))
+    node = world.filter(pod)["NodeNames"][0]
+    world.kube.fail_next("merge_patch", Conflict(409, "Conflict", "modified"))
+    assert world.bind(pod, node) == {"Error": ""}
+
+
+def test_bind_without_reservation_checks_the_live_state(world: World) -> None:
+    a = world.create(pod_obj("a", gpu=2))
+    b = world.create(pod_obj("b", gpu=1))
+    assert world.bind(a, "n1") == {"Error": ""}  # no filter: cards picked at bind
+    out = world.bind(b, "n1")
+    assert "no longer fits" in out["Error"]
+    assert ASSIGNMENT not in world.kube.get(PODS, "b", "default")["metadata"].get("annotations", {})
+
+
+def test_parallel_binds_never_share_a_card() -> None:
+    w = World([node_obj(f"n{i}", 2) for i in range(4)], narrow=False)
+    try:
+        pods = [w.create(pod_obj(f"p{i}", gpu=1)) for i in range(12)]
+        results: list[str] = []
+
+        def go(pod: dict) -> None:  # type: ignore[type-arg]
+            results.append(w.bind(pod, "n0")["Error"])
+
+        threads = [threading.Thread(target=go, args=(p,)) for p in pods]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(1 for r in results if r == "") == 2
+        with w.app.state.lock:
+            assert w.app.state.cluster.check_invariants() == []
+    finally:
+        w.close()
+
+
+def test_unknown_pod_is_an_error_not_a_crash(world: World) -> None:
+    status, out = world.post(
+        "bind", {"PodName": "ghost", "PodNamespace": "default", "PodUID": "x", "Node": "n1"}
+    )
+    assert status == 200
+    assert "ghost" in out["Error"]

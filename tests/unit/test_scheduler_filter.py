@@ -1,0 +1,95 @@
+"""filter: the placement core's decision, reserved at once, with reasons for the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tessera.model.types import PodRequest
+from tessera.placement.place import place
+from tessera.placement.policies import make_policy
+from tests.unit._scheduler_world import World, node_obj, pod_obj
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    w = World([node_obj("n1", 1, "A100"), node_obj("n2", 2, "T4")])
+    yield w
+    w.close()
+
+
+def test_narrow_filter_returns_the_placement_core_decision(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=1, memory=4000))
+    with world.app.state.lock:
+        snap = world.app.state.cluster.snapshot()
+        request = world.app.state.parse(pod)
+        assert isinstance(request, PodRequest)
+        expected = place(snap, request, make_policy("binpack"))
+    out = world.filter(pod, ["n2", "n1"])  # the order the scheduler offers does not matter
+    assert out["NodeNames"] == [expected.node]
+    assert world.app.state.reservations.get("default/p") is not None
+
+
+def test_reservation_is_seen_by_the_next_cycle_before_bind(world: World) -> None:
+    a = world.create(pod_obj("a", gpu=1, annotations={"tessera.io/gpu-model": "A100"}))
+    b = world.create(pod_obj("b", gpu=1, annotations={"tessera.io/gpu-model": "A100"}))
+    assert world.filter(a)["NodeNames"] == ["n1"]
+    out = world.filter(b)  # a's bind has not come yet
+    assert out["NodeNames"] == []
+    assert set(out["FailedNodes"]) == {"n1", "n2"}
+    assert "T4" in out["FailedNodes"]["n2"] or "model" in out["FailedNodes"]["n2"]
+
+
+def test_filtering_a_pod_again_drops_its_earlier_reservation(world: World) -> None:
+    a = world.create(pod_obj("a", gpu=1, annotations={"tessera.io/gpu-model": "A100"}))
+    assert world.filter(a)["NodeNames"] == ["n1"]
+    assert world.filter(a)["NodeNames"] == ["n1"]
+    assert world.app.state.held_count() == 1
+
+
+def test_expired_reservation_is_released() -> None:
+    now = [0.0]
+    w = World([node_obj("n1", 1)], reservation_ttl_s=5)
+    w.app.state.clock = lambda: now[0]
+    try:
+        a = w.create(pod_obj("a"))
+        b = w.create(pod_obj("b"))
+        assert w.filter(a)["NodeNames"] == ["n1"]
+        assert w.filter(b)["NodeNames"] == []
+        now[0] = 6.0  # a's bind never came
+        assert w.filter(b)["NodeNames"] == ["n1"]
+    finally:
+        w.close()
+
+
+def test_unknown_nodes_and_a_pod_without_gpus(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=8))
+    out = world.filter(pod, ["n1", "cpu-node"])
+    assert out["NodeNames"] == []
+    assert "tessera.io/inventory" in out["FailedNodes"]["cpu-node"]
+    plain = world.create(pod_obj("plain", gpu=None))
+    assert world.filter(plain, ["n1", "cpu-node"])["NodeNames"] == ["n1", "cpu-node"]
+
+
+def test_bad_spec_is_unresolvable_on_every_node(world: World) -> None:
+    pod = pod_obj("bad", gpu=1, cores=150)
+    pod["metadata"]["uid"] = "u"
+    out = world.filter(pod, ["n1", "n2"])
+    assert out["NodeNames"] == []
+    assert set(out["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
+    assert "tessera.io/gpu-cores" in out["FailedAndUnresolvableNodes"]["n1"]
+
+
+def test_scored_mode_returns_every_feasible_node() -> None:
+    w = World([node_obj("n1", 2), node_obj("n2", 2)], narrow=False)
+    try:
+        pod = w.create(pod_obj("p", gpu=1, memory=1000))
+        assert w.filter(pod)["NodeNames"] == ["n1", "n2"]
+        status, scores = w.post("prioritize", {"Pod": pod, "NodeNames": ["n1", "n2"]})
+        assert status == 200
+        assert {s["Host"] for s in scores} == {"n1", "n2"}
+        assert max(s["Score"] for s in scores) == 10
+        assert all(0 <= s["Score"] <= 10 for s in scores)
+    finally:
+        w.close()

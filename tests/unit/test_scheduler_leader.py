@@ -1,0 +1,52 @@
+"""Leader election on a Lease: one leader; a dead leader is replaced after the lease."""
+
+from __future__ import annotations
+
+from tessera.kube import LEASES, ApiError, FakeKube
+from tessera.scheduler.leader import LeaderElector
+
+
+def _pair(kube: FakeKube, now: list[float]) -> tuple[LeaderElector, LeaderElector]:
+    def make(identity: str) -> LeaderElector:
+        return LeaderElector(kube, "ns", "tessera", identity, lease_s=15, renew_deadline_s=10,
+                             retry_s=2, clock=lambda: now[0])  # fmt: skip
+
+    return make("a"), make("b")
+
+
+def test_one_leader_and_takeover_after_expiry() -> None:
+    kube, now = FakeKube(), [0.0]
+    a, b = _pair(kube, now)
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    assert b.holder == "a"
+    now[0] = 9.0
+    assert a.try_acquire_or_renew()  # renewed
+    assert not b.try_acquire_or_renew()
+    # a dies; b takes over only once the lease has not moved for lease_s by b's clock.
+    now[0] = 20.0
+    assert not b.try_acquire_or_renew()
+    now[0] = 24.5
+    assert b.try_acquire_or_renew()
+    assert kube.get(LEASES, "tessera", "ns")["spec"]["leaseTransitions"] == 1
+    assert not a.is_leader()
+
+
+def test_leader_that_cannot_renew_stops_leading_before_the_lease_ends() -> None:
+    kube, now = FakeKube(), [0.0]
+    a, _ = _pair(kube, now)
+    assert a.try_acquire_or_renew()
+    now[0] = 8.0
+    kube.fail_next("get", ApiError(0, "Unavailable", "connection refused"))
+    a.try_acquire_or_renew()
+    assert a.is_leader()  # still inside renew_deadline
+    now[0] = 10.5
+    assert not a.is_leader()
+
+
+def test_release_on_stop_hands_over_at_once() -> None:
+    kube, now = FakeKube(), [0.0]
+    a, b = _pair(kube, now)
+    assert a.try_acquire_or_renew()
+    a.stop(release=True)
+    assert b.try_acquire_or_renew()

@@ -1,0 +1,124 @@
+"""The extender's state: rebuilt from annotations alone, current through watches."""
+
+from __future__ import annotations
+
+import time
+
+from tessera.kube import NODES, PODS
+from tessera.model.annotations import INVENTORY
+from tests.unit._scheduler_world import World, node_obj, pod_obj
+
+
+def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_restart_rebuilds_every_booking_from_annotations() -> None:
+    w = World([node_obj(f"n{i}", 2) for i in range(3)])
+    placed = {}
+    for i in range(5):
+        pod = w.create(pod_obj(f"p{i}", gpu=1, memory=20000))
+        placed[pod["metadata"]["name"]] = w.schedule(pod)
+    before = w.app.state.cluster.bookings()
+    w.app.stop()
+    # A new process over the same API: nothing but the annotations to go on.
+    w2 = World.__new__(World)
+    w2.kube = w.kube
+    from tessera.scheduler.app import SchedulerApp
+    from tessera.scheduler.config import SchedulerConfig
+
+    w2.app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
+    w2.app.start()
+    try:
+        assert w2.app.wait_synced(5)
+        after = w2.app.state.cluster.bookings()
+        assert {k: b.assignment for k, b in after.items()} == {
+            k: b.assignment for k, b in before.items()
+        }
+        assert w2.app.state.cluster.check_invariants() == []
+        # And it goes on without double booking: 6 cards of 40960 MiB, the 5 pods of
+        # 20000 MiB packed onto 3 of them; 3 cards are left for 30000 MiB pods.
+        extra = [w2.create(pod_obj(f"q{i}", gpu=1, memory=30000)) for i in range(4)]
+        nodes = [w2.schedule(p) for p in extra]
+        assert sum(n is not None for n in nodes) == 3
+        assert w2.app.state.cluster.check_invariants() == []
+    finally:
+        w2.close()
+
+
+def test_deleted_and_finished_pods_give_their_cards_back() -> None:
+    w = World([node_obj("n1", 1)])
+    try:
+        a = w.create(pod_obj("a"))
+        assert w.schedule(a) == "n1"
+        w.kube.merge_patch(PODS, "a", {"status": {"phase": "Succeeded"}}, "default")
+        _eventually(lambda: w.app.state.held("default/a") is None)
+        b = w.create(pod_obj("b"))
+        assert w.schedule(b) == "n1"
+        w.kube.delete(PODS, "b", "default")
+        _eventually(lambda: w.app.state.held("default/b") is None)
+    finally:
+        w.close()
+
+
+def test_node_inventory_changes_and_bad_inventories() -> None:
+    w = World([node_obj("n1", 1)])
+    try:
+        w.kube.create(NODES, node_obj("n2", 4))
+        _eventually(lambda: "n2" in w.app.state.cluster)
+        w.kube.merge_patch(NODES, "n2", {"metadata": {"annotations": {INVENTORY: "{not json"}}})
+        _eventually(lambda: "n2" in w.app.state.bad_nodes)
+        assert "n2" not in w.app.state.cluster
+        pod = w.create(pod_obj("p", gpu=4))
+        out = w.filter(pod, ["n1", "n2"])
+        assert "inventory refused" in out["FailedNodes"]["n2"]
+        w.kube.delete(NODES, "n2")
+        _eventually(lambda: "n2" not in w.app.state.bad_nodes)
+    finally:
+        w.close()
+
+
+def test_relist_after_gone_drops_what_vanished_meanwhile() -> None:
+    w = World([node_obj("n1", 2)])
+    try:
+        a = w.create(pod_obj("a"))
+        assert w.schedule(a) == "n1"
+        _eventually(lambda: "default/a" not in w.app.state.reservations)
+        lists = w.app.pod_reflector.lists
+        w.kube.expire_history()
+        w.kube.delete(PODS, "a", "default")
+        w.kube.expire_history()
+        _eventually(lambda: w.app.pod_reflector.lists > lists)
+        _eventually(lambda: w.app.state.held("default/a") is None)
+        assert w.app.state.cluster.check_invariants() == []
+    finally:
+        w.close()
+
+
+def test_annotation_without_binding_is_held_until_scheduled_again() -> None:
+    w = World([node_obj("n1", 1)])
+    try:
+        a = w.create(pod_obj("a"))
+        node = w.filter(a)["NodeNames"][0]
+        # The process dies after the annotation, before the Binding: simulate by writing
+        # the annotation of the reservation and forgetting the reservation.
+        from tessera.model.annotations import ASSIGNMENT, encode_assignment
+
+        res = w.app.state.reservations.get("default/a")
+        assert res is not None
+        text = encode_assignment(res.assignment)
+        w.kube.merge_patch(PODS, "a", {"metadata": {"annotations": {ASSIGNMENT: text}}}, "default")
+        _eventually(lambda: "default/a" not in w.app.state.reservations)
+        assert w.app.state.held("default/a") is not None  # held, conservatively
+        # The scheduler tries the pod again: filter releases the stale hold and decides.
+        fresh = w.kube.get(PODS, "a", "default")
+        assert w.filter(fresh)["NodeNames"] == [node]
+        assert w.bind(fresh, node) == {"Error": ""}
+        assert w.app.state.cluster.check_invariants() == []
+    finally:
+        w.close()

@@ -1,0 +1,130 @@
+"""The admission webhook: route GPU pods to Tessera, normalise them, refuse bad ones."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from tessera.model.podspec import Compat
+from tessera.scheduler.webhook import Webhook
+from tessera.scheduler.wire import WireError
+from tests.unit._scheduler_world import pod_obj
+
+HOOK = Webhook("tessera-scheduler")
+
+
+def review(pod: dict[str, Any], operation: str = "CREATE") -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": "r1", "operation": operation, "object": pod},
+        }
+    ).encode()
+
+
+def answer(body: bytes) -> dict[str, Any]:
+    out = json.loads(body)
+    assert out["kind"] == "AdmissionReview"
+    assert out["response"]["uid"] == "r1"
+    return dict(out["response"])
+
+
+def patched(pod: dict[str, Any], hook: Webhook = HOOK) -> dict[str, Any]:
+    response = answer(hook.mutate(review(pod)).body)
+    assert response["allowed"]
+    ops = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    out = json.loads(json.dumps(pod))
+    for op in ops:
+        assert op["op"] == "add"
+        parts = op["path"].strip("/").split("/")
+        cur = out
+        for p in parts[:-1]:
+            cur = cur[int(p)] if isinstance(cur, list) else cur[p]
+        cur[parts[-1]] = op["value"]
+    return out
+
+
+def test_gpu_pod_gets_scheduler_name_and_explicit_card_count() -> None:
+    pod = pod_obj("p", gpu=None, memory=2048)
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    out = patched(pod)
+    assert out["spec"]["schedulerName"] == "tessera-scheduler"
+    limits = out["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"tessera.io/gpu": "1", "tessera.io/gpu-memory": "2048"}
+
+
+def test_pod_without_gpu_passes_untouched() -> None:
+    pod = pod_obj("plain", gpu=None)
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    response = answer(HOOK.mutate(review(pod)).body)
+    assert response == {"uid": "r1", "allowed": True}
+    assert answer(HOOK.validate(review(pod)).body)["allowed"]
+
+
+def test_hami_pod_is_translated_in_compat_mode() -> None:
+    hook = Webhook("tessera-scheduler", compat=Compat(hami=True))
+    pod = pod_obj("h", gpu=None)
+    pod["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}
+    }
+    pod["metadata"]["annotations"] = {"nvidia.com/use-gputype": "A100"}
+    out = patched(pod, hook)
+    limits = out["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["tessera.io/gpu"] == "1" and limits["tessera.io/gpu-memory"] == "3000"
+    assert "nvidia.com/gpu" not in limits
+    assert out["metadata"]["annotations"] == {"nvidia.com/use-gputype": "A100"}
+    assert answer(hook.validate(review(out)).body)["allowed"]
+    # Without compat the same pod is not a GPU pod for Tessera.
+    assert "patch" not in answer(HOOK.mutate(review(pod)).body)
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "field"),
+    [
+        ({"tessera.io/gpu-cores": "150"}, {}, "tessera.io/gpu-cores"),
+        ({"tessera.io/gpu": "-1"}, {}, "tessera.io/gpu"),
+        ({"tessera.io/gpu": "1.5"}, {}, "tessera.io/gpu"),
+        ({"tessera.io/gpu-memory": "lots"}, {}, "tessera.io/gpu-memory"),
+        ({"tessera.io/gpu-memory": "100", "tessera.io/gpu-memory-percent": "10"}, {}, "memory"),
+        ({"tessera.io/gpu-memory-percent": "0"}, {}, "tessera.io/gpu-memory-percent"),
+        ({"tessera.io/gpu": "1"}, {"tessera.io/compute-policy": "turbo"}, "compute-policy"),
+        ({"tessera.io/gpu": "1"}, {"tessera.io/placement": "magic"}, "placement"),
+        ({"tessera.io/gpu": "1"}, {"tessera.io/gpu-uuid": "not-a-uuid"}, "gpu-uuid"),
+        (
+            {"tessera.io/gpu": "1"},
+            {"tessera.io/gpu-model": "A100", "tessera.io/gpu-model-exclude": "A100"},
+            "gpu-model",
+        ),
+    ],
+)
+def test_impossible_specs_are_refused_naming_the_field(
+    limits: dict[str, str], annotations: dict[str, str], field: str
+) -> None:
+    pod = pod_obj("bad", gpu=None, annotations=annotations)
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits}
+    for verdict in (HOOK.mutate(review(pod)), HOOK.validate(review(pod))):
+        response = answer(verdict.body)
+        assert not response["allowed"]
+        assert field in response["status"]["message"]
+        assert response["status"]["code"] == 422
+
+
+def test_validate_refuses_a_hand_written_assignment_and_wrong_scheduler() -> None:
+    pod = pod_obj("p", annotations={"tessera.io/assignment": "{}"})
+    assert "tessera.io/assignment" in answer(HOOK.validate(review(pod)).body)["status"]["message"]
+    pod = pod_obj("p")
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    assert "schedulerName" in answer(HOOK.validate(review(pod)).body)["status"]["message"]
+
+
+def test_updates_pass_and_malformed_reviews_raise_wire_errors() -> None:
+    pod = pod_obj("bad", gpu=None)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"tessera.io/gpu-cores": "150"}}
+    assert answer(HOOK.mutate(review(pod, "UPDATE")).body)["allowed"]
+    for body in (b"{", b"[]", b'{"request": {}}', b'{"request": {"uid": "u", "object": 3}}'):
+        with pytest.raises(WireError):
+            HOOK.mutate(body)
