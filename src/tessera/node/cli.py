@@ -1,0 +1,113 @@
+"""``tessera node-agent``: the command line of the node agent (heavy imports inside)."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["node_agent"]
+
+
+class Backend(enum.StrEnum):
+    NVML = "nvml"
+    FAKE = "fake"
+
+
+def node_agent(
+    node: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name (downward API).")],
+    backend: Annotated[Backend, typer.Option(help="Discovery: nvml, or fake (from --nodes).")] = (
+        Backend.NVML
+    ),
+    nodes: Annotated[
+        Path | None, typer.Option(help="Node CSV for the fake backend (clusterspec format).")
+    ] = None,
+    fault_dir: Annotated[
+        Path | None, typer.Option(help="Fake backend: folder with `xid` and `probe-fail` files.")
+    ] = None,
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="kubeconfig; in-cluster config when omitted.")
+    ] = None,
+    resource: Annotated[str, typer.Option(help="Resource the plugin serves.")] = "tessera.io/gpu",
+    plugin_dir: Annotated[Path, typer.Option()] = Path("/var/lib/kubelet/device-plugins"),
+    pod_resources: Annotated[
+        str, typer.Option(help="kubelet's pod-resources socket ('' to not use it).")
+    ] = "/var/lib/kubelet/pod-resources/kubelet.sock",
+    state_dir: Annotated[Path, typer.Option()] = Path("/var/lib/tessera"),
+    slots_per_card: Annotated[int, typer.Option(min=1, max=1000)] = 16,
+    isolation: Annotated[str, typer.Option(help="hook (libvgpu) or mps.")] = "hook",
+    visibility: Annotated[str, typer.Option(help="env (NVIDIA_VISIBLE_DEVICES) or cdi.")] = "env",
+    libvgpu: Annotated[
+        Path | None, typer.Option(help="libvgpu.so to install under --state-dir/lib.")
+    ] = None,
+    recovery_s: Annotated[
+        float, typer.Option(help="Quiet seconds after a fault before a probe may restore a card.")
+    ] = 30.0,
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Run the node agent: discovery, inventory, device plugin, health, cleanup."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from tessera.kube.client import KubeClient
+    from tessera.kube.events import EventRecorder
+    from tessera.node.agent import Agent, AgentConfig
+    from tessera.node.discovery import Discovery
+    from tessera.node.isolation import Isolation, MpsDaemon, Visibility
+    from tessera.node.kube_source import KubeEvents, KubeNode, KubePods
+    from tessera.node.layout import Layout
+    from tessera.node.podresources import PodResourcesClient
+
+    try:
+        iso = Isolation(isolation)
+        vis = Visibility(visibility)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    disc: Discovery
+    if backend is Backend.FAKE:
+        from tessera.node.discovery_fake import FakeDiscovery
+
+        if nodes is None:
+            raise typer.BadParameter("--backend fake needs --nodes (a node CSV)")
+        disc = FakeDiscovery.from_csv(nodes, node, fault_dir=fault_dir)
+    else:
+        from tessera.node.discovery_nvml import NvmlDiscovery
+
+        disc = NvmlDiscovery()
+    api = KubeClient.from_kubeconfig(kubeconfig)
+    cards = frozenset(c.uuid for c in disc.facts().cards)
+    pods = KubePods(api, node, resource, cards)
+    if not pods.start():
+        typer.echo("warning: pod list not synced within 30 s; continuing", err=True)
+    recorder = EventRecorder(api, "tessera-node-agent", instance=node)
+    recorder.start()
+    podres = PodResourcesClient(pod_resources, resource) if pod_resources else None
+    cfg = AgentConfig(
+        node=node,
+        resource=resource,
+        plugin_dir=plugin_dir,
+        state_dir=state_dir,
+        slots_per_card=slots_per_card,
+        isolation=iso,
+        visibility=vis,
+        libvgpu=libvgpu,
+        recovery_s=recovery_s,
+    )
+    layout = Layout(state_dir)
+    mps = MpsDaemon(layout.mps_pipe, layout.mps_log) if iso is Isolation.MPS else None
+    agent = Agent(cfg, disc, pods, KubeEvents(recorder), KubeNode(api), podres, mps)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    agent.start()
+    typer.echo(f"tessera node-agent on {node} (pid {os.getpid()})", err=True)
+    done.wait()
+    agent.stop()
+    pods.stop()
+    recorder.stop()

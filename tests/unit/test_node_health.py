@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from tessera.node.health import HealthTracker
+
+A, B = "GPU-a", "GPU-b"
+
+
+def ok(_: str) -> bool:
+    return True
+
+
+def test_critical_xid_takes_the_card_out_application_xids_do_not() -> None:
+    h = HealthTracker([A, B], recovery_s=10)
+    assert not h.on_xid(A, 13, now=0)  # graphics engine exception: the app's fault
+    assert not h.on_xid(A, 43, now=0)
+    assert h.healthy(A)
+    assert h.on_xid(A, 79, now=1)  # fell off the bus
+    assert not h.healthy(A) and h.reason(A) == "XID 79"
+    assert h.healthy(B)
+    assert not h.on_xid(A, 48, now=2)  # already out: not a change
+
+
+def test_recovers_after_a_quiet_period_and_a_good_probe() -> None:
+    h = HealthTracker([A], recovery_s=10)
+    h.on_xid(A, 48, now=0)
+    assert h.tick(5, ok) == set() and not h.healthy(A)  # not quiet long enough
+    h.on_xid(A, 48, now=6)  # the quiet period starts again
+    assert h.tick(12, ok) == set()
+    assert h.tick(16, ok) == {A} and h.healthy(A) and h.reason(A) == ""
+
+
+def test_a_failing_probe_keeps_the_card_out_and_restarts_the_clock() -> None:
+    h = HealthTracker([A], recovery_s=10)
+    h.on_xid(A, 79, now=0)
+    assert h.tick(20, lambda _: False) == set() and not h.healthy(A)
+    assert h.tick(25, ok) == set()  # quiet only since 20
+    assert h.tick(30, ok) == {A}
+
+
+def test_probe_failure_alone_takes_a_healthy_card_out() -> None:
+    h = HealthTracker([A, B], recovery_s=1)
+    assert h.tick(0, lambda u: u != A) == {A}
+    assert h.reason(A) == "probe failed"
+    assert h.snapshot() == {A: False, B: True}
+
+
+def test_unknown_cards_are_ignored() -> None:
+    h = HealthTracker([A])
+    assert not h.on_xid("GPU-zzz", 79, now=0)
+    assert not h.healthy("GPU-zzz")

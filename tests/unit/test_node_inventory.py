@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tessera.kube.fake import FakeKube
+from tessera.kube.kinds import NODES
+from tessera.model.annotations import decode_inventory, encode_inventory
+from tessera.model.clusterspec import make_cards
+from tessera.node.fakes import MemoryNode
+from tessera.node.inventory import InventoryPublisher
+from tessera.node.kube_source import KubeNode
+
+CARDS = make_cards("n1", 2, "T4")
+
+
+def test_patches_only_when_the_inventory_changes() -> None:
+    node = MemoryNode()
+    pub = InventoryPublisher("n1", node)
+    assert pub.publish(CARDS)
+    assert not pub.publish(CARDS)
+    out = (replace(CARDS[0], healthy=False), CARDS[1])
+    assert pub.publish(out)
+    assert [c.healthy for c in decode_inventory("n1", node.text or "", 0, 0).cards] == [False, True]
+    assert len(node.patches) == 2
+
+
+def test_a_restart_that_finds_the_same_inventory_writes_nothing() -> None:
+    node = MemoryNode(initial=encode_inventory(CARDS))
+    assert not InventoryPublisher("n1", node).publish(CARDS)
+    assert node.patches == []
+
+
+def test_kube_node_reads_and_patches_the_annotation() -> None:
+    api = FakeKube()
+    api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    port = KubeNode(api)
+    assert port.inventory_text("n1") is None
+    pub = InventoryPublisher("n1", port)
+    assert pub.publish(CARDS)
+    assert port.inventory_text("n1") == encode_inventory(CARDS)
+    assert not InventoryPublisher("n1", port).publish(CARDS)

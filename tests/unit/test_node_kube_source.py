@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import time
+
+from tessera.kube.events import EventRecorder
+from tessera.kube.fake import FakeKube
+from tessera.kube.kinds import EVENTS, PODS
+from tessera.node.kube_source import KubeEvents, KubePods
+
+RES = "tessera.io/gpu"
+
+
+def pod(name: str, node: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"limits": {RES: "1"}}}],
+        },
+    }
+
+
+def wait(pred, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_watches_only_this_nodes_pods_and_refreshes_on_demand() -> None:
+    api = FakeKube()
+    api.create(PODS, pod("a", "n1"), "default")
+    api.create(PODS, pod("b", "n2"), "default")
+    src = KubePods(api, "n1", RES, frozenset())
+    assert src.start(5)
+    try:
+        assert [p.name for p in src.pods()] == ["a"]
+        api.create(PODS, pod("c", "n1"), "default")
+        assert wait(lambda: sorted(p.name for p in src.pods()) == ["a", "c"])
+        api.delete(PODS, "a", "default")
+        assert wait(lambda: [p.name for p in src.pods()] == ["c"])
+        assert [p.name for p in src.refresh()] == ["c"]
+    finally:
+        src.stop()
+        api.close()
+
+
+def test_events_land_on_the_pod() -> None:
+    api = FakeKube()
+    created = api.create(PODS, pod("a", "n1"), "default")
+    src = KubePods(api, "n1", RES, frozenset())
+    info = src.refresh()[0]
+    rec = EventRecorder(api, "tessera-node-agent")
+    rec.start()
+    KubeEvents(rec).warn(info, "TesseraAllocateFailed", "no assignment")
+    rec.flush()
+    rec.stop()
+    (event,) = api.list(EVENTS, "default").items
+    assert event["involvedObject"]["uid"] == created["metadata"]["uid"]
+    assert event["reason"] == "TesseraAllocateFailed" and event["message"] == "no assignment"

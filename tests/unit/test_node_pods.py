@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from typing import Any
+
+from tessera.model import annotations
+from tessera.model.annotations import encode_assignment
+from tessera.model.types import Assignment, CardSlice, ContainerAssignment
+from tessera.node.pods import GpuContainer, pod_info
+
+RES = "tessera.io/gpu"
+A, B = "GPU-a", "GPU-b"
+CARDS = frozenset({A, B})
+
+
+def pod(annotation: str | None, node: str = "n1", phase: str = "Pending") -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "p",
+        "namespace": "ns",
+        "uid": "u1",
+        "creationTimestamp": "2026-11-21T10:00:00Z",
+    }
+    if annotation is not None:
+        meta["annotations"] = {annotations.ASSIGNMENT: annotation}
+    return {
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "initContainers": [{"name": "init", "resources": {"limits": {RES: "1"}}}],
+            "containers": [
+                {"name": "cpu-only", "resources": {"limits": {"cpu": "1"}}},
+                {"name": "main", "resources": {"requests": {RES: "2"}, "limits": {RES: "2"}}},
+            ],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def assignment(node: str = "n1", main: tuple[str, ...] = (A, B)) -> str:
+    return encode_assignment(
+        Assignment(
+            node=node,
+            containers=(
+                ContainerAssignment("init", (CardSlice(A, 100, 10),), init=True),
+                ContainerAssignment("main", tuple(CardSlice(u, 200, 20) for u in main)),
+            ),
+        )
+    )
+
+
+def test_gpu_containers_in_kubelet_order_and_a_usable_assignment() -> None:
+    p = pod_info(pod(assignment()), RES, CARDS)
+    assert p.containers == (GpuContainer("init", True, 1), GpuContainer("main", False, 2))
+    assert p.problem == "" and p.key == "ns/p" and not p.terminal
+    main = p.container("main")
+    assert main is not None and [s.uuid for s in main.slices] == [A, B]
+
+
+def test_problems_name_the_pod_and_the_rule() -> None:
+    assert "has no tessera.io/assignment" in pod_info(pod(None), RES, CARDS).problem
+    assert "not valid JSON" in pod_info(pod("{"), RES, CARDS).problem
+    stale = pod_info(pod(assignment(node="n2")), RES, CARDS).problem
+    assert "stale" in stale and "n2" in stale
+    gone = pod_info(pod(assignment(main=(A, "GPU-c"))), RES, CARDS).problem
+    assert "GPU-c" in gone and "not on this node" in gone
+    short = pod_info(pod(assignment(main=(A,))), RES, CARDS).problem
+    assert "1 card(s), but it asks for 2" in short
+
+
+def test_terminal_pods_are_marked() -> None:
+    assert pod_info(pod(assignment(), phase="Succeeded"), RES, CARDS).terminal
