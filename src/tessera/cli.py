@@ -25,6 +25,11 @@ from tessera.simulate.cli import simulate  # noqa: E402  (light: heavy imports a
 app.command("simulate")(simulate)
 
 
+from tessera.node.cli import node_agent  # noqa: E402  (light: the agent's imports are lazy)
+
+app.command("node-agent")(node_agent)
+
+
 def main() -> None:
     app()
 
