@@ -1,0 +1,116 @@
+"""``tessera scheduler``: run the extender + webhook process until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["scheduler"]
+
+
+def scheduler(
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="kubeconfig; default: in-cluster, then ~/.kube/config")
+    ] = None,
+    scheduler_name: Annotated[
+        str, typer.Option(help="kube-scheduler profile GPU pods go to")
+    ] = "tessera-scheduler",
+    policy: Annotated[
+        str, typer.Option(help="default placement policy (NODE or NODE/CARD)")
+    ] = "binpack",
+    seed: Annotated[int, typer.Option(help="seed of the random policy")] = 0,
+    scored: Annotated[
+        bool, typer.Option(help="filter returns every feasible node; prioritize ranks")
+    ] = False,
+    compat: Annotated[str, typer.Option(help="comma list: hami, gpu-manager")] = "",
+    host: Annotated[
+        str, typer.Option(help="address of the extender (HTTP) and webhook (HTTPS)")
+    ] = "0.0.0.0",
+    port: Annotated[
+        int, typer.Option(help="extender, healthz, readyz, metrics (plain HTTP)")
+    ] = 8888,
+    webhook_port: Annotated[
+        int, typer.Option(help="admission webhook (HTTPS); 0: no webhook")
+    ] = 8443,
+    tls_cert: Annotated[Path | None, typer.Option(help="webhook serving certificate (PEM)")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="its key (PEM)")] = None,
+    tls_dir: Annotated[
+        Path | None, typer.Option(help="generate a certificate here when none is given")
+    ] = None,
+    tls_host: Annotated[
+        list[str] | None, typer.Option(help="SANs of a generated cert (repeat)")
+    ] = None,
+    leader_elect: Annotated[
+        bool, typer.Option(help="elect a leader on a Lease (run 2 replicas)")
+    ] = True,
+    lease_namespace: Annotated[str, typer.Option()] = "kube-system",
+    lease_name: Annotated[str, typer.Option()] = "tessera-scheduler",
+    reservation_ttl: Annotated[
+        float, typer.Option(help="seconds a filter's reservation waits for bind")
+    ] = 30.0,
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Serve the kube-scheduler extender (filter/prioritize/bind) and the admission webhook."""
+    import logging
+    import signal
+    import tempfile
+    import threading
+
+    from tessera.errors import SpecError
+    from tessera.kube.client import KubeClient
+    from tessera.model.podspec import Compat
+    from tessera.placement.policies import make_policy
+    from tessera.scheduler.app import SchedulerApp
+    from tessera.scheduler.config import SchedulerConfig
+    from tessera.scheduler.http import serve
+    from tessera.scheduler.tls import ServingCert, generate_serving_cert, server_context
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        make_policy(policy)
+    except SpecError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policy") from None
+    families = {p.strip() for p in compat.split(",") if p.strip()}
+    unknown = families - {"hami", "gpu-manager"}
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown {sorted(unknown)}; use hami, gpu-manager", param_hint="--compat"
+        )
+    if (tls_cert is None) != (tls_key is None):
+        raise typer.BadParameter("give both --tls-cert and --tls-key, or neither")
+    config = SchedulerConfig(
+        scheduler_name=scheduler_name,
+        policy=policy,
+        seed=seed,
+        narrow=not scored,
+        compat=Compat(hami="hami" in families, gpu_manager="gpu-manager" in families),
+        reservation_ttl_s=reservation_ttl,
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+    )
+    api = KubeClient.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
+    app = SchedulerApp(config, api)
+    app.start()
+    servers = [serve(app, host, port)]
+    if webhook_port:
+        if tls_cert is not None and tls_key is not None:
+            cert = ServingCert(tls_cert, tls_key)
+        else:
+            directory = tls_dir or Path(tempfile.mkdtemp(prefix="tessera-tls-"))
+            cert = generate_serving_cert(directory, tls_host or ["localhost", "127.0.0.1"])
+            logging.getLogger("tessera.scheduler").info(
+                "webhook certificate generated in %s (caBundle: ca.crt)", directory
+            )
+        servers.append(serve(app, host, webhook_port, server_context(cert)))
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    for s in servers:
+        s.stop()
+    app.stop()
