@@ -25,6 +25,7 @@ __all__ = ["CardFree", "Snapshot", "Tables"]
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(eq=False, slots=True)
@@ -37,6 +38,8 @@ class Tables:
     cpu_total: IntArray  # [rows]
     mem_total: IntArray  # [rows]
     generation: IntArray  # [rows]
+    gpu_free: FloatArray  # [rows] Σ free share of the usable cards (scarcer of memory, cores)
+    gpu_cards: IntArray  # [rows] healthy cards
     card_valid: BoolArray  # [rows, cols] a card exists in this slot
     healthy: BoolArray  # [rows, cols]
     model: IntArray  # [rows, cols] index into Snapshot.models, -1 where no card
@@ -60,6 +63,8 @@ class Tables:
             cpu_total=ints(rows),
             mem_total=ints(rows),
             generation=ints(rows),
+            gpu_free=np.zeros(rows, dtype=np.float64),
+            gpu_cards=ints(rows),
             card_valid=np.zeros((rows, cols), dtype=np.bool_),
             healthy=np.zeros((rows, cols), dtype=np.bool_),
             model=ints(rows, cols, fill=-1),

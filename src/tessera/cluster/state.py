@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import numpy as np
+
 from tessera.cluster.snapshot import Snapshot, Tables
 from tessera.errors import PlacementError, SpecError
 from tessera.model.types import Assignment, NodeInventory, PodRequest
@@ -172,6 +174,7 @@ class ClusterState:
         t.model[row] = t.numa[row] = -1
         t.card_mem[row] = t.free_mem[row] = t.free_cores[row] = t.tenants[row] = 0
         t.nvlink[row] = 0
+        t.gpu_free[row] = t.gpu_cards[row] = 0
         t.generation[row] = next(_GENERATIONS)
         self._free_rows.append(row)
 
@@ -290,7 +293,7 @@ class ClusterState:
             t.model[row, col] = self._model_id(card.model)
             t.card_mem[row, col] = t.free_mem[row, col] = card.memory_mib
             t.free_cores[row, col] = 100
-        t.generation[row] = next(_GENERATIONS)
+        self._row_totals(row)
 
     def _apply(
         self, footprint: dict[str, tuple[int, int, bool]], node: str, sign: int, strict: bool
@@ -309,6 +312,17 @@ class ClusterState:
             t.free_mem[row, col] -= sign * mem
             t.free_cores[row, col] -= sign * cores
             t.tenants[row, col] += sign
+        self._row_totals(row)
+
+    def _row_totals(self, row: int) -> None:
+        """Refresh the row's aggregates the scorers read, and its generation."""
+        t = self._t
+        healthy = t.card_valid[row] & t.healthy[row]
+        share = np.minimum(
+            t.free_cores[row] / 100.0, t.free_mem[row] / np.maximum(t.card_mem[row], 1)
+        )
+        t.gpu_free[row] = float(np.where(healthy & ~t.exclusive[row], share, 0.0).sum())
+        t.gpu_cards[row] = int(healthy.sum())
         t.generation[row] = next(_GENERATIONS)
 
     def _apply_totals(self, row: int, keys: Iterable[str], sign: int) -> None:

@@ -108,9 +108,8 @@ def gpu_used_fraction(snap: Snapshot, rows: IntArray) -> FloatArray:
     """[rows]: share of the node's healthy GPU capacity in use; 1 for a node without GPUs
     (so CPU-only work packs onto GPU-less nodes first)."""
     t = snap.tables
-    cards = (t.card_valid[rows] & t.healthy[rows]).sum(axis=1)
-    free = card_free_fraction(snap, rows).sum(axis=1)
-    return np.where(cards > 0, 1.0 - free / np.maximum(cards, 1), 1.0)
+    cards = t.gpu_cards[rows]
+    return np.where(cards > 0, 1.0 - t.gpu_free[rows] / np.maximum(cards, 1), 1.0)
 
 
 def cpu_used_fraction(snap: Snapshot, rows: IntArray) -> FloatArray:

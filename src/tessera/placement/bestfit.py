@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.cluster.snapshot import Snapshot
-from tessera.placement.base import Demand, FloatArray, card_free_fraction
+from tessera.placement.base import Demand, FloatArray
 from tessera.placement.binpack import BinpackCards
 
 __all__ = ["BestFitCards", "BestFitNodes"]
@@ -21,8 +21,8 @@ class BestFitNodes:
     def score_rows(self, snap: Snapshot, demand: Demand) -> FloatArray:
         t = snap.tables
         rows = demand.rows
-        cards = np.maximum((t.card_valid[rows] & t.healthy[rows]).sum(axis=1), 1)
-        gpu_free = card_free_fraction(snap, rows).sum(axis=1)
+        cards = np.maximum(t.gpu_cards[rows], 1)
+        gpu_free = t.gpu_free[rows]
         gpu = demand.primary
         if gpu is not None:
             share = np.maximum(

@@ -13,8 +13,9 @@ cpu").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -63,10 +64,20 @@ def resolve_rows(snap: Snapshot, names: Sequence[str] | None) -> tuple[IntArray,
     return np.asarray(rows, dtype=np.int64), unknown
 
 
+def selector(rows: IntArray) -> IntArray | slice:
+    """``rows`` as an index: a slice (a view, no copy) when they are 0..n-1 in order, as
+    they are for a whole cluster without holes; the hot path indexes every array by it."""
+    n = rows.shape[0]
+    if n and rows[0] == 0 and rows[-1] == n - 1 and (n < 3 or bool((np.diff(rows) == 1).all())):
+        return slice(0, n)
+    return rows
+
+
 def allowed_cards(snap: Snapshot, rows: IntArray, gpu: GpuRequest) -> BoolArray:
     """[rows, cols]: cards that exist and that the model and UUID constraints admit."""
     t = snap.tables
-    valid = t.card_valid[rows]
+    sel = selector(rows)
+    valid = t.card_valid[sel]
     if gpu.models or gpu.models_exclude:
         # One extra False slot so that model -1 (no card) indexes to "not allowed".
         by_model = np.array(
@@ -77,8 +88,9 @@ def allowed_cards(snap: Snapshot, rows: IntArray, gpu: GpuRequest) -> BoolArray:
             + [False],
             dtype=np.bool_,
         )
-        valid = valid & by_model[t.model[rows]]
+        valid = valid & by_model[t.model[sel]]
     if gpu.uuids or gpu.uuids_exclude:
+        valid = valid.copy()  # may be a read-only view of the snapshot
         position = np.full(t.present.shape[0], -1, dtype=np.int64)
         position[rows] = np.arange(rows.shape[0])
         if gpu.uuids:
@@ -108,14 +120,15 @@ def memory_needed(card_mem: IntArray, gpu: GpuRequest) -> IntArray:
 def card_fits(snap: Snapshot, rows: IntArray, gpu: GpuRequest) -> tuple[BoolArray, IntArray]:
     """[rows, cols] mask of the cards ``gpu`` fits on, and the MiB it would take on each."""
     t = snap.tables
-    need = memory_needed(t.card_mem[rows], gpu)
-    ok = allowed_cards(snap, rows, gpu)
-    ok &= t.healthy[rows]
-    ok &= ~t.exclusive[rows]
-    ok &= t.free_mem[rows] >= need
-    ok &= t.free_cores[rows] >= gpu.cores()
+    sel = selector(rows)
+    need = memory_needed(t.card_mem[sel], gpu)
+    ok = allowed_cards(snap, rows, gpu) & t.healthy[sel]  # a new array: safe to update
+    ok &= ~t.exclusive[sel]
+    ok &= t.free_mem[sel] >= need
+    if gpu.cores():
+        ok &= t.free_cores[sel] >= gpu.cores()
     if gpu.exclusive:
-        ok &= t.tenants[rows] == 0
+        ok &= t.tenants[sel] == 0
     return ok, need
 
 
@@ -126,7 +139,8 @@ def feasible(snap: Snapshot, pod: PodRequest, rows: IntArray) -> tuple[BoolArray
     the module docstring).
     """
     t = snap.tables
-    ok = (t.cpu_free[rows] >= pod.cpu_milli) & (t.mem_free[rows] >= pod.memory_mib)
+    sel = selector(rows)
+    ok = (t.cpu_free[sel] >= pod.cpu_milli) & (t.mem_free[sel] >= pod.memory_mib)
     primary = primary_request(pod)
     card_ok = np.zeros((rows.shape[0], t.card_valid.shape[1]), dtype=np.bool_)
     need_mem = np.zeros_like(card_ok, dtype=np.int64)
@@ -134,7 +148,7 @@ def feasible(snap: Snapshot, pod: PodRequest, rows: IntArray) -> tuple[BoolArray
         gpu = c.gpu
         assert gpu is not None
         fits, need = card_fits(snap, rows, gpu)
-        ok &= fits.sum(axis=1) >= gpu.count
+        ok &= fits.any(axis=1) if gpu.count == 1 else fits.sum(axis=1) >= gpu.count
         if gpu is primary:
             card_ok, need_mem = fits, need
     return ok, Demand(pod=pod, primary=primary, rows=rows, card_ok=card_ok, need_mem=need_mem)
@@ -157,7 +171,7 @@ def _capacity_reason(gpu: GpuRequest) -> str:
     return f"fewer than {gpu.count} {_describe(gpu).replace('card', 'cards', 1)}"
 
 
-def _model_reason(snap: Snapshot, row: int, gpu: GpuRequest) -> str:
+def _model_reason(snap: Snapshot, row: int, *, gpu: GpuRequest) -> str:
     inv = snap.inventories[row]
     assert inv is not None
     models = sorted({c.model for c in inv.cards if c.healthy})
@@ -179,43 +193,31 @@ def reasons(snap: Snapshot, pod: PodRequest, rows: IntArray) -> dict[str, str]:
     if rows.shape[0] == 0:
         return out
     gpus = [c.gpu for c in pod.gpu_containers() if c.gpu is not None]
-    has_card = np.any(t.card_valid[rows], axis=1).tolist()
-    has_healthy = np.any(t.card_valid[rows] & t.healthy[rows], axis=1).tolist()
-    healthy_count = (t.card_valid[rows] & t.healthy[rows]).sum(axis=1)
-    enough = [healthy_count >= g.count for g in gpus]
-    allowed = [
-        (allowed_cards(snap, rows, g) & t.healthy[rows]).sum(axis=1) >= g.count for g in gpus
-    ]
-    capacity = [card_fits(snap, rows, g)[0].sum(axis=1) >= g.count for g in gpus]
-    cpu_ok = t.cpu_free[rows] >= pod.cpu_milli
-    mem_ok = t.mem_free[rows] >= pod.memory_mib
-    for i, row in enumerate(rows.tolist()):
-        name = snap.names[row]
-        reason = ""
-        if gpus and not has_card[i]:
-            reason = "no GPU on node"
-        elif gpus and not has_healthy[i]:
-            reason = "no healthy card"
+    healthy = t.card_valid[rows] & t.healthy[rows]
+    healthy_count = healthy.sum(axis=1)
+    # (passes, reason): a fixed phrase, or a function of the row for per-node wording.
+    checks: list[tuple[BoolArray, str | Callable[[int], str]]] = []
+    if gpus:
+        checks.append((np.any(t.card_valid[rows], axis=1), "no GPU on node"))
+        checks.append((healthy_count > 0, "no healthy card"))
+    for g in gpus:
+        checks.append((healthy_count >= g.count, f"fewer than {g.count} healthy cards"))
+        allowed = (allowed_cards(snap, rows, g) & healthy).sum(axis=1) >= g.count
+        checks.append((allowed, partial(_model_reason, snap, gpu=g)))
+    checks.append((t.cpu_free[rows] >= pod.cpu_milli, "insufficient cpu"))
+    checks.append((t.mem_free[rows] >= pod.memory_mib, "insufficient memory"))
+    for g in gpus:
+        checks.append((card_fits(snap, rows, g)[0].sum(axis=1) >= g.count, _capacity_reason(g)))
+    undecided = np.ones(rows.shape[0], dtype=np.bool_)
+    for passes, reason in checks:
+        failing = rows[undecided & ~passes].tolist()
+        if isinstance(reason, str):
+            out.update(dict.fromkeys((snap.names[r] for r in failing), reason))
         else:
-            for g, big, ok in zip(gpus, enough, allowed, strict=True):
-                if not big[i]:
-                    reason = f"fewer than {g.count} healthy cards"
-                    break
-                if not ok[i]:
-                    reason = _model_reason(snap, row, g)
-                    break
-        if not reason and not cpu_ok[i]:
-            reason = "insufficient cpu"
-        if not reason and not mem_ok[i]:
-            reason = "insufficient memory"
-        if not reason:
-            for g, ok in zip(gpus, capacity, strict=True):
-                if not ok[i]:
-                    reason = _capacity_reason(g)
-                    break
-        if not reason:
-            reason = "cards cannot hold all GPU containers together"
-        out[name] = reason
+            out.update((snap.names[r], reason(r)) for r in failing)
+        undecided &= passes
+    together = "cards cannot hold all GPU containers together"
+    out.update(dict.fromkeys((snap.names[r] for r in rows[undecided].tolist()), together))
     return out
 
 

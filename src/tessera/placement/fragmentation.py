@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from tessera.cluster.snapshot import Snapshot, Tables
 from tessera.model.types import GpuRequest
@@ -58,6 +60,8 @@ class _Classes:
     mem_fixed: IntArray  # MiB per card for memory_mib requests, else 0
     mem_percent: IntArray  # percent of the card for percent requests, 100 for whole cards
     cores: IntArray
+    cores_f: npt.NDArray[np.float32]  # cores as a divisor
+    cores_f_share: npt.NDArray[np.float32]  # cores / 100
     whole: BoolArray
     allowed: BoolArray  # [K + 1, M]
 
@@ -85,6 +89,13 @@ class _Classes:
                 [100 if g and g.exclusive else (g.memory_percent or 0) if g else 0 for g in gpus]
             ),
             cores=ints([g.cores() if g else 0 for g in gpus]),
+            # 0 cores (best effort): a tiny divisor, so memory alone bounds the copies.
+            cores_f=np.asarray(
+                [max(g.cores() if g else 0, 1e-6) for g in gpus], dtype=np.float32
+            ).reshape(m),
+            cores_f_share=np.asarray(
+                [g.cores() / 100 if g else 0 for g in gpus], dtype=np.float32
+            ).reshape(m),
             whole=np.asarray([bool(g and g.exclusive) for g in gpus], dtype=np.bool_).reshape(m),
             allowed=allowed,
         )
@@ -112,45 +123,109 @@ def _idle(t: Tables, rows: IntArray, s: _CardState) -> FloatArray:
     return np.where(usable, np.maximum(share, 0.0), 0.0)
 
 
-def _fits(t: Tables, rows: IntArray, s: _CardState, k: _Classes) -> BoolArray:
+def _need_mem(t: Tables, rows: IntArray, k: _Classes) -> IntArray:
+    """[rows, cols, classes]: MiB class m takes on card c."""
+    return k.mem_fixed + t.card_mem[rows][:, :, None] * k.mem_percent // 100
+
+
+def _fits(
+    t: Tables, rows: IntArray, s: _CardState, k: _Classes, need: IntArray | None = None
+) -> BoolArray:
     """[rows, cols, classes]: class m fits card c as it stands in ``s``."""
-    card_mem = t.card_mem[rows][:, :, None]
-    need = k.mem_fixed + card_mem * k.mem_percent // 100
     ok = k.allowed[t.model[rows]]  # model -1 picks the last row: never allowed
     ok &= (t.healthy[rows] & ~s.held_whole)[:, :, None]
-    ok &= s.free_mem[:, :, None] >= need
+    ok &= s.free_mem[:, :, None] >= (_need_mem(t, rows, k) if need is None else need)
     ok &= s.free_cores[:, :, None] >= k.cores
     ok &= ~k.whole | (s.tenants[:, :, None] == 0)
-    ok |= k.count == 0  # a CPU-only class leaves no card share unusable
     return ok
 
 
-def _node_frag(
-    term: FloatArray, count: IntArray, idle: FloatArray, cpu_ok: BoolArray, k: _Classes
-) -> FloatArray:
-    """Σ_m w_m · (class fits the node ? idle it cannot use : all idle), over the last axis.
-
-    ``term``, ``count``, ``cpu_ok``: [..., M]; ``idle``: [...]."""
-    fits = cpu_ok & (count >= k.count)
-    return np.asarray(np.where(fits, term, idle[..., None]) @ k.weight, dtype=np.float64)
+def _node_room(
+    t: Tables, rows: IntArray, cpu_less: int, mem_less: int
+) -> tuple[IntArray, IntArray]:
+    """[rows]: CPU and memory left on the node once ``*_less`` is taken off."""
+    return t.cpu_free[rows] - cpu_less, t.mem_free[rows] - mem_less
 
 
-def _node_ok(t: Tables, rows: IntArray, cpu_less: int, mem_less: int, k: _Classes) -> BoolArray:
-    """[rows, M]: the node's CPU and memory hold class m (after taking ``*_less`` off)."""
-    cpu = (t.cpu_free[rows] - cpu_less)[:, None] >= k.cpu
-    mem = (t.mem_free[rows] - mem_less)[:, None] >= k.mem
-    return cpu & mem
+class Measure(Protocol):
+    """A per-node fragmentation measure in the shape growth() needs: per-card features
+    that add up over a node's cards, and the node's value from their sums."""
+
+    def card_features(self, t: Tables, rows: IntArray, s: _CardState, k: _Classes) -> FloatArray:
+        """[rows, cols, classes, features]."""
+        ...
+
+    def node_value(
+        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: _Classes
+    ) -> FloatArray:
+        """``sums``: [..., classes, features]; ``idle``, ``cpu``, ``mem``: [...] -> [...]."""
+        ...
 
 
-def _frag_rows(t: Tables, rows: IntArray, k: _Classes) -> tuple[FloatArray, FloatArray]:
+class PublishedMeasure:
+    """FGD's measure (module docstring): per class, the idle share of the cards it does not
+    fit, or all idle GPU when the node cannot run it at all; weighted by the mix."""
+
+    def card_features(self, t: Tables, rows: IntArray, s: _CardState, k: _Classes) -> FloatArray:
+        ok = _fits(t, rows, s, k) | (k.count == 0)  # CPU-only work leaves no share unusable
+        idle = _idle(t, rows, s)[:, :, None]
+        return np.stack([idle * ~ok, ok.astype(np.float64)], axis=-1)
+
+    def node_value(
+        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: _Classes
+    ) -> FloatArray:
+        fits = (cpu[..., None] >= k.cpu) & (mem[..., None] >= k.mem) & (sums[..., 1] >= k.count)
+        return np.asarray(np.where(fits, sums[..., 0], idle[..., None]) @ k.weight)
+
+
+class PackingMeasure:
+    """Tessera's variant: per class, the idle GPU left over once as many copies of the class
+    as the node can still hold are packed in, counting every resource: copies per card
+    (a card with room for two copies counts twice), the node's CPU and memory (a node
+    with eight idle cards and CPU for one whole-card task strands seven), and for
+    multi-card classes whole groups of ``count`` cards."""
+
+    def card_features(self, t: Tables, rows: IntArray, s: _CardState, k: _Classes) -> FloatArray:
+        need = np.maximum(_need_mem(t, rows, k), 1)
+        ok = _fits(t, rows, s, k, need)
+        needf = need.astype(np.float32)
+        by_mem = np.floor(s.free_mem[:, :, None].astype(np.float32) / needf)
+        by_cores = np.floor(s.free_cores[:, :, None].astype(np.float32) / k.cores_f)
+        copies = np.minimum(by_mem, by_cores)
+        copies = np.where(ok, np.where(k.count > 1, 1.0, copies), 0.0)  # multi-card: 1 per card
+        out = np.empty((*copies.shape, 2), dtype=np.float32)
+        mem = np.maximum(t.card_mem[rows], 1)[:, :, None].astype(np.float32)
+        out[..., 0] = copies * np.maximum(k.cores_f_share, needf / mem)
+        out[..., 1] = copies
+        return out
+
+    def node_value(
+        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: _Classes
+    ) -> FloatArray:
+        usable_gpu, copies = sums[..., 0], sums[..., 1]
+        per_copy = np.divide(usable_gpu, copies, out=np.zeros_like(usable_gpu), where=copies > 0)
+        count = np.maximum(k.count, 1)
+        groups = np.floor(copies / count)
+        groups = np.minimum(
+            groups, np.where(k.cpu > 0, cpu[..., None] // np.maximum(k.cpu, 1), groups)
+        )
+        groups = np.minimum(
+            groups, np.where(k.mem > 0, mem[..., None] // np.maximum(k.mem, 1), groups)
+        )
+        unusable = np.maximum(idle[..., None] - groups * count * per_copy, 0.0)
+        unusable = np.where(k.count > 0, unusable, 0.0)  # CPU-only work uses no GPU
+        return np.asarray(unusable @ k.weight)
+
+
+def _frag_rows(
+    t: Tables, rows: IntArray, k: _Classes, measure: Measure
+) -> tuple[FloatArray, FloatArray]:
     """Per row: (fragmentation, idle GPU) as the snapshot stands."""
     s = _CardState.of(t, rows)
-    idle = _idle(t, rows, s)
-    ok = _fits(t, rows, s, k)
-    term = np.einsum("rc,rcm->rm", idle, ~ok)
-    count = ok.sum(axis=1)
-    total = idle.sum(axis=1)
-    return _node_frag(term, count, total, _node_ok(t, rows, 0, 0, k), k), total
+    idle = _idle(t, rows, s).sum(axis=1)
+    sums = measure.card_features(t, rows, s, k).sum(axis=1)
+    cpu, mem = _node_room(t, rows, 0, 0)
+    return measure.node_value(sums, idle, cpu, mem, k), idle
 
 
 def _request_after(t: Tables, rows: IntArray, gpu: GpuRequest) -> _CardState:
@@ -180,54 +255,52 @@ def growth(
     memory_mib: int,
     gpu: GpuRequest | None,
     k: _Classes,
+    measure: Measure,
+    before_feats: FloatArray | None = None,
 ) -> tuple[FloatArray, IntArray]:
     """Per row: the smallest growth of fragmentation placing the request can cause, and
     the card column that achieves it (-1 when the request takes no single card).
 
     ``card_ok[i, c]``: the request fits card c of rows[i]. A request for one card tries
     each fitting card; a multi-card request takes its ``count`` tightest fitting cards.
+    Only the taken cards change, so the node's sums are updated, not recomputed.
+    ``before_feats``: the rows' card features as they stand, when the caller keeps them.
     """
     before = _CardState.of(t, rows)
     idle = _idle(t, rows, before)
-    ok = _fits(t, rows, before, k)
-    unusable = idle[:, :, None] * ~ok  # [R, C, M]
-    term = unusable.sum(axis=1)
-    count = ok.sum(axis=1)
+    feats = (  # [R, C, M, F]
+        measure.card_features(t, rows, before, k) if before_feats is None else before_feats
+    )
+    sums = feats.sum(axis=1)
     total = idle.sum(axis=1)
-    f_before = _node_frag(term, count, total, _node_ok(t, rows, 0, 0, k), k)
-    node_ok = _node_ok(t, rows, cpu_milli, memory_mib, k)
+    cpu, mem = _node_room(t, rows, 0, 0)
+    f_before = measure.node_value(sums, total, cpu, mem, k)
+    cpu, mem = _node_room(t, rows, cpu_milli, memory_mib)
     no_col = np.full(rows.shape[0], -1, dtype=np.int64)
     if gpu is None:
-        return _node_frag(term, count, total, node_ok, k) - f_before, no_col
+        return measure.node_value(sums, total, cpu, mem, k) - f_before, no_col
     after = _request_after(t, rows, gpu)
     idle_a = _idle(t, rows, after)
-    ok_a = _fits(t, rows, after, k)
-    d_term = idle_a[:, :, None] * ~ok_a - unusable  # [R, C, M] change if card c is taken
-    d_count = ok_a.astype(np.int64) - ok
+    d_feats = measure.card_features(t, rows, after, k) - feats  # change if card c is taken
     d_idle = idle_a - idle
     if gpu.count == 1:
-        f_after = _node_frag(
-            term[:, None, :] + d_term,
-            count[:, None, :] + d_count,
-            total[:, None] + d_idle,
-            node_ok[:, None, :],
-            k,
+        f_after = measure.node_value(
+            sums[:, None] + d_feats, total[:, None] + d_idle, cpu[:, None], mem[:, None], k
         )  # [R, C]
         delta = np.where(card_ok, f_after - f_before[:, None], np.inf)
         # Equal growth: the tighter card, so that big free shares stay whole.
-        delta_tb = delta - 1e-9 * (1.0 - idle)
-        col = np.argmin(delta_tb, axis=1)
+        col = np.argmin(delta - 1e-9 * (1.0 - idle), axis=1)
         return delta[np.arange(rows.shape[0]), col], col
     # Several cards: the ``count`` tightest fitting ones.
     order = np.argsort(np.where(card_ok, idle, np.inf), axis=1, kind="stable")
     taken = np.zeros_like(card_ok)
     np.put_along_axis(taken, order[:, : gpu.count], True, axis=1)
     taken &= card_ok
-    f_after = _node_frag(
-        term + np.einsum("rc,rcm->rm", taken, d_term),
-        count + np.einsum("rc,rcm->rm", taken.astype(np.int64), d_count),
+    f_after = measure.node_value(
+        sums + np.einsum("rc,rcmf->rmf", taken.astype(np.float64), d_feats),
         total + (taken * d_idle).sum(axis=1),
-        node_ok,
+        cpu,
+        mem,
         k,
     )
     return f_after - f_before, no_col
@@ -243,13 +316,19 @@ class _Cache:
 class FragmentationNodes:
     """Node scorer: minus the growth of expected fragmentation, plus a best-fit tie-break."""
 
-    def __init__(self, mix: WorkloadMix, tie_break: float = 1e-3) -> None:
+    def __init__(
+        self, mix: WorkloadMix, measure: Measure | None = None, tie_break: float = 1e-3
+    ) -> None:
         self.mix = mix
+        self.measure: Measure = measure if measure is not None else PackingMeasure()
         self.tie_break = tie_break
         self._version = -1
         self._models: tuple[str, ...] = ()
         self._classes: _Classes | None = None
         self._cache: dict[RequestClass, _Cache] = {}
+        # Card features of each row as it stands: shared by every request class.
+        self._feats_generation = np.zeros(0, dtype=np.int64)
+        self._feats: FloatArray = np.zeros((0, 0, 0, 0), dtype=np.float32)
 
     def classes(self, snap: Snapshot) -> _Classes | None:
         """The mix as arrays for ``snap``'s models; rebuilt when the mix's version or the
@@ -259,7 +338,21 @@ class FragmentationNodes:
             self._classes = _Classes.build(weights, snap.models) if weights else None
             self._version, self._models = self.mix.version, snap.models
             self._cache.clear()
+            self._feats_generation = np.zeros(0, dtype=np.int64)
         return self._classes
+
+    def _features(self, snap: Snapshot, rows: IntArray, k: _Classes) -> FloatArray:
+        """Card features of ``rows`` as they stand, recomputed only for changed rows."""
+        t = snap.tables
+        size, cols = t.card_valid.shape
+        if self._feats_generation.shape[0] != size or self._feats.shape[1] != cols:
+            self._feats_generation = np.zeros(size, dtype=np.int64)
+            self._feats = np.zeros((size, cols, k.weight.shape[0], 2), dtype=np.float32)
+        stale = rows[self._feats_generation[rows] != t.generation[rows]]
+        if stale.shape[0]:
+            self._feats[stale] = self.measure.card_features(t, stale, _CardState.of(t, stale), k)
+            self._feats_generation[stale] = t.generation[stale]
+        return self._feats[rows]
 
     def growth_rows(self, snap: Snapshot, demand: Demand) -> tuple[FloatArray, IntArray]:
         """Per candidate row: growth of fragmentation and the card that gives it."""
@@ -271,7 +364,9 @@ class FragmentationNodes:
         pod, gpu = demand.pod, demand.primary
         key = RequestClass.of(pod)
         if gpu is not None and (gpu.uuids or gpu.uuids_exclude):  # per-pod: not cacheable
-            return growth(t, demand.rows, demand.card_ok, pod.cpu_milli, pod.memory_mib, gpu, k)
+            return growth(
+                t, demand.rows, demand.card_ok, pod.cpu_milli, pod.memory_mib, gpu, k, self.measure
+            )
         size = t.present.shape[0]
         entry = self._cache.get(key)
         if entry is None or entry.generation.shape[0] != size:
@@ -282,7 +377,18 @@ class FragmentationNodes:
         stale = entry.generation[demand.rows] != t.generation[demand.rows]
         if stale.any():
             rows = demand.rows[stale]
-            d, c = growth(t, rows, demand.card_ok[stale], pod.cpu_milli, pod.memory_mib, gpu, k)
+            feats = self._features(snap, rows, k)
+            d, c = growth(
+                t,
+                rows,
+                demand.card_ok[stale],
+                pod.cpu_milli,
+                pod.memory_mib,
+                gpu,
+                k,
+                self.measure,
+                feats,
+            )
             entry.delta[rows], entry.col[rows] = d, c
             entry.generation[rows] = t.generation[rows]
         return entry.delta[demand.rows], entry.col[demand.rows]
@@ -311,7 +417,7 @@ class FragmentationCards:
         card_ok[0, list(candidates)] = True
         # The pod's CPU and memory do not change which card is best: they are the same
         # for every card of the node.
-        _, col = growth(t, rows, card_ok, 0, 0, gpu, k)
+        _, col = growth(t, rows, card_ok, 0, 0, gpu, k, self._nodes.measure)
         return [int(col[0])]
 
 
@@ -321,7 +427,9 @@ def node_fragmentation(snap: Snapshot, mix: WorkloadMix) -> dict[str, float]:
     rows = np.flatnonzero(snap.tables.present).astype(np.int64)
     if not weights:
         return {snap.names[r]: 0.0 for r in rows.tolist()}
-    frag, _ = _frag_rows(snap.tables, rows, _Classes.build(weights, snap.models))
+    frag, _ = _frag_rows(
+        snap.tables, rows, _Classes.build(weights, snap.models), PublishedMeasure()
+    )
     return {snap.names[r]: float(f) for r, f in zip(rows.tolist(), frag.tolist(), strict=True)}
 
 
@@ -335,6 +443,8 @@ def fragmentation_rate(snap: Snapshot, mix: WorkloadMix) -> float:
     rows = np.flatnonzero(snap.tables.present).astype(np.int64)
     if not weights or rows.shape[0] == 0:
         return 0.0
-    frag, idle = _frag_rows(snap.tables, rows, _Classes.build(weights, snap.models))
+    frag, idle = _frag_rows(
+        snap.tables, rows, _Classes.build(weights, snap.models), PublishedMeasure()
+    )
     total = float(idle.sum())
     return float(frag.sum()) / total if total > 0 else 0.0

@@ -70,13 +70,26 @@ class WorkloadMix:
             self.freeze()
 
     def freeze(self) -> None:
-        """Take the current counts as the weights the policy uses (bumps ``version``)."""
-        top = self._counts.most_common(self._max_classes)
+        """Take the current counts as the weights the policy uses (bumps ``version``).
+
+        Classes with the same GPU shape are merged, their CPU and memory averaged by
+        count: the card-level measure only depends on the shape, and a few dozen classes
+        keep the measure's arrays small (its cost is linear in the number of classes).
+        """
+        merged: dict[GpuRequest | None, list[int]] = {}
+        for c, n in self._counts.items():
+            acc = merged.setdefault(c.gpu, [0, 0, 0])
+            acc[0] += n
+            acc[1] += n * c.cpu_milli
+            acc[2] += n * c.memory_mib
+        classes = [
+            (RequestClass(cpu // n, mem // n, gpu), n) for gpu, (n, cpu, mem) in merged.items()
+        ]
+        # Most common first; ties in a fixed order whatever the arrival order.
+        classes.sort(key=lambda cn: (-cn[1], repr(cn[0])))
+        top = classes[: self._max_classes]
         total = sum(n for _, n in top)
-        # Sorted for a deterministic order whatever the arrival order of ties.
-        self._frozen = tuple(
-            sorted(((c, n / total) for c, n in top), key=lambda cw: (-cw[1], repr(cw[0])))
-        )
+        self._frozen = tuple((c, n / total) for c, n in top)
         self.version += 1
 
     def weights(self) -> tuple[tuple[RequestClass, float], ...]:

@@ -91,9 +91,11 @@ def place(
     demand, rows, ok = _candidates(snap, pod, names)
     if demand.rows.shape[0]:
         scores = policy.node.score_rows(snap, demand)
-        # Stable descending order: equal scores keep row order.
-        order = np.argsort(-scores, kind="stable")
-        for i in order.tolist():
+        # The best first (argmax keeps the first of equals); the full stable order only
+        # when its cards do not work out (several GPU containers).
+        best = int(np.argmax(scores))
+        rest = np.argsort(-scores, kind="stable").tolist() if len(pod.gpu_containers()) > 1 else []
+        for i in [best, *(j for j in rest if j != best)]:
             node = snap.names[int(demand.rows[i])]
             try:
                 assignment = assign_cards(snap, pod, node, policy.card)
