@@ -271,6 +271,14 @@ def test_score_nodes_covers_feasible_nodes_only() -> None:
     assert set(scores) == {"a"}
 
 
+def test_policy_names_match_what_the_pod_spec_parser_accepts() -> None:
+    from tessera.model.names import PLACEMENT_POLICIES
+
+    assert set(PLACEMENT_POLICIES) == POLICIES
+    for name in POLICIES:
+        assert make_policy(name).name == name
+
+
 def test_make_policy_refuses_unknown_names() -> None:
     assert {"binpack", "spread", "topology", "fragmentation", "random", "best-fit"} == POLICIES
     with pytest.raises(SpecError, match="placement: must be one of"):

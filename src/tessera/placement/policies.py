@@ -7,6 +7,7 @@ slash (``spread/binpack``: spread pods over nodes, pack them onto cards).
 from __future__ import annotations
 
 from tessera.errors import SpecError
+from tessera.model.names import PLACEMENT_POLICIES
 from tessera.placement.base import CardPicker, NodeScorer, Policy
 from tessera.placement.bestfit import BestFitCards, BestFitNodes
 from tessera.placement.binpack import BinpackCards, BinpackNodes
@@ -18,9 +19,8 @@ from tessera.placement.topology import TopologyCards, TopologyNodes
 
 __all__ = ["DEFAULT_POLICY", "POLICIES", "make_policy"]
 
-POLICIES: frozenset[str] = frozenset(
-    {"binpack", "spread", "topology", "fragmentation", "random", "best-fit"}
-)
+# The names the pod-spec parser accepts for tessera.io/placement: one list for both.
+POLICIES: frozenset[str] = frozenset(PLACEMENT_POLICIES)
 DEFAULT_POLICY = "fragmentation"
 
 
