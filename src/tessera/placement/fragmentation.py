@@ -317,9 +317,14 @@ class FragmentationNodes:
     """Node scorer: minus the growth of expected fragmentation, plus a best-fit tie-break."""
 
     def __init__(
-        self, mix: WorkloadMix, measure: Measure | None = None, tie_break: float = 1e-3
+        self,
+        mix: WorkloadMix,
+        measure: Measure | None = None,
+        tie_break: float = 1e-3,
+        max_refresh: int | None = 256,
     ) -> None:
         self.mix = mix
+        self.max_refresh = max_refresh
         self.measure: Measure = measure if measure is not None else PackingMeasure()
         self.tie_break = tie_break
         self._version = -1
@@ -345,12 +350,17 @@ class FragmentationNodes:
         """Card features of ``rows`` as they stand, recomputed only for changed rows."""
         t = snap.tables
         size, cols = t.card_valid.shape
-        if self._feats_generation.shape[0] != size or self._feats.shape[1] != cols:
-            self._feats_generation = np.zeros(size, dtype=np.int64)
-            self._feats = np.zeros((size, cols, k.weight.shape[0], 2), dtype=np.float32)
-        stale = rows[self._feats_generation[rows] != t.generation[rows]]
+        stale = (
+            rows[self._feats_generation[rows] != t.generation[rows]]
+            if (self._feats_generation.shape[0] == size and self._feats.shape[1] == cols)
+            else rows
+        )
         if stale.shape[0]:
-            self._feats[stale] = self.measure.card_features(t, stale, _CardState.of(t, stale), k)
+            fresh = self.measure.card_features(t, stale, _CardState.of(t, stale), k)
+            if stale is rows:  # first use, or the table was resized: start over
+                self._feats_generation = np.zeros(size, dtype=np.int64)
+                self._feats = np.zeros((size, *fresh.shape[1:]), dtype=np.float32)
+            self._feats[stale] = fresh
             self._feats_generation[stale] = t.generation[stale]
         return self._feats[rows]
 
@@ -374,8 +384,17 @@ class FragmentationNodes:
                 np.zeros(size, dtype=np.int64), np.zeros(size), np.zeros(size, dtype=np.int64)
             )
             self._cache[key] = entry
-        stale = entry.generation[demand.rows] != t.generation[demand.rows]
-        if stale.any():
+        stale = np.flatnonzero(entry.generation[demand.rows] != t.generation[demand.rows])
+        skipped = stale[:0]
+        if self.max_refresh is not None and stale.shape[0] > self.max_refresh:
+            # Bound the work of one decision (kube-scheduler scores a share of the nodes
+            # for the same reason): refresh the busiest stale rows; the rest sit this
+            # decision out and are refreshed when next chosen.
+            busy = gpu_used_fraction(snap, demand.rows[stale])
+            order = np.argsort(-busy, kind="stable")
+            skipped = stale[order[self.max_refresh :]]
+            stale = np.sort(stale[order[: self.max_refresh]])
+        if stale.shape[0]:
             rows = demand.rows[stale]
             feats = self._features(snap, rows, k)
             d, c = growth(
@@ -391,7 +410,13 @@ class FragmentationNodes:
             )
             entry.delta[rows], entry.col[rows] = d, c
             entry.generation[rows] = t.generation[rows]
-        return entry.delta[demand.rows], entry.col[demand.rows]
+        delta, col = entry.delta[demand.rows], entry.col[demand.rows]
+        if skipped.shape[0]:
+            considered = np.ones(n, dtype=np.bool_)
+            considered[skipped] = False
+            finite = delta[considered & np.isfinite(delta)]
+            delta[skipped] = (finite.max() if finite.shape[0] else 0.0) + 1.0  # last
+        return delta, col
 
     def score_rows(self, snap: Snapshot, demand: Demand) -> FloatArray:
         delta, _ = self.growth_rows(snap, demand)
