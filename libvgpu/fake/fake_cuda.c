@@ -1,0 +1,494 @@
+/*
+ * fake_cuda.c - a fake libcuda.so.1 for libvgpu's tests (see fakecuda.h). It keeps the
+ * driver's contracts that libvgpu depends on: error codes for NULL and zero arguments,
+ * OUT_OF_MEMORY at the device's size, cuGetProcAddress's version and per-thread-stream
+ * rules, asynchronous launches with a bounded queue. Internal calls go to static
+ * functions, never through exported symbols (which libvgpu interposes).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fakecuda.h"
+#include "vg_cuda.h"
+
+#define FX __attribute__((visibility("default")))
+#define MAXDEV 8
+#define LOG_CAP (1u << 16)
+
+struct CUctx_st { int dev; };
+struct CUfunc_st { uint64_t ns; };
+struct CUmod_st { int unused; };
+struct CUmemPoolHandle_st { int dev; };
+struct CUarray_st { int dev; uint64_t bytes; };
+
+typedef struct { uint64_t start, end; } span;
+typedef struct {
+    pthread_mutex_t mu;
+    uint64_t busy_until;
+    uint64_t used, peak, total, launches;
+    span log[LOG_CAP];
+    uint64_t nlog;
+} fdev;
+
+static fdev devs[MAXDEV];
+static struct CUctx_st ctxs[MAXDEV];
+static int ndev = 2, inited = 0;
+static uint64_t queue_ns = 8000000;
+static uint64_t alloc_calls, sync_calls;
+static __thread CUcontext cur;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* Allocations: address -> (bytes, dev). A simple locked list is plenty for tests. */
+typedef struct alloc { uint64_t key, bytes; int dev, device_mem; struct alloc *next; } alloc;
+static alloc *allocs;
+static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t next_addr = 0x7f0000000000ull, next_low = 0x10000000ull, next_handle = 1;
+enum { ADDR = 0, HANDLE = 1, LOW_ADDR = 2 }; /* what mem_add hands out */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t t) {
+    struct timespec ts = {(time_t)(t / 1000000000ull), (long)(t % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {
+    }
+}
+
+static void setup(void) {
+    const char *e = getenv("FAKECUDA_DEVICES");
+    if (e) ndev = atoi(e) < 1 ? 1 : atoi(e) > MAXDEV ? MAXDEV : atoi(e);
+    uint64_t mib = 16384;
+    if ((e = getenv("FAKECUDA_MEM_MIB"))) mib = strtoull(e, NULL, 10);
+    if ((e = getenv("FAKECUDA_QUEUE_NS"))) queue_ns = strtoull(e, NULL, 10);
+    for (int i = 0; i < MAXDEV; i++) {
+        pthread_mutex_init(&devs[i].mu, NULL);
+        devs[i].total = mib << 20;
+        ctxs[i].dev = i;
+    }
+}
+
+static int cur_dev(void) { return cur ? cur->dev : -1; }
+
+/* ---- memory ---- */
+
+static CUresult mem_add(unsigned long long *out, uint64_t bytes, int dev, int device_mem, int kind) {
+    if (out == NULL || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    __atomic_fetch_add(&alloc_calls, 1, __ATOMIC_RELAXED);
+    fdev *d = &devs[dev];
+    pthread_mutex_lock(&alloc_mu);
+    if (device_mem) {
+        if (d->used + bytes > d->total) {
+            pthread_mutex_unlock(&alloc_mu);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        d->used += bytes;
+        if (d->used > d->peak) d->peak = d->used;
+    }
+    alloc *a = malloc(sizeof *a);
+    uint64_t *next = kind == HANDLE ? &next_handle : kind == LOW_ADDR ? &next_low : &next_addr;
+    a->key = *next;
+    *next += kind == HANDLE ? 1 : (bytes + 0xfff) & ~0xfffull;
+    a->bytes = bytes;
+    a->dev = dev;
+    a->device_mem = device_mem;
+    a->next = allocs;
+    allocs = a;
+    *out = a->key;
+    pthread_mutex_unlock(&alloc_mu);
+    return CUDA_SUCCESS;
+}
+
+static CUresult mem_del(uint64_t key) {
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (key == 0) return CUDA_SUCCESS;
+    pthread_mutex_lock(&alloc_mu);
+    for (alloc **p = &allocs; *p; p = &(*p)->next) {
+        if ((*p)->key == key) {
+            alloc *a = *p;
+            *p = a->next;
+            if (a->device_mem) devs[a->dev].used -= a->bytes;
+            pthread_mutex_unlock(&alloc_mu);
+            free(a);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&alloc_mu);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+FX CUresult cuInit(unsigned int flags) {
+    pthread_once(&once, setup);
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    inited = 1;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuDriverGetVersion(int *v) {
+    if (!v) return CUDA_ERROR_INVALID_VALUE;
+    *v = 12040;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuDeviceGetCount(int *n) {
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    *n = ndev;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+    if (!d) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (ordinal < 0 || ordinal >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuDeviceGetUuid(CUuuid *u, CUdevice dev) {
+    if (!u) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    memset(u->bytes, 0, 16);
+    u->bytes[0] = (char)0xfa;
+    u->bytes[1] = (char)0xce;
+    u->bytes[15] = (char)dev;
+    return CUDA_SUCCESS;
+}
+static CUresult total_mem(size_t *b, CUdevice dev) {
+    if (!b) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *b = devs[dev].total;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice dev) { return total_mem(b, dev); }
+FX CUresult cuDeviceTotalMem(unsigned int *b, CUdevice dev) {
+    size_t v = 0;
+    CUresult r = total_mem(b ? &v : NULL, dev);
+    if (r == CUDA_SUCCESS) *b = v > 0xffffffffu ? 0xffffffffu : (unsigned int)v;
+    return r;
+}
+FX CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice dev) {
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *c = &ctxs[dev];
+    return CUDA_SUCCESS;
+}
+FX CUresult cuCtxSetCurrent(CUcontext c) {
+    cur = c;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuCtxGetDevice(CUdevice *d) {
+    if (!d) return CUDA_ERROR_INVALID_VALUE;
+    if (!cur) return CUDA_ERROR_INVALID_CONTEXT;
+    *d = cur->dev;
+    return CUDA_SUCCESS;
+}
+static CUresult mem_info(size_t *f, size_t *t) {
+    if (!f || !t) return CUDA_ERROR_INVALID_VALUE;
+    if (!cur) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&alloc_mu);
+    *f = devs[cur->dev].total - devs[cur->dev].used;
+    *t = devs[cur->dev].total;
+    pthread_mutex_unlock(&alloc_mu);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { return mem_info(f, t); }
+FX CUresult cuMemGetInfo(unsigned int *f, unsigned int *t) {
+    size_t a = 0, b = 0;
+    CUresult r = mem_info(f ? &a : NULL, t ? &b : NULL);
+    if (r == CUDA_SUCCESS) {
+        *f = a > 0xffffffffu ? 0xffffffffu : (unsigned int)a;
+        *t = b > 0xffffffffu ? 0xffffffffu : (unsigned int)b;
+    }
+    return r;
+}
+
+static CUresult alloc_v2(CUdeviceptr *p, size_t n) { return mem_add(p, n, cur_dev(), 1, 0); }
+FX CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return alloc_v2(p, n); }
+FX CUresult cuMemAlloc(CUdeviceptr_v1 *p, unsigned int n) {
+    unsigned long long v = 0;
+    CUresult r = mem_add(p ? &v : NULL, n, cur_dev(), 1, LOW_ADDR);
+    if (r == CUDA_SUCCESS) *p = (CUdeviceptr_v1)v;
+    return r;
+}
+static size_t pitch_of(size_t w) { return (w + 511) & ~(size_t)511; }
+FX CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e) {
+    if (!pitch || w == 0 || h == 0 || (e != 4 && e != 8 && e != 16)) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = mem_add(p, pitch_of(w) * h, cur_dev(), 1, 0);
+    if (r == CUDA_SUCCESS) *pitch = pitch_of(w);
+    return r;
+}
+FX CUresult cuMemAllocPitch(CUdeviceptr_v1 *p, unsigned int *pitch, unsigned int w, unsigned int h,
+                            unsigned e) {
+    (void)p, (void)pitch, (void)w, (void)h, (void)e;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+FX CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) {
+    if (flags != 1 && flags != 2) return CUDA_ERROR_INVALID_VALUE;
+    return mem_add(p, n, cur_dev(), 1, 0);
+}
+FX CUresult cuMemFree_v2(CUdeviceptr p) { return mem_del(p); }
+FX CUresult cuMemFree(CUdeviceptr_v1 p) { return mem_del(p); }
+FX CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return alloc_v2(p, n); }
+FX CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return alloc_v2(p, n); }
+static CUresult pool_alloc(CUdeviceptr *p, size_t n, CUmemoryPool pool) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    return mem_add(p, n, pool->dev, 1, 0);
+}
+FX CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
+    (void)s;
+    return pool_alloc(p, n, pool);
+}
+FX CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
+    (void)s;
+    return pool_alloc(p, n, pool);
+}
+FX CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return mem_del(p); }
+FX CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return mem_del(p); }
+FX CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    if (props->location.id < 0 || props->location.id >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = malloc(sizeof **pool);
+    (*pool)->dev = props->location.id;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    free(pool);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
+                        unsigned long long flags) {
+    if (!prop || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    int on_dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+    int dev = on_dev ? prop->location.id : 0;
+    return mem_add(h, n, dev, on_dev, HANDLE);
+}
+FX CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    if (h == 0) return CUDA_ERROR_INVALID_VALUE;
+    return mem_del(h);
+}
+static CUresult array_make(CUarray *a, uint64_t bytes) {
+    unsigned long long key = 0;
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = mem_add(&key, bytes, cur_dev(), 1, HANDLE);
+    if (r != CUDA_SUCCESS) return r;
+    *a = malloc(sizeof **a);
+    (*a)->dev = cur_dev();
+    (*a)->bytes = key; /* the fake's handle for the bytes */
+    return CUDA_SUCCESS;
+}
+static uint64_t elem(CUarray_format f) {
+    return f == CU_AD_FORMAT_UNSIGNED_INT8 || f == CU_AD_FORMAT_SIGNED_INT8 ? 1
+         : f == CU_AD_FORMAT_UNSIGNED_INT16 || f == CU_AD_FORMAT_SIGNED_INT16 || f == CU_AD_FORMAT_HALF ? 2
+         : 4;
+}
+FX CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d) {
+    if (!d || d->Width == 0 || d->NumChannels == 0) return CUDA_ERROR_INVALID_VALUE;
+    return array_make(a, d->Width * (d->Height ? d->Height : 1) * d->NumChannels * elem(d->Format));
+}
+FX CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d) { return cuArrayCreate_v2(a, d); }
+FX CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+    if (!d || d->Width == 0 || d->NumChannels == 0) return CUDA_ERROR_INVALID_VALUE;
+    return array_make(a, d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
+                             d->NumChannels * elem(d->Format));
+}
+FX CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) { return cuArray3DCreate_v2(a, d); }
+FX CUresult cuArrayDestroy(CUarray a) {
+    if (!a) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = mem_del(a->bytes);
+    free(a);
+    return r;
+}
+
+/* ---- modules and launches ---- */
+
+FX CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    static struct CUmod_st mod;
+    if (!m || !image) return CUDA_ERROR_INVALID_VALUE;
+    *m = &mod;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    if (!f || !m || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (strncmp(name, "busy_", 5) != 0) return CUDA_ERROR_NOT_FOUND;
+    *f = malloc(sizeof **f);
+    (*f)->ns = strtoull(name + 5, NULL, 10);
+    return CUDA_SUCCESS;
+}
+
+static CUresult run(CUfunction f, int dev) {
+    if (!f) return CUDA_ERROR_INVALID_HANDLE;
+    if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    fdev *d = &devs[dev];
+    pthread_mutex_lock(&d->mu);
+    uint64_t now = now_ns();
+    while (d->busy_until > now + queue_ns) { /* queue full: wait like a real push buffer */
+        uint64_t t = d->busy_until - queue_ns;
+        pthread_mutex_unlock(&d->mu);
+        sleep_until(t);
+        pthread_mutex_lock(&d->mu);
+        now = now_ns();
+    }
+    uint64_t start = d->busy_until > now ? d->busy_until : now;
+    d->busy_until = start + f->ns;
+    d->log[d->nlog % LOG_CAP] = (span){start, start + f->ns};
+    d->nlog++;
+    d->launches++;
+    pthread_mutex_unlock(&d->mu);
+    return CUDA_SUCCESS;
+}
+
+#define GRID_OK (gx && gy && gz && bx && by && bz)
+FX CUresult cuLaunchKernel(VG_LAUNCH_ARGS_DECL, void **p, void **x) {
+    (void)shmem, (void)stream, (void)p, (void)x;
+    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+}
+FX CUresult cuLaunchKernel_ptsz(VG_LAUNCH_ARGS_DECL, void **p, void **x) {
+    (void)shmem, (void)stream, (void)p, (void)x;
+    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+}
+FX CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **x) {
+    (void)p, (void)x;
+    return c ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+}
+FX CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **x) {
+    (void)p, (void)x;
+    return c ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+}
+FX CUresult cuLaunchCooperativeKernel(VG_LAUNCH_ARGS_DECL, void **p) {
+    (void)shmem, (void)stream, (void)p;
+    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+}
+FX CUresult cuLaunchCooperativeKernel_ptsz(VG_LAUNCH_ARGS_DECL, void **p) {
+    (void)shmem, (void)stream, (void)p;
+    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+}
+FX CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *l, unsigned n, unsigned fl) {
+    (void)fl;
+    if (!l || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) run(l[i].function, cur_dev());
+    return CUDA_SUCCESS;
+}
+/* In the fake a CUgraphExec is a CUfunction: the graph runs as one kernel. */
+FX CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)s; return run((CUfunction)g, cur_dev()); }
+FX CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { (void)s; return run((CUfunction)g, cur_dev()); }
+FX CUresult cuLaunch(CUfunction f) { return run(f, cur_dev()); }
+FX CUresult cuLaunchGrid(CUfunction f, int w, int h) { return w > 0 && h > 0 ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE; }
+FX CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s) {
+    (void)s;
+    return w > 0 && h > 0 ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult sync_dev(int dev) {
+    if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    __atomic_fetch_add(&sync_calls, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&devs[dev].mu);
+    uint64_t t = devs[dev].busy_until;
+    pthread_mutex_unlock(&devs[dev].mu);
+    if (t > now_ns()) sleep_until(t);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuCtxSynchronize(void) { return sync_dev(cur_dev()); }
+FX CUresult cuStreamSynchronize(CUstream s) { (void)s; return sync_dev(cur_dev()); }
+
+/* ---- cuGetProcAddress: the driver's rules, over the fake's own table ---- */
+
+#define PROC(name, params, args) {#name, (void *)name},
+static const struct { const char *name; void *fn; } procs[] = {
+    VG_CUDA_FUNCS(PROC) VG_CUDA_USED(PROC) PROC(cuDevicePrimaryCtxRetain, , )
+    PROC(cuCtxSetCurrent, , ) PROC(cuModuleLoadData, , ) PROC(cuModuleGetFunction, , )
+    PROC(cuStreamSynchronize, , ) PROC(cuDriverGetVersion, , ) {NULL, NULL},
+};
+
+/* With FAKECUDA_PROC_INTERNAL=1, cuGetProcAddress hands out internal entry points for
+ * cuMemAlloc and cuLaunchKernel (as real drivers may), not the exported symbols. */
+static CUresult internal_cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return alloc_v2(p, n); }
+static CUresult internal_cuLaunchKernel(VG_LAUNCH_ARGS_DECL, void **p, void **x) {
+    (void)shmem, (void)stream, (void)p, (void)x;
+    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static void *proc_named(const char *name) {
+    for (int i = 0; procs[i].name; i++)
+        if (strcmp(procs[i].name, name) == 0) return procs[i].fn;
+    return NULL;
+}
+
+static CUresult get_proc(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+    char name[128];
+    void *fn = NULL;
+    if (!sym || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+        snprintf(name, sizeof name, "%s_ptsz", sym);
+        fn = proc_named(name);
+    }
+    if (!fn && ver >= (strcmp(sym, "cuGetProcAddress") == 0 ? 12000 : 3020)) {
+        snprintf(name, sizeof name, "%s_v2", sym);
+        fn = proc_named(name);
+    }
+    if (!fn) fn = proc_named(sym);
+    *pfn = NULL;
+    if (!fn) return CUDA_ERROR_NOT_FOUND;
+    const char *internal = getenv("FAKECUDA_PROC_INTERNAL");
+    if (internal && internal[0] == '1') {
+        if (fn == (void *)cuMemAlloc_v2) fn = (void *)internal_cuMemAlloc_v2;
+        if (fn == (void *)cuLaunchKernel) fn = (void *)internal_cuLaunchKernel;
+    }
+    *pfn = fn;
+    return CUDA_SUCCESS;
+}
+
+FX CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+    return get_proc(sym, pfn, ver, flags);
+}
+FX CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+                                CUdriverProcAddressQueryResult *status) {
+    CUresult r = get_proc(sym, pfn, ver, flags);
+    if (status) *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return r;
+}
+
+/* ---- test controls (fakecuda.h) ---- */
+
+FX uint64_t fakecuda_busy_between(int dev, uint64_t t0, uint64_t t1) {
+    fdev *d = &devs[dev];
+    uint64_t sum = 0;
+    pthread_mutex_lock(&d->mu);
+    uint64_t first = d->nlog > LOG_CAP ? d->nlog - LOG_CAP : 0;
+    for (uint64_t i = first; i < d->nlog; i++) {
+        span s = d->log[i % LOG_CAP];
+        uint64_t a = s.start > t0 ? s.start : t0, b = s.end < t1 ? s.end : t1;
+        if (b > a) sum += b - a;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return sum;
+}
+FX uint64_t fakecuda_used(int dev) {
+    pthread_mutex_lock(&alloc_mu);
+    uint64_t u = devs[dev].used;
+    pthread_mutex_unlock(&alloc_mu);
+    return u;
+}
+FX uint64_t fakecuda_peak(int dev) {
+    pthread_mutex_lock(&alloc_mu);
+    uint64_t u = devs[dev].peak;
+    pthread_mutex_unlock(&alloc_mu);
+    return u;
+}
+FX uint64_t fakecuda_alloc_calls(void) { return __atomic_load_n(&alloc_calls, __ATOMIC_RELAXED); }
+FX uint64_t fakecuda_sync_calls(void) { return __atomic_load_n(&sync_calls, __ATOMIC_RELAXED); }
+FX uint64_t fakecuda_launches(int dev) {
+    pthread_mutex_lock(&devs[dev].mu);
+    uint64_t n = devs[dev].launches;
+    pthread_mutex_unlock(&devs[dev].mu);
+    return n;
+}

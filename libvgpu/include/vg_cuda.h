@@ -1,0 +1,249 @@
+/*
+ * vg_cuda.h - the subset of the CUDA driver API that libvgpu and its fake driver use.
+ *
+ * Types, enum values and signatures are facts of NVIDIA's public ABI, taken from the
+ * CUDA 12.x toolkit header cuda.h (driver API reference, docs.nvidia.com/cuda/cuda-driver-api).
+ * No CUDA toolkit is needed to build against this header. Only what Tessera touches is
+ * declared; structs are declared up to the fields libvgpu reads, which keep cuda.h's
+ * offsets.
+ */
+#ifndef VG_CUDA_H
+#define VG_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int CUresult;
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_UNKNOWN = 999,
+};
+
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;      /* CUdeviceptr_v2 */
+typedef unsigned int CUdeviceptr_v1;         /* the pre-3.2 32-bit entry points */
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUarray_st *CUarray;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef uint64_t cuuint64_t;
+
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
+/* cuGetProcAddress flags and status. */
+enum {
+    CU_GET_PROC_ADDRESS_DEFAULT = 0,
+    CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
+    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2,
+};
+typedef enum {
+    CU_GET_PROC_ADDRESS_SUCCESS = 0,
+    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+    CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
+} CUdriverProcAddressQueryResult;
+
+/* Virtual memory management (cuMemCreate) and pools. */
+typedef enum { CU_MEM_ALLOCATION_TYPE_INVALID = 0, CU_MEM_ALLOCATION_TYPE_PINNED = 1 } CUmemAllocationType;
+typedef enum { CU_MEM_HANDLE_TYPE_NONE = 0 } CUmemAllocationHandleType;
+typedef enum {
+    CU_MEM_LOCATION_TYPE_INVALID = 0,
+    CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    CU_MEM_LOCATION_TYPE_HOST = 2,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA = 3,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 4,
+} CUmemLocationType;
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    int id;
+} CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+typedef struct CUmemPoolProps_st {
+    CUmemAllocationType allocType;
+    CUmemAllocationHandleType handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+/* Arrays. */
+typedef enum {
+    CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+    CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+    CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+    CU_AD_FORMAT_SIGNED_INT8 = 0x08,
+    CU_AD_FORMAT_SIGNED_INT16 = 0x09,
+    CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+    CU_AD_FORMAT_HALF = 0x10,
+    CU_AD_FORMAT_FLOAT = 0x20,
+} CUarray_format;
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
+/* Launches. */
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+typedef struct CUDA_LAUNCH_PARAMS_st {
+    CUfunction function;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
+
+#define VG_LAUNCH_ARGS_DECL                                                                  \
+    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,       \
+        unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream
+#define VG_LAUNCH_ARGS f, gx, gy, gz, bx, by, bz, shmem, stream
+
+/*
+ * The driver entry points libvgpu intercepts, each with its exact signature:
+ * X(name, parameter list, argument list). The library expands this one table into its
+ * symbol enum, name table, real-function pointers and exported hooks (STYLE.md).
+ */
+#define VG_CUDA_FUNCS(X) VG_CUDA_MEM_FUNCS(X) VG_CUDA_LAUNCH_FUNCS(X) VG_CUDA_ENTRY_FUNCS(X)
+
+/* Memory: every allocation path, its free, and the queries that report the slice. */
+#define VG_CUDA_MEM_FUNCS(X)                                                                 \
+    X(cuDeviceTotalMem, (unsigned int *bytes, CUdevice dev), (bytes, dev))                   \
+    X(cuDeviceTotalMem_v2, (size_t *bytes, CUdevice dev), (bytes, dev))                      \
+    X(cuMemGetInfo, (unsigned int *free_b, unsigned int *total), (free_b, total))            \
+    X(cuMemGetInfo_v2, (size_t *free_b, size_t *total), (free_b, total))                     \
+    X(cuMemAlloc, (CUdeviceptr_v1 *dptr, unsigned int size), (dptr, size))                   \
+    X(cuMemAlloc_v2, (CUdeviceptr *dptr, size_t size), (dptr, size))                         \
+    X(cuMemAllocPitch, (CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int w,           \
+                        unsigned int h, unsigned int elem), (dptr, pitch, w, h, elem))       \
+    X(cuMemAllocPitch_v2, (CUdeviceptr *dptr, size_t *pitch, size_t w, size_t h,             \
+                           unsigned int elem), (dptr, pitch, w, h, elem))                    \
+    X(cuMemAllocManaged, (CUdeviceptr *dptr, size_t size, unsigned int flags),               \
+      (dptr, size, flags))                                                                   \
+    X(cuMemFree, (CUdeviceptr_v1 dptr), (dptr))                                              \
+    X(cuMemFree_v2, (CUdeviceptr dptr), (dptr))                                              \
+    X(cuMemAllocAsync, (CUdeviceptr *dptr, size_t size, CUstream s), (dptr, size, s))        \
+    X(cuMemAllocAsync_ptsz, (CUdeviceptr *dptr, size_t size, CUstream s), (dptr, size, s))   \
+    X(cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t size, CUmemoryPool pool,           \
+                                CUstream s), (dptr, size, pool, s))                          \
+    X(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *dptr, size_t size, CUmemoryPool pool,      \
+                                     CUstream s), (dptr, size, pool, s))                     \
+    X(cuMemFreeAsync, (CUdeviceptr dptr, CUstream s), (dptr, s))                             \
+    X(cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream s), (dptr, s))                        \
+    X(cuMemPoolCreate, (CUmemoryPool *pool, const CUmemPoolProps *props), (pool, props))     \
+    X(cuMemPoolDestroy, (CUmemoryPool pool), (pool))                                         \
+    X(cuMemCreate, (CUmemGenericAllocationHandle *h, size_t size,                            \
+                    const CUmemAllocationProp *prop, unsigned long long flags),              \
+      (h, size, prop, flags))                                                                \
+    X(cuMemRelease, (CUmemGenericAllocationHandle h), (h))                                   \
+    X(cuArrayCreate, (CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d), (a, d))                   \
+    X(cuArrayCreate_v2, (CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d), (a, d))                \
+    X(cuArray3DCreate, (CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d), (a, d))               \
+    X(cuArray3DCreate_v2, (CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d), (a, d))            \
+    X(cuArrayDestroy, (CUarray a), (a))
+
+/* Compute: every way to put work on the GPU. All share one hook body (vg_compute.c). */
+#define VG_CUDA_LAUNCH_FUNCS(X)                                                              \
+    X(cuLaunchKernel, (VG_LAUNCH_ARGS_DECL, void **params, void **extra),                    \
+      (VG_LAUNCH_ARGS, params, extra))                                                       \
+    X(cuLaunchKernel_ptsz, (VG_LAUNCH_ARGS_DECL, void **params, void **extra),               \
+      (VG_LAUNCH_ARGS, params, extra))                                                       \
+    X(cuLaunchKernelEx, (const CUlaunchConfig *cfg, CUfunction f, void **params,             \
+                         void **extra), (cfg, f, params, extra))                             \
+    X(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *cfg, CUfunction f, void **params,        \
+                              void **extra), (cfg, f, params, extra))                        \
+    X(cuLaunchCooperativeKernel, (VG_LAUNCH_ARGS_DECL, void **params),                       \
+      (VG_LAUNCH_ARGS, params))                                                              \
+    X(cuLaunchCooperativeKernel_ptsz, (VG_LAUNCH_ARGS_DECL, void **params),                  \
+      (VG_LAUNCH_ARGS, params))                                                              \
+    X(cuLaunchCooperativeKernelMultiDevice, (CUDA_LAUNCH_PARAMS *list, unsigned int n,       \
+                                             unsigned int flags), (list, n, flags))          \
+    X(cuGraphLaunch, (CUgraphExec g, CUstream s), (g, s))                                    \
+    X(cuGraphLaunch_ptsz, (CUgraphExec g, CUstream s), (g, s))                               \
+    X(cuLaunch, (CUfunction f), (f))                                                         \
+    X(cuLaunchGrid, (CUfunction f, int w, int h), (f, w, h))                                 \
+    X(cuLaunchGridAsync, (CUfunction f, int w, int h, CUstream s), (f, w, h, s))
+
+/* Entry: initialisation and the by-name lookups (vg_real.c). */
+#define VG_CUDA_ENTRY_FUNCS(X)                                                               \
+    X(cuInit, (unsigned int flags), (flags))                                                 \
+    X(cuGetProcAddress, (const char *sym, void **pfn, int ver, cuuint64_t flags),            \
+      (sym, pfn, ver, flags))                                                                \
+    X(cuGetProcAddress_v2, (const char *sym, void **pfn, int ver, cuuint64_t flags,          \
+                            CUdriverProcAddressQueryResult *status),                         \
+      (sym, pfn, ver, flags, status))
+
+/* Driver entry points libvgpu calls but does not intercept. */
+#define VG_CUDA_USED(X)                                                                      \
+    X(cuCtxGetDevice, (CUdevice *dev), (dev))                                                \
+    X(cuCtxSynchronize, (void), ())                                                          \
+    X(cuDeviceGetUuid, (CUuuid *uuid, CUdevice dev), (uuid, dev))                            \
+    X(cuDeviceGetCount, (int *count), (count))                                               \
+    X(cuDeviceGet, (CUdevice *dev, int ordinal), (dev, ordinal))
+
+#define VG_DECLARE(name, params, args) CUresult name params;
+VG_CUDA_FUNCS(VG_DECLARE)
+VG_CUDA_USED(VG_DECLARE)
+#undef VG_DECLARE
+
+/* Also used by the tests and the fake driver. */
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuDriverGetVersion(int *version);
+CUresult cuModuleLoadData(CUmodule *mod, const void *image);
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name);
+CUresult cuStreamSynchronize(CUstream s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VG_CUDA_H */

@@ -1,0 +1,352 @@
+/*
+ * vg_memory.c - the memory cap: every allocation path reserves quota in the usage region
+ * before the driver is called (over the cap: CUDA_ERROR_OUT_OF_MEMORY, driver untouched);
+ * a failed allocation gives the reservation back; a free gives back what its allocation
+ * took. Queries (cuMemGetInfo, cuDeviceTotalMem) report the slice. Arguments the driver
+ * would refuse (NULL out-pointers, size 0) go to the driver unaccounted, so the
+ * application sees the driver's own answer.
+ */
+#include <limits.h>
+#include <stdint.h>
+
+#include "vg_export.h"
+#include "vg_real.h"
+#include "vg_state.h"
+
+typedef struct vg_hold {
+    int card;
+    uint64_t bytes;
+    int held; /* quota reserved in the region */
+} vg_hold;
+
+#define VG_GUARD()                                                                           \
+    do {                                                                                     \
+        if (vg_init() == VG_MODE_BROKEN) return CUDA_ERROR_NOT_INITIALIZED;                  \
+    } while (0)
+
+static uint64_t vg_mul(uint64_t a, uint64_t b) {
+    if (a != 0 && b > UINT64_MAX / a) return UINT64_MAX;
+    return a * b;
+}
+
+/* Reserve bytes on card before the driver is called. CUDA_SUCCESS: call the driver
+ * (h->held says whether quota was taken); otherwise the answer to give the caller. */
+static CUresult vg_hold_card(int card, uint64_t bytes, vg_hold *h) {
+    h->held = 0;
+    h->card = card;
+    h->bytes = bytes;
+    vg_mode m = vg_init();
+    if (m == VG_MODE_BROKEN) return CUDA_ERROR_NOT_INITIALIZED;
+    if (m == VG_MODE_INERT || bytes == 0) return CUDA_SUCCESS;
+    if (card < 0) return CUDA_ERROR_OUT_OF_MEMORY; /* not one of the container's cards */
+    int s = vg_my_slot();
+    if (s < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (vg_region_reserve(vg_g.region, s, card, bytes, vg_g.limits.cards[card].memory_bytes) != VG_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    h->held = 1;
+    return CUDA_SUCCESS;
+}
+
+/* As vg_hold_card, on the card of the current context. Without a context the driver
+ * answers (CUDA_ERROR_INVALID_CONTEXT), so nothing is reserved. */
+static CUresult vg_hold_current(uint64_t bytes, vg_hold *h) {
+    int card = -1;
+    vg_mode m = vg_init();
+    h->held = 0;
+    if (m == VG_MODE_BROKEN) return CUDA_ERROR_NOT_INITIALIZED;
+    if (m == VG_MODE_INERT || bytes == 0 || vg_current_card(&card) != 0) return CUDA_SUCCESS;
+    return vg_hold_card(card, bytes, h);
+}
+
+/* The driver returned actual > h->bytes (pitch padding): reserve the difference. */
+static CUresult vg_hold_grow(vg_hold *h, uint64_t actual) {
+    if (!h->held || actual <= h->bytes) return CUDA_SUCCESS;
+    if (vg_region_reserve(vg_g.region, vg_g.slot, h->card, actual - h->bytes,
+                          vg_g.limits.cards[h->card].memory_bytes) != VG_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    h->bytes = actual;
+    return CUDA_SUCCESS;
+}
+
+/* After the driver answered r: keep the reservation under key, or give it back. */
+static void vg_hold_done(vg_hold *h, CUresult r, vg_table *t, uint64_t key) {
+    if (!h->held) return;
+    if (r == CUDA_SUCCESS && vg_table_put(t, key, h->bytes, h->card) == VG_OK) return;
+    vg_region_unreserve(vg_g.region, vg_g.slot, h->card, h->bytes);
+}
+
+/* Before a free: take key out of the table (so a racing allocation that gets the same
+ * address back from the driver is not confused with it). */
+static void vg_forget_begin(vg_table *t, uint64_t key, vg_hold *h) {
+    h->held = vg_init() == VG_MODE_ACTIVE && vg_table_take(t, key, &h->bytes, &h->card);
+}
+
+/* After the driver freed (r == CUDA_SUCCESS) give the quota back; else put key back. */
+static void vg_forget_end(vg_table *t, uint64_t key, vg_hold *h, CUresult r) {
+    if (!h->held) return;
+    if (r == CUDA_SUCCESS)
+        vg_region_unreserve(vg_g.region, vg_g.slot, h->card, h->bytes);
+    else
+        vg_table_put(t, key, h->bytes, h->card);
+}
+
+/* ---- linear allocations ---- */
+
+VG_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+    vg_hold h;
+    CUresult r = vg_hold_current(dptr ? size : 0, &h);
+    if (r != CUDA_SUCCESS) return r;
+    r = VG_CALL(cuMemAlloc_v2, dptr, size);
+    vg_hold_done(&h, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);
+    return r;
+}
+
+VG_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int size) {
+    vg_hold h;
+    CUresult r = vg_hold_current(dptr ? size : 0, &h);
+    if (r != CUDA_SUCCESS) return r;
+    r = VG_CALL(cuMemAlloc, dptr, size);
+    vg_hold_done(&h, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);
+    return r;
+}
+
+VG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w, size_t h,
+                                      unsigned int elem) {
+    vg_hold hd;
+    CUresult r = vg_hold_current(dptr && pitch ? vg_mul(w, h) : 0, &hd);
+    if (r != CUDA_SUCCESS) return r;
+    r = VG_CALL(cuMemAllocPitch_v2, dptr, pitch, w, h, elem);
+    if (r == CUDA_SUCCESS && vg_hold_grow(&hd, vg_mul(*pitch, h)) != CUDA_SUCCESS) {
+        VG_CALL(cuMemFree_v2, *dptr);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    vg_hold_done(&hd, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);
+    return r;
+}
+
+VG_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int w,
+                                   unsigned int h, unsigned int elem) {
+    vg_hold hd;
+    CUresult r = vg_hold_current(dptr && pitch ? vg_mul(w, h) : 0, &hd);
+    if (r != CUDA_SUCCESS) return r;
+    r = VG_CALL(cuMemAllocPitch, dptr, pitch, w, h, elem);
+    if (r == CUDA_SUCCESS && vg_hold_grow(&hd, vg_mul(*pitch, h)) != CUDA_SUCCESS) {
+        VG_CALL(cuMemFree, *dptr);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    vg_hold_done(&hd, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);
+    return r;
+}
+
+VG_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+    vg_hold h;
+    CUresult r = vg_hold_current(dptr ? size : 0, &h);
+    if (r != CUDA_SUCCESS) return r;
+    r = VG_CALL(cuMemAllocManaged, dptr, size, flags);
+    vg_hold_done(&h, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);
+    return r;
+}
+
+VG_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    vg_hold h;
+    VG_GUARD();
+    vg_forget_begin(&vg_ptrs, dptr, &h);
+    CUresult r = VG_CALL(cuMemFree_v2, dptr);
+    vg_forget_end(&vg_ptrs, dptr, &h, r);
+    return r;
+}
+
+VG_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
+    vg_hold h;
+    VG_GUARD();
+    vg_forget_begin(&vg_ptrs, dptr, &h);
+    CUresult r = VG_CALL(cuMemFree, dptr);
+    vg_forget_end(&vg_ptrs, dptr, &h, r);
+    return r;
+}
+
+/* ---- stream-ordered allocations and pools ---- */
+
+#define VG_ALLOC_ASYNC(name)                                                                 \
+    VG_EXPORT CUresult name(CUdeviceptr *dptr, size_t size, CUstream s) {                    \
+        vg_hold h;                                                                           \
+        CUresult r = vg_hold_current(dptr ? size : 0, &h);                                   \
+        if (r != CUDA_SUCCESS) return r;                                                     \
+        r = VG_CALL(name, dptr, size, s);                                                    \
+        vg_hold_done(&h, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);                        \
+        return r;                                                                            \
+    }
+VG_ALLOC_ASYNC(cuMemAllocAsync)
+VG_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
+
+/* A pool made by cuMemPoolCreate is on the device its props name; any other pool (the
+ * device's default pool) belongs to the current context's device. */
+#define VG_ALLOC_POOL(name)                                                                  \
+    VG_EXPORT CUresult name(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) { \
+        vg_hold h;                                                                           \
+        uint64_t ignored = 0;                                                                \
+        int card = -1;                                                                       \
+        CUresult r;                                                                          \
+        if (vg_init() == VG_MODE_ACTIVE &&                                                   \
+            vg_table_get(&vg_pools, (uint64_t)(uintptr_t)pool, &ignored, &card))             \
+            r = vg_hold_card(card, dptr ? size : 0, &h);                                     \
+        else                                                                                 \
+            r = vg_hold_current(dptr ? size : 0, &h);                                        \
+        if (r != CUDA_SUCCESS) return r;                                                     \
+        r = VG_CALL(name, dptr, size, pool, s);                                              \
+        vg_hold_done(&h, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);                        \
+        return r;                                                                            \
+    }
+VG_ALLOC_POOL(cuMemAllocFromPoolAsync)
+VG_ALLOC_POOL(cuMemAllocFromPoolAsync_ptsz)
+
+#define VG_FREE_ASYNC(name)                                                                  \
+    VG_EXPORT CUresult name(CUdeviceptr dptr, CUstream s) {                                  \
+        vg_hold h;                                                                           \
+        VG_GUARD();                                                                          \
+        vg_forget_begin(&vg_ptrs, dptr, &h);                                                 \
+        CUresult r = VG_CALL(name, dptr, s);                                                 \
+        vg_forget_end(&vg_ptrs, dptr, &h, r);                                                \
+        return r;                                                                            \
+    }
+VG_FREE_ASYNC(cuMemFreeAsync)
+VG_FREE_ASYNC(cuMemFreeAsync_ptsz)
+
+VG_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    VG_GUARD();
+    CUresult r = VG_CALL(cuMemPoolCreate, pool, props);
+    if (r == CUDA_SUCCESS && vg_g.mode == VG_MODE_ACTIVE && props != NULL &&
+        props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        vg_table_put(&vg_pools, (uint64_t)(uintptr_t)*pool, 0, vg_card_of_dev(props->location.id));
+    return r;
+}
+
+VG_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    uint64_t ignored = 0;
+    int card = 0;
+    VG_GUARD();
+    CUresult r = VG_CALL(cuMemPoolDestroy, pool);
+    if (r == CUDA_SUCCESS) vg_table_take(&vg_pools, (uint64_t)(uintptr_t)pool, &ignored, &card);
+    return r;
+}
+
+/* ---- virtual memory management: physical memory is what cuMemCreate makes ---- */
+
+VG_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                               const CUmemAllocationProp *prop, unsigned long long flags) {
+    vg_hold h;
+    int on_device = handle != NULL && prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+    CUresult r;
+    VG_GUARD();
+    if (on_device && vg_g.mode == VG_MODE_ACTIVE)
+        r = vg_hold_card(vg_card_of_dev(prop->location.id), size, &h);
+    else
+        r = vg_hold_card(-1, 0, &h);
+    if (r != CUDA_SUCCESS) return r;
+    r = VG_CALL(cuMemCreate, handle, size, prop, flags);
+    vg_hold_done(&h, r, &vg_handles, r == CUDA_SUCCESS ? *handle : 0);
+    return r;
+}
+
+VG_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    vg_hold h;
+    VG_GUARD();
+    vg_forget_begin(&vg_handles, handle, &h);
+    CUresult r = VG_CALL(cuMemRelease, handle);
+    vg_forget_end(&vg_handles, handle, &h, r);
+    return r;
+}
+
+/* ---- arrays (textures, surfaces): sized from the descriptor, a lower bound of what the
+ * driver takes (it may pad) ---- */
+
+static uint64_t vg_array_bytes(size_t w, size_t h, size_t d, CUarray_format fmt, unsigned ch) {
+    uint64_t elem;
+    switch (fmt) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: elem = 1; break;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: elem = 2; break;
+    default: elem = 4; break;
+    }
+    return vg_mul(vg_mul(vg_mul(w, h ? h : 1), d ? d : 1), vg_mul(ch, elem));
+}
+
+#define VG_ARRAY_CREATE(name, desc_t, depth)                                                 \
+    VG_EXPORT CUresult name(CUarray *a, const desc_t *d) {                                   \
+        vg_hold h;                                                                           \
+        uint64_t bytes = a && d ? vg_array_bytes(d->Width, d->Height, depth, d->Format,      \
+                                                 d->NumChannels)                             \
+                                : 0;                                                         \
+        CUresult r = vg_hold_current(bytes, &h);                                             \
+        if (r != CUDA_SUCCESS) return r;                                                     \
+        r = VG_CALL(name, a, d);                                                             \
+        vg_hold_done(&h, r, &vg_arrays, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*a : 0);    \
+        return r;                                                                            \
+    }
+VG_ARRAY_CREATE(cuArrayCreate, CUDA_ARRAY_DESCRIPTOR, 1)
+VG_ARRAY_CREATE(cuArrayCreate_v2, CUDA_ARRAY_DESCRIPTOR, 1)
+VG_ARRAY_CREATE(cuArray3DCreate, CUDA_ARRAY3D_DESCRIPTOR, d->Depth)
+VG_ARRAY_CREATE(cuArray3DCreate_v2, CUDA_ARRAY3D_DESCRIPTOR, d->Depth)
+
+VG_EXPORT CUresult cuArrayDestroy(CUarray a) {
+    vg_hold h;
+    VG_GUARD();
+    vg_forget_begin(&vg_arrays, (uint64_t)(uintptr_t)a, &h);
+    CUresult r = VG_CALL(cuArrayDestroy, a);
+    vg_forget_end(&vg_arrays, (uint64_t)(uintptr_t)a, &h, r);
+    return r;
+}
+
+/* ---- what the application is told ---- */
+
+/* Bytes of card free to the container: cap minus what its processes hold. */
+static uint64_t vg_card_avail(int card, uint64_t *cap) {
+    *cap = card >= 0 ? vg_g.limits.cards[card].memory_bytes : 0;
+    uint64_t used = card >= 0 ? vg_region_card_used(vg_g.region, card) : 0;
+    return used >= *cap ? 0 : *cap - used;
+}
+
+VG_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
+    VG_GUARD();
+    CUresult r = VG_CALL(cuMemGetInfo_v2, free_b, total);
+    int card = -1;
+    if (r != CUDA_SUCCESS || vg_g.mode != VG_MODE_ACTIVE || vg_current_card(&card) != 0) return r;
+    uint64_t cap = 0, avail = vg_card_avail(card, &cap);
+    if (free_b != NULL && *free_b > avail) *free_b = avail;
+    if (total != NULL) *total = cap;
+    return r;
+}
+
+VG_EXPORT CUresult cuMemGetInfo(unsigned int *free_b, unsigned int *total) {
+    VG_GUARD();
+    CUresult r = VG_CALL(cuMemGetInfo, free_b, total);
+    int card = -1;
+    if (r != CUDA_SUCCESS || vg_g.mode != VG_MODE_ACTIVE || vg_current_card(&card) != 0) return r;
+    uint64_t cap = 0, avail = vg_card_avail(card, &cap);
+    if (free_b != NULL && *free_b > avail) *free_b = (unsigned int)avail;
+    if (total != NULL) *total = cap > UINT_MAX ? UINT_MAX : (unsigned int)cap;
+    return r;
+}
+
+VG_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    VG_GUARD();
+    CUresult r = VG_CALL(cuDeviceTotalMem_v2, bytes, dev);
+    if (r == CUDA_SUCCESS && vg_g.mode == VG_MODE_ACTIVE) {
+        int card = vg_card_of_dev(dev);
+        *bytes = card >= 0 ? vg_g.limits.cards[card].memory_bytes : 0;
+    }
+    return r;
+}
+
+VG_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
+    VG_GUARD();
+    CUresult r = VG_CALL(cuDeviceTotalMem, bytes, dev);
+    if (r == CUDA_SUCCESS && vg_g.mode == VG_MODE_ACTIVE) {
+        int card = vg_card_of_dev(dev);
+        uint64_t cap = card >= 0 ? vg_g.limits.cards[card].memory_bytes : 0;
+        *bytes = cap > UINT_MAX ? UINT_MAX : (unsigned int)cap;
+    }
+    return r;
+}
