@@ -30,6 +30,7 @@ from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
 from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
 from tessera.node.discovery_fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
+from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor
 from tessera.node.layout import CONTAINER_ETC_DIR, LD_SO_PRELOAD
 from tessera.node.limits import decode_limits, limits_for
 from tessera.node.podresources import PodResourcesClient
@@ -481,3 +482,30 @@ def test_xid_takes_a_card_out_and_it_comes_back_when_quiet(env: Env) -> None:
     assert k.wait(lambda: k.health_of(U0) == {"Healthy"}, timeout=3)
     inv = decode_inventory(NODE, env.node.text or "", 0, 0)
     assert all(c.healthy for c in inv.cards)
+
+
+# --- MPS backend --------------------------------------------------------------------
+
+
+def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(env: Env) -> None:
+    env.agent.stop()
+    mps = FakeMps()
+    env.discovery = FakeDiscovery(CARDS)
+    env.agent = make_agent(env, env.lib, isolation=Isolation.MPS)
+    env.agent.mps = MpsSupervisor(mps)
+    env.agent.discovery = env.discovery
+    env.agent.start()
+    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
+    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    assert mps.starts == 1
+    obj, kpod, _ = pod_obj("m", [("main", [(U0, 4096, 25), (U1, 4096, 25)])], created=0)
+    env.pods.put(obj)
+    (s,) = env.kubelet.run(kpod)
+    assert s.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert s.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M,1=4096M"
+    assert s.mount("/tmp/nvidia-mps").host_path == str(env.root / "state" / "mps" / "pipe")
+    mps.crash()
+    deadline = time.monotonic() + 3
+    while mps.starts < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert mps.running() and env.agent.mps.restarts == 1
