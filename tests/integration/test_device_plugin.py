@@ -509,3 +509,19 @@ def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(env: Env) -
     while mps.starts < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert mps.running() and env.agent.mps.restarts == 1
+
+
+def test_app_container_reusing_init_slots_on_other_cards_is_refused(env: Env) -> None:
+    # kubelet gives the app container the init container's slot (card 1), but its
+    # assignment says card 0: a clear error, not the init container's limits.
+    obj, kpod, _ = pod_obj(
+        "bad-init",
+        [("setup", [(U1, 1000, 10)]), ("main", [(U0, 3000, 30)])],
+        created=0,
+        init=("setup",),
+    )
+    env.pods.put(obj)
+    with pytest.raises(AdmissionError) as info:
+        env.kubelet.run(kpod)
+    assert "'main'" in str(info.value) and "'setup'" in str(info.value)
+    assert env.events.for_pod("default/bad-init")

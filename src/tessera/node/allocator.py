@@ -375,10 +375,17 @@ class Allocator:
                 if (pod.uid, c.name) in claimed:
                     continue
                 ca = pod.container(c.name)
-                if ca is None or c.count != size:
-                    return None
-                t = _Target(pod, c, ca)
-                return t if frozenset(t.cards) == cards else None
+                t = _Target(pod, c, ca) if ca is not None else None
+                if t is None or c.count != size or frozenset(t.cards) != cards:
+                    have = sorted(t.cards) if t is not None else []
+                    raise self._fail(
+                        pod,
+                        FAILED_PRECONDITION,
+                        f"container {c.name!r} of pod {pod.key} was given the slots of "
+                        f"container {rec.container!r} on cards {sorted(cards)} (kubelet hands "
+                        f"init containers' devices on), but it is assigned {have}",
+                    )
+                return t
         return None
 
     def _find_by_name(self, ns: str, name: str, cname: str) -> _Target | None:
