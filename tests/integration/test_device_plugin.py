@@ -525,3 +525,23 @@ def test_app_container_reusing_init_slots_on_other_cards_is_refused(env: Env) ->
         env.kubelet.run(kpod)
     assert "'main'" in str(info.value) and "'setup'" in str(info.value)
     assert env.events.for_pod("default/bad-init")
+
+
+def test_inventory_patch_that_failed_is_retried(env: Env) -> None:
+    calls = {"n": 0}
+    real = env.node.set_inventory
+
+    def flaky(node: str, text: str) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("API server away")
+        real(node, text)
+
+    env.node.set_inventory = flaky  # type: ignore[method-assign]
+    env.discovery.set_probe(U1, False)
+    env.discovery.inject_xid(U1, 79)
+    deadline = time.monotonic() + 3
+    while calls["n"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    inv = decode_inventory(NODE, env.node.text or "", 0, 0)
+    assert [c.healthy for c in inv.cards] == [True, False]

@@ -189,6 +189,9 @@ class Agent:
                 changed.add(ev.uuid)
         changed |= self.tracker.tick(time.monotonic(), self.discovery.probe)
         self._apply_health(changed)
+        if not changed:
+            # Retries a patch that failed (API server away); a string compare otherwise.
+            self._publish()
 
     def _health_loop(self) -> None:
         while not self._stop.is_set():
