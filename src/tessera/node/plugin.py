@@ -157,6 +157,7 @@ class DevicePluginServer:
         self._watcher: threading.Thread | None = None
         self._kubelet_id: tuple[int, int] | None = None
         self.registrations = 0
+        self.register_failures = 0
         self.registered_at: list[float] = []  # monotonic times of successful Register
         self.allocate_seconds: list[float] = []
         self.on_register: Callable[[], None] | None = None
@@ -236,7 +237,11 @@ class DevicePluginServer:
                     timeout=5,
                 )
         except grpc.RpcError as exc:
-            log.warning("Register with kubelet failed: %s", exc)
+            self.register_failures += 1
+            if self.register_failures % 50 == 1:  # every 5 s at the 100 ms poll
+                log.warning(
+                    "Register with kubelet failed (%d so far): %s", self.register_failures, exc
+                )
             return False
         self.registrations += 1
         self.registered_at.append(time.monotonic())
@@ -255,17 +260,21 @@ class DevicePluginServer:
     def _watch(self) -> None:
         registered = False
         while not self._stopping.is_set():
-            kubelet = self._kubelet_identity()
-            if not self.socket_path.exists():
-                log.info("plugin socket removed (kubelet restart?): serving again")
-                self._serve()
-                registered = False
-            if kubelet != self._kubelet_id:
-                registered = False
-            if not registered and kubelet is not None:
-                registered = self._register()
-                if registered:
-                    self._kubelet_id = kubelet
+            try:
+                kubelet = self._kubelet_identity()
+                if not self.socket_path.exists():
+                    log.info("plugin socket removed (kubelet restart?): serving again")
+                    self.plugin_dir.mkdir(parents=True, exist_ok=True)
+                    self._serve()
+                    registered = False
+                if kubelet != self._kubelet_id:
+                    registered = False
+                if not registered and kubelet is not None:
+                    registered = self._register()
+                    if registered:
+                        self._kubelet_id = kubelet
+            except Exception:  # keep watching: the next turn may succeed
+                log.exception("device plugin watch")
             self._stopping.wait(self.poll_s)
 
     def stop(self) -> None:
