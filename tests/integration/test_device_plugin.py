@@ -545,3 +545,38 @@ def test_inventory_patch_that_failed_is_retried(env: Env) -> None:
         time.sleep(0.01)
     inv = decode_inventory(NODE, env.node.text or "", 0, 0)
     assert [c.healthy for c in inv.cards] == [True, False]
+
+
+def test_agent_restart_between_preferred_and_allocate(env: Env) -> None:
+    # kubelet asked for a preference, then the agent restarted before Allocate: the new
+    # agent has no memory of the preference and matches the slots by their cards.
+    a = pod_obj("h0", [("main", [(U0, 1000, 10)])], created=0)
+    b = pod_obj("h1", [("main", [(U1, 2000, 20)])], created=1)
+    env.pods.put(a[0])
+    env.pods.put(b[0])
+    k = env.kubelet
+    k.pod_manager[b[1].uid] = b[1]  # kubelet is admitting h1 (it is in its pod manager)
+    avail = sorted(i for i, h in k.devices.items() if h == "Healthy")
+    pref = _stub(env).GetPreferredAllocation(
+        pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(available_deviceIDs=avail, allocation_size=1)
+            ]
+        )
+    )
+    ids = list(pref.container_responses[0].deviceIDs)
+    assert [i.split("::")[0] for i in ids] == [U1]
+    env.agent.stop()
+    env.new_agent().start()
+    k.wait(lambda: len(k.registrations) >= 2, timeout=5)
+    k.wait_devices(len(CARDS) * SLOTS)
+    resp = _stub(env).Allocate(
+        pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
+    )
+    k.pod_devices[(b[1].uid, "main")] = ids
+    _stub(env).PreStartContainer(pb.PreStartContainerRequest(devices_ids=ids))
+    etc = next(
+        m for m in resp.container_responses[0].mounts if m.container_path == CONTAINER_ETC_DIR
+    )
+    limits = decode_limits((Path(etc.host_path) / "limits").read_text())
+    assert limits == limits_for(b[2].containers[0], card_order=[U1])
