@@ -580,3 +580,21 @@ def test_agent_restart_between_preferred_and_allocate(env: Env) -> None:
     )
     limits = decode_limits((Path(etc.host_path) / "limits").read_text())
     assert limits == limits_for(b[2].containers[0], card_order=[U1])
+
+
+def test_a_rejected_pod_still_listed_by_kubelet_is_not_mistaken_for_the_admitted_one(
+    env: Env,
+) -> None:
+    x = pod_obj("x-rejected", [("main", [(U0, 1000, 10)])], created=0)
+    y = pod_obj("y-admitted", [("main", [(U1, 2000, 20)])], created=1)
+    env.pods.put(x[0])
+    env.pods.put(y[0])
+    # kubelet rejected x before calling the plugin; its pod manager still lists it, and
+    # the agent's watch has not yet seen it Failed (the API server has).
+    env.kubelet.pod_manager[x[1].uid] = x[1]
+    env.pods.lagging = True
+    failed = dict(x[0])
+    failed["status"] = {"phase": "Failed"}
+    env.pods.put(failed)
+    check_started(env, env.kubelet.run(y[1]), y[2])
+    assert env.agent.allocator is not None and env.agent.allocator.corrections == 0

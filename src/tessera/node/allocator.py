@@ -208,6 +208,11 @@ class Allocator:
         """The container a call with ``size`` slots (on ``cards``, if known) is for."""
         view = self.podres.view() if self.podres is not None else None
         pods = self.pods.pods()
+        if view is not None and len(self._candidates(pods, view)) > 1:
+            # Normally one pod is listed without slots: the one kubelet is admitting.
+            # More means a pod kubelet rejected is still listed; a fresh read may show
+            # it Failed.
+            pods = self.pods.refresh()
         target = self._match(pods, view, size, cards)
         if target is None:
             # The agent's watch may lag kubelet's: read the pods again, once.
