@@ -36,9 +36,13 @@ class KubeClient:
         self._timeout = urllib3.Timeout(connect=5.0, read=timeout_s)
 
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeClient:
-        """From a kubeconfig file, or in-cluster config when ``path`` is None and it works."""
+    def from_kubeconfig(
+        cls, path: str | None = None, context: str | None = None, pool_size: int = 32
+    ) -> KubeClient:
+        """From a kubeconfig file, or in-cluster config when ``path`` is None and it works.
+        ``pool_size``: connections kept to the API server (threads calling at once)."""
         configuration = k8s_client.Configuration()
+        configuration.connection_pool_maxsize = pool_size
         if path is None:
             try:
                 k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from tessera.kube.errors import ApiError, Conflict, NotFound
+from tessera.kube.errors import ApiError, NotFound
 from tessera.kube.kinds import LEASES
 from tessera.kube.port import KubeApi
 
@@ -121,10 +121,11 @@ class LeaderElector:
         lease["spec"] = self._spec(spec)
         try:
             self._api.replace(LEASES, lease, self.namespace)
-        except Conflict:
-            return self._round(False)
         except ApiError as exc:
-            log.warning("lease %s: cannot renew (%s)", self.name, exc)
+            # Conflict: someone wrote the Lease between our read and write -- if it was
+            # a takeover, the next round sees the new holder. Either way, a leader keeps
+            # leading until renew_deadline_s has passed without a renewal.
+            log.info("lease %s: not renewed this round (%s)", self.name, exc)
             return self._round(self.is_leader())
         self.holder = self.identity
         self._renewed_at = now
