@@ -34,8 +34,10 @@ def failure_reason(err: PlacementError) -> str:
     """
     if not err.reasons:
         return "no nodes"
-    counts = Counter(reason_category(r) for r in err.reasons.values())
-    return counts.most_common(1)[0][0]
+    by_category: Counter[str] = Counter()
+    for reason, n in Counter(err.reasons.values()).items():  # few distinct phrases
+        by_category[reason_category(reason)] += n
+    return by_category.most_common(1)[0][0]
 
 
 def reason_category(reason: str) -> str:
