@@ -24,7 +24,12 @@ lint: setup
 	$(UV) run --frozen ruff check src tests bench
 	$(UV) run --frozen mypy
 
-test: setup lint
+# The local control plane the e2e tests run against: built from Go modules on the first
+# run (minutes), reused from ~/.cache/tessera afterwards (docs/testenv.md).
+testenv: setup
+	$(UV) run --frozen python -m tessera.testenv.build
+
+test: setup lint testenv
 	$(UV) run --frozen pytest
 
 clean:

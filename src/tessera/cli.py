@@ -25,6 +25,11 @@ from tessera.simulate.cli import simulate  # noqa: E402  (light: heavy imports a
 app.command("simulate")(simulate)
 
 
+from tessera.testenv.cli import app as dev_cluster_app  # noqa: E402
+
+app.add_typer(dev_cluster_app, name="dev-cluster")
+
+
 from tessera.node.cli import node_agent  # noqa: E402  (light: the agent's imports are lazy)
 
 app.command("node-agent")(node_agent)
