@@ -192,10 +192,12 @@ def _simulate(
     console.print(summary_table(summaries, arrival))
     console.print(failures_table(summaries))
     per_run = sum(r.seconds for r in results) / len(results)
+    per_run_cpu = sum(r.cpu_seconds for r in results) / len(results)
     console.print(
         f"{sources['cluster']}: {len(nodes)} nodes, {sum(len(n.cards) for n in nodes)} GPUs; "
         f"{sources['workload']}: {len(tasks)} tasks; "
-        f"{results[0].arrived_tasks} arrivals per run; {per_run:.1f} s per experiment"
+        f"{results[0].arrived_tasks} arrivals per run; "
+        f"{per_run:.1f} s per experiment ({per_run_cpu:.1f} s CPU)"
     )
     if json_path is not None:
         meta = {"arrival": arrival, "seeds": seed_list, "policies": policies, **sources}

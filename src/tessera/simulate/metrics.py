@@ -61,7 +61,8 @@ class ReplayResult:
     curve: tuple[float, ...]
     failed_by_reason: dict[str, int] = field(default_factory=dict)
     failed_by_class: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time of the replay
+    cpu_seconds: float = 0.0  # CPU time of the replay (steadier on a shared machine)
 
     @property
     def gpu_allocation_ratio(self) -> float:
@@ -112,6 +113,7 @@ class PolicySummary:
     failed_by_class: dict[str, float]
     arrived_tasks: Spread
     seconds: Spread
+    cpu_seconds: Spread
 
 
 def _mean_counts(counts: Sequence[dict[str, int]]) -> dict[str, float]:
@@ -141,6 +143,7 @@ def summarize(results: Iterable[ReplayResult]) -> list[PolicySummary]:
                 failed_by_class=_mean_counts([r.failed_by_class for r in runs]),
                 arrived_tasks=Spread.of([r.arrived_tasks for r in runs]),
                 seconds=Spread.of([r.seconds for r in runs]),
+                cpu_seconds=Spread.of([r.cpu_seconds for r in runs]),
             )
         )
     return out

@@ -76,14 +76,17 @@ def replay_stream(
     seed: int,
     arrival: float,
     progress: Progress | None = None,
+    state: ClusterState | None = None,
 ) -> ReplayResult:
     """Place ``stream`` in order on an empty cluster of ``nodes``; ``seed`` drives the
-    policy's own randomness, ``arrival`` is only recorded."""
+    policy's own randomness, ``arrival`` is only recorded. Pass ``state`` (holding
+    ``nodes``) to place onto it and inspect it afterwards."""
     from tessera.placement import WorkloadMix, fragmentation_rate, make_policy, place
 
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     capacity = gpu_capacity_milli(nodes)
-    state = ClusterState(nodes)
+    if state is None:
+        state = ClusterState(nodes)
     mix = WorkloadMix()
     chooser = make_policy(policy, seed=seed, mix=mix)
 
@@ -124,4 +127,5 @@ def replay_stream(
         failed_by_reason=dict(failed_by_reason.most_common()),
         failed_by_class=dict(failed_by_class.most_common()),
         seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - started_cpu,
     )

@@ -118,6 +118,7 @@ def results_json(results: Sequence[ReplayResult], meta: Mapping[str, Any]) -> di
             "allocated_milli": r.allocated_milli,
             "arrived_milli": r.arrived_milli,
             "seconds": round(r.seconds, 3),
+            "cpu_seconds": round(r.cpu_seconds, 3),
             "allocation_curve": [round(x, 6) for x in r.curve],
         }
         for r in results

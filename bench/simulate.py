@@ -1,0 +1,194 @@
+"""Placement quality on the Alibaba 2023 trace (openb), against the published anchors.
+
+    uv run python bench/simulate.py                       # 5 policies x 10 seeds, 130%
+    uv run python bench/simulate.py --seeds 1 --policy fragmentation --jobs 1
+
+Replays the published protocol (README of the data folder; seeds 42..51) through
+``tessera simulate``'s own code, then prints per policy the mean ± std allocation ratio
+at 130% and 100% of capacity, each policy's published figure where one exists (FGD for
+``fragmentation``, best-fit, random) and the ratio of ours to it and to FGD's, the
+fragmentation rate, failures, and seconds per experiment: wall time of one replay and
+its CPU time (steadier when other work shares the machine; with --jobs > 1 the
+experiments also share the cores). Writes every result to out/bench-simulate.json.
+Needs the trace beside the checkout (../shared/data/alibaba-gpu-v2023) or --data.
+
+    uv run python bench/simulate.py --diagnose fragmentation --seeds 1
+
+replays one seed of one policy and shows where the GPU left idle at the end sits: on
+free cards (and whether their node still has CPU and memory for a task) or as leftovers
+on shared cards, grouped by what shares the card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from tessera.cluster import ClusterState
+from tessera.model.clusterspec import read_nodes_csv
+from tessera.model.types import NodeInventory
+from tessera.simulate.arrivals import arrival_stream
+from tessera.simulate.cli import DEFAULT_POLICIES, FIRST_SEED, run_experiments
+from tessera.simulate.metrics import PUBLISHED, PUBLISHED_FGD, gpu_capacity_milli, summarize
+from tessera.simulate.replay import replay_stream
+from tessera.simulate.report import failures_table, write_json
+from tessera.simulate.trace import TraceTask, read_tasks_csv
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO.parent / "shared" / "data" / "alibaba-gpu-v2023"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def diagnose(
+    nodes: list[NodeInventory], tasks: list[TraceTask], policy: str, seed: int, arrival: float
+) -> None:
+    """Where the idle GPU sits after one replay (see the module docstring)."""
+    state = ClusterState(nodes)
+    stream = arrival_stream(tasks, gpu_capacity_milli(nodes), arrival, seed)
+    r = replay_stream(nodes, stream, policy, seed, arrival, state=state)
+    content: dict[str, list[int]] = {}
+    for booking in state.bookings().values():
+        for c in booking.assignment.containers:
+            for sl in c.slices:
+                content.setdefault(sl.uuid, []).append(
+                    1000 if c.exclusive else 10 * sl.cores_percent
+                )
+    smallest_cpu = min(t.cpu_milli for t in tasks if t.num_gpu)
+    smallest_mem = min(t.memory_mib for t in tasks if t.num_gpu)
+    groups: dict[str, list[float]] = {}
+    for inv in nodes:
+        left_cpu = inv.cpu_milli - sum(
+            b.pod.cpu_milli for b in state.bookings().values() if b.assignment.node == inv.name
+        )
+        left_mem = inv.memory_mib - sum(
+            b.pod.memory_mib for b in state.bookings().values() if b.assignment.node == inv.name
+        )
+        for card in inv.cards:
+            held = content.get(card.uuid, [])
+            idle = (1000 - sum(held)) / 1000
+            if idle <= 0:
+                continue
+            if not held:
+                room = left_cpu >= smallest_cpu and left_mem >= smallest_mem
+                key = (
+                    "free card, node has CPU+memory"
+                    if room
+                    else "free card, node out of CPU/memory"
+                )
+            else:
+                key = "shared: " + "+".join(str(m) for m in sorted(held, reverse=True))
+            g = groups.setdefault(key, [0, 0.0])
+            g[0] += 1
+            g[1] += idle
+    total = sum(g[1] for g in groups.values())
+    table = Table(
+        title=f"{policy}, seed {seed}: {100 * r.gpu_allocation_ratio:.2f}% allocated, "
+        f"{total:.1f} GPUs idle of {r.capacity_milli // 1000}"
+    )
+    for col in ("idle card holds (milli-GPU of its tenants)", "cards", "idle GPUs", "share"):
+        table.add_column(col, justify="left" if col.startswith("idle card") else "right")
+    for key, (cards, idle) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:15]:
+        table.add_row(key, f"{cards:.0f}", f"{idle:.1f}", f"{100 * idle / total:.1f}%")
+    free = sum(g[1] for k, g in groups.items() if k.startswith("free"))
+    table.caption = (
+        f"{free:.1f} GPUs idle on free cards, {total - free:.1f} as leftovers on shared cards; "
+        f"top 15 of {len(groups)} groups"
+    )
+    Console(width=max(Console().width, 100)).print(table)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--policy", action="append", help="repeatable; default: five policies")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--arrival", type=float, default=1.3)
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--json", type=Path, default=REPO / "out" / "bench-simulate.json")
+    ap.add_argument("--diagnose", metavar="POLICY", help="where the idle GPU sits, one seed")
+    args = ap.parse_args()
+
+    nodes_csv = args.data / "openb_node_list_gpu_node.csv"
+    tasks_csv = args.data / "openb_pod_list_default.csv"
+    if not nodes_csv.exists():
+        print(f"bench/simulate.py: no trace at {args.data} (give --data)", file=sys.stderr)
+        return 2
+    nodes, tasks = read_nodes_csv(nodes_csv), read_tasks_csv(tasks_csv)
+    policies = args.policy or list(DEFAULT_POLICIES)
+    seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
+    if args.diagnose:
+        for seed in seeds:
+            diagnose(nodes, tasks, args.diagnose, seed, args.arrival)
+        return 0
+
+    started = time.perf_counter()
+    results = run_experiments(nodes, tasks, policies, seeds, args.arrival, args.jobs)
+    wall = time.perf_counter() - started
+    summaries = summarize(results)
+
+    at = f"{100 * args.arrival:g}%"
+    table = Table(
+        title=f"openb default list, {len(nodes)} nodes, arrivals to {at}, seeds "
+        f"{seeds[0]}..{seeds[-1]} (mean ± std)"
+    )
+    for col in (
+        "policy",
+        f"alloc @{at}",
+        "published",
+        "÷ published",
+        f"÷ FGD {100 * PUBLISHED_FGD[1.3]:.2f}%",
+        "alloc @100%",
+        f"÷ FGD {100 * PUBLISHED_FGD[1.0]:.2f}%",
+        "frag. rate",
+        "s / exp.",
+        "CPU s",
+    ):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for s in summaries:
+        own = PUBLISHED.get(s.policy, {}).get(round(args.arrival, 6))
+        fgd = PUBLISHED_FGD.get(round(args.arrival, 6))
+        a, a100 = s.allocation, s.allocation_at_100
+        table.add_row(
+            s.policy,
+            f"{100 * a.mean:.2f}% ± {100 * a.std:.2f}",
+            "—" if own is None else f"{100 * own:.2f}%",
+            "—" if own is None else f"{a.mean / own:.4f}",
+            "—" if fgd is None else f"{a.mean / fgd:.4f}",
+            "—" if not a100.n else f"{100 * a100.mean:.2f}% ± {100 * a100.std:.2f}",
+            "—" if not a100.n else f"{a100.mean / PUBLISHED_FGD[1.0]:.4f}",
+            f"{100 * s.fragmentation_rate.mean:.2f}%",
+            f"{s.seconds.mean:.1f}",
+            f"{s.cpu_seconds.mean:.1f}",
+        )
+    console = Console(width=max(Console().width, 150))
+    console.print(table)
+    console.print(failures_table(summaries))
+    console.print(
+        f"{len(results)} experiments, {results[0].arrived_tasks} arrivals each (seed "
+        f"{seeds[0]}), jobs={args.jobs}, {wall:.0f} s wall; {machine()}"
+    )
+    meta = {"arrival": args.arrival, "seeds": seeds, "policies": policies, "machine": machine()}
+    write_json(args.json, results, {**meta, "cluster": nodes_csv.name, "workload": tasks_csv.name})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
