@@ -511,11 +511,22 @@ class Allocator:
         (an allocation whose pod the watch has not shown yet is not gone).
         """
         now = self.clock()
-        live = {p.uid for p in self.pods.refresh() if p.node == self.node and not p.terminal}
-        view = self.podres.view() if self.podres is not None else None
+
+        def live_uids(pods: list[PodInfo]) -> set[str]:
+            return {p.uid for p in pods if p.node == self.node and not p.terminal}
+
+        # The watch cache first; a fresh list (one per node, not every 30 s) only to
+        # confirm that something looks gone.
+        live = live_uids(self.pods.pods())
+        old = [r for r in self.allocations() if now - r.created >= grace_s]
+        if any(r.pod_uid not in live for r in old):
+            live = live_uids(self.pods.refresh())
+        view = None
+        if any(r.pod_uid not in live for r in old) and self.podres is not None:
+            view = self.podres.view()
         removed: list[str] = []
-        for rec in self.allocations():
-            if rec.pod_uid in live or now - rec.created < grace_s:
+        for rec in old:
+            if rec.pod_uid in live:
                 continue
             if view is not None and view.holds(rec.slots):
                 continue
