@@ -15,7 +15,7 @@ from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import NODES, PODS
 from tessera.kube.port import KubeApi, Obj, WatchEvent
 from tessera.kube.reflector import Reflector
-from tessera.model import annotations
+from tessera.model import annotations as ann
 from tessera.node.pods import PodInfo, pod_info
 
 __all__ = ["KubeEvents", "KubeNode", "KubePods"]
@@ -86,10 +86,8 @@ class KubeNode:
 
     def inventory_text(self, node: str) -> str | None:
         meta = self.api.get(NODES, node).get("metadata") or {}
-        value = (meta.get("annotations") or {}).get(annotations.INVENTORY)
+        value = (meta.get("annotations") or {}).get(ann.INVENTORY)
         return None if value is None else str(value)
 
     def set_inventory(self, node: str, text: str) -> None:
-        self.api.merge_patch(
-            NODES, node, {"metadata": {"annotations": {annotations.INVENTORY: text}}}
-        )
+        self.api.merge_patch(NODES, node, {"metadata": {"annotations": {ann.INVENTORY: text}}})

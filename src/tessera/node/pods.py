@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tessera.errors import FormatError
-from tessera.model import annotations
+from tessera.model import annotations as ann
 from tessera.model.types import Assignment, ContainerAssignment
 
 __all__ = ["EventSink", "GpuContainer", "PodInfo", "PodSource", "pod_info"]
@@ -80,18 +80,18 @@ def pod_info(obj: Mapping[str, Any], resource: str, cards: frozenset[str]) -> Po
             n = _count(c.get("resources"), resource)
             if n > 0:
                 containers.append(GpuContainer(c.get("name", ""), init, n))
-    text = (meta.get("annotations") or {}).get(annotations.ASSIGNMENT)
+    text = (meta.get("annotations") or {}).get(ann.ASSIGNMENT)
     assignment: Assignment | None = None
     problem = ""
     if text is None:
         if containers:
             problem = (
-                f"pod {ns}/{name} asks for {resource} but has no {annotations.ASSIGNMENT} "
+                f"pod {ns}/{name} asks for {resource} but has no {ann.ASSIGNMENT} "
                 "annotation: it was not placed by the Tessera scheduler"
             )
     else:
         try:
-            assignment = annotations.decode_assignment(f"{ns}/{name}", text)
+            assignment = ann.decode_assignment(f"{ns}/{name}", text)
         except FormatError as exc:
             problem = str(exc)
     if assignment is not None:
@@ -117,7 +117,7 @@ def _stale(
     containers: list[GpuContainer],
     cards: frozenset[str],
 ) -> str:
-    what = f"pod {ns}/{name}: annotation {annotations.ASSIGNMENT}"
+    what = f"pod {ns}/{name}: annotation {ann.ASSIGNMENT}"
     if node and a.node != node:
         return f"{what} is stale: it places the pod on node {a.node}, but it is bound to {node}"
     by_name = {c.name: c for c in a.containers}
