@@ -286,3 +286,24 @@ def test_make_policy_refuses_unknown_names() -> None:
     with pytest.raises(SpecError, match="placement: must be one of"):
         make_policy("binpack/spread/random")
     assert make_policy("spread/binpack").name == "spread/binpack"
+
+
+def test_public_names() -> None:
+    import tessera.cluster
+    import tessera.placement
+
+    assert set(tessera.cluster.__all__) == {"Booking", "CardFree", "ClusterState", "Snapshot"}
+    assert {
+        "place",
+        "filter_nodes",
+        "score_nodes",
+        "pick_cards",
+        "make_policy",
+        "Decision",
+        "FilterResult",
+        "POLICIES",
+        "WorkloadMix",
+        "fragmentation_rate",
+    } <= set(tessera.placement.__all__)
+    for name in tessera.placement.__all__:
+        assert hasattr(tessera.placement, name), name
