@@ -6,8 +6,13 @@
  * functions, never through exported symbols (which libvgpu interposes).
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,13 +22,14 @@
 
 #define FX __attribute__((visibility("default")))
 #define MAXDEV 8
-#define LOG_CAP (1u << 16)
+#define LOG_CAP (1u << 14)
 
 struct CUctx_st { int dev; };
 struct CUfunc_st { uint64_t ns; };
 struct CUmod_st { int unused; };
 struct CUmemPoolHandle_st { int dev; };
 struct CUarray_st { int dev; uint64_t bytes; };
+struct CUevent_st { int dev; uint64_t t; int recorded; };
 
 typedef struct { uint64_t start, end; } span;
 typedef struct {
@@ -34,10 +40,14 @@ typedef struct {
     uint64_t nlog;
 } fdev;
 
-static fdev devs[MAXDEV];
+static fdev local_devs[MAXDEV];
+static fdev *devs = local_devs; /* or, with FAKECUDA_SHARED=<file>, one timeline for all processes */
 static struct CUctx_st ctxs[MAXDEV];
 static int ndev = 2, inited = 0;
-static uint64_t queue_ns = 8000000;
+/* When this process's own last kernel on each device ends: an event waits for its own
+ * context's work only, as on a real GPU where contexts of processes time-slice. */
+static uint64_t mine_until[MAXDEV];
+static uint64_t queue_ns = 30000000;
 static uint64_t alloc_calls, sync_calls;
 static __thread CUcontext cur;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -67,10 +77,32 @@ static void setup(void) {
     uint64_t mib = 16384;
     if ((e = getenv("FAKECUDA_MEM_MIB"))) mib = strtoull(e, NULL, 10);
     if ((e = getenv("FAKECUDA_QUEUE_NS"))) queue_ns = strtoull(e, NULL, 10);
+    const char *shared = getenv("FAKECUDA_SHARED");
+    int fresh = 1, fd = -1;
+    if (shared && shared[0]) {
+        /* Processes that name the same file share the devices' timelines, as processes on
+         * one real GPU do: their kernels take turns. Memory stays per process. */
+        fd = open(shared, O_RDWR | O_CREAT, 0600);
+        if (fd < 0 || flock(fd, LOCK_EX) != 0) abort();
+        struct stat st;
+        fstat(fd, &st);
+        fresh = st.st_size == 0;
+        if (fresh && ftruncate(fd, sizeof(fdev) * MAXDEV) != 0) abort();
+        devs = mmap(NULL, sizeof(fdev) * MAXDEV, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (devs == MAP_FAILED) abort();
+    }
     for (int i = 0; i < MAXDEV; i++) {
-        pthread_mutex_init(&devs[i].mu, NULL);
-        devs[i].total = mib << 20;
         ctxs[i].dev = i;
+        if (!fresh) continue;
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+        pthread_mutex_init(&devs[i].mu, &a);
+        devs[i].total = mib << 20;
+    }
+    if (fd >= 0) {
+        flock(fd, LOCK_UN);
+        close(fd);
     }
 }
 
@@ -340,6 +372,7 @@ static CUresult run(CUfunction f, int dev) {
     }
     uint64_t start = d->busy_until > now ? d->busy_until : now;
     d->busy_until = start + f->ns;
+    mine_until[dev] = start + f->ns;
     d->log[d->nlog % LOG_CAP] = (span){start, start + f->ns};
     d->nlog++;
     d->launches++;
@@ -398,6 +431,43 @@ static CUresult sync_dev(int dev) {
     return CUDA_SUCCESS;
 }
 FX CUresult cuCtxSynchronize(void) { return sync_dev(cur_dev()); }
+
+/* Events: a recorded event "completes" when the device reaches it on its timeline. */
+FX CUresult cuEventCreate(CUevent *e, unsigned int flags) {
+    if (!e || flags > 15) return CUDA_ERROR_INVALID_VALUE;
+    if (!cur) return CUDA_ERROR_INVALID_CONTEXT;
+    *e = calloc(1, sizeof **e);
+    (*e)->dev = cur->dev;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuEventDestroy_v2(CUevent e) {
+    free(e);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuEventRecord(CUevent e, CUstream s) {
+    (void)s;
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    fdev *d = &devs[e->dev];
+    pthread_mutex_lock(&d->mu);
+    uint64_t now = now_ns();
+    e->t = mine_until[e->dev] > now ? mine_until[e->dev] : now;
+    e->recorded = 1;
+    pthread_mutex_unlock(&d->mu);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuEventSynchronize(CUevent e) {
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    __atomic_fetch_add(&sync_calls, 1, __ATOMIC_RELAXED);
+    if (e->recorded && e->t > now_ns()) sleep_until(e->t);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+    if (!ms) return CUDA_ERROR_INVALID_VALUE;
+    if (!a || !b) return CUDA_ERROR_INVALID_HANDLE;
+    if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+    *ms = (float)((double)((int64_t)b->t - (int64_t)a->t) / 1e6);
+    return CUDA_SUCCESS;
+}
 FX CUresult cuStreamSynchronize(CUstream s) { (void)s; return sync_dev(cur_dev()); }
 
 /* ---- cuGetProcAddress: the driver's rules, over the fake's own table ---- */
@@ -406,7 +476,7 @@ FX CUresult cuStreamSynchronize(CUstream s) { (void)s; return sync_dev(cur_dev()
 static const struct { const char *name; void *fn; } procs[] = {
     VG_CUDA_FUNCS(PROC) VG_CUDA_USED(PROC) PROC(cuDevicePrimaryCtxRetain, , )
     PROC(cuCtxSetCurrent, , ) PROC(cuModuleLoadData, , ) PROC(cuModuleGetFunction, , )
-    PROC(cuStreamSynchronize, , ) PROC(cuDriverGetVersion, , ) {NULL, NULL},
+    PROC(cuStreamSynchronize, , ) PROC(cuDriverGetVersion, , ) PROC(cuEventDestroy_v2, , ) {NULL, NULL},
 };
 
 /* With FAKECUDA_PROC_INTERNAL=1, cuGetProcAddress hands out internal entry points for

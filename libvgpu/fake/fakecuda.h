@@ -4,8 +4,9 @@
  * The fake simulates devices (FAKECUDA_DEVICES, default 2) with FAKECUDA_MEM_MIB of memory
  * each (default 16384) and kernels that occupy a device for a given time: a function
  * named "busy_<ns>" runs for <ns> nanoseconds on a per-device timeline. Launches are
- * asynchronous up to FAKECUDA_QUEUE_NS of queued work (default 8 ms), then block, as a
- * real driver's full push buffer does. Device UUIDs are GPU-face0000-0000-0000-0000-0000000000NN
+ * asynchronous up to FAKECUDA_QUEUE_NS of queued work (default 30 ms), then block, as a
+ * real driver's full push buffer does. With FAKECUDA_SHARED=<file>, processes naming the
+ * same file share the devices' timelines (kernels of all of them take turns). Device UUIDs are GPU-face0000-0000-0000-0000-0000000000NN
  * (NN = ordinal in hex). Not part of libvgpu.
  */
 #ifndef FAKECUDA_H

@@ -42,6 +42,7 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUarray_st *CUarray;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUevent_st *CUevent;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
@@ -228,7 +229,11 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuCtxSynchronize, (void), ())                                                          \
     X(cuDeviceGetUuid, (CUuuid *uuid, CUdevice dev), (uuid, dev))                            \
     X(cuDeviceGetCount, (int *count), (count))                                               \
-    X(cuDeviceGet, (CUdevice *dev, int ordinal), (dev, ordinal))
+    X(cuDeviceGet, (CUdevice *dev, int ordinal), (dev, ordinal))                             \
+    X(cuEventCreate, (CUevent *ev, unsigned int flags), (ev, flags))                         \
+    X(cuEventRecord, (CUevent ev, CUstream s), (ev, s))                                      \
+    X(cuEventSynchronize, (CUevent ev), (ev))                                                \
+    X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end), (ms, start, end))
 
 #define VG_DECLARE(name, params, args) CUresult name params;
 VG_CUDA_FUNCS(VG_DECLARE)
@@ -242,6 +247,7 @@ CUresult cuDriverGetVersion(int *version);
 CUresult cuModuleLoadData(CUmodule *mod, const void *image);
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name);
 CUresult cuStreamSynchronize(CUstream s);
+CUresult cuEventDestroy_v2(CUevent ev);
 
 #ifdef __cplusplus
 }

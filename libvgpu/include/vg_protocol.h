@@ -52,7 +52,7 @@ typedef struct vg_card_state {
     uint64_t retired_throttled_ns;
     uint64_t retired_refused;
     uint64_t retired_busy_ns;
-    uint64_t reserved;
+    uint64_t charged_until_ns; /* end of the last window charged (union of windows) */
 } vg_card_state;
 
 typedef struct vg_header {

@@ -4,10 +4,15 @@
  * Closed loop, per card, shared by the container's processes through the region:
  *   1. Before a launch, refill the card's bucket at share% of wall time; while it is below
  *      zero, sleep (counted as throttled time).
- *   2. The first launch after a drain opens a measurement window. The first launch that
- *      finds the window at least VG_WINDOW_NS old drains the context (cuCtxSynchronize)
- *      and charges the bucket with the window's GPU occupancy: from its opening to the
- *      moment the queued work finished.
+ *   2. The first launch after a drain opens a measurement window and records a CUDA event
+ *      on the legacy stream. The first launch that finds the window at least VG_WINDOW_NS
+ *      old records a second event, waits for it (the drain) and charges the bucket with
+ *      the GPU time between the two events: the window's GPU occupancy, timed by the GPU
+ *      itself, so a late host wake-up is not charged. Without events (a driver that
+ *      refuses them) the window is timed on the host around cuCtxSynchronize.
+ *   3. Windows of several processes of the container that overlap in time are charged
+ *      once (the union), through the card's charged_until in the region: on a real GPU
+ *      overlapping work time-slices, so both processes saw the same wall time.
  * The charge is what the work really took on the GPU (measured, not estimated from grid
  * sizes), so the share holds whether or not other tenants are on the card; over time
  * the bucket's debt makes the sleeps exactly (1 - share) of the occupancy.
@@ -36,8 +41,10 @@
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 
 typedef struct vg_window {
-    uint64_t start_ns; /* 0: closed */
+    uint64_t start_ns; /* host time the window opened; 0: closed */
     int draining;
+    int timed;         /* ev[0] was recorded when this window opened */
+    CUevent ev[2];     /* created once per card; NULL: time on the host */
 } vg_window;
 
 static vg_window vg_win[VG_MAX_CARDS];
@@ -49,7 +56,7 @@ static struct {
 } vg_allow;
 
 void vg_compute_atfork_child(void) {
-    for (int i = 0; i < VG_MAX_CARDS; i++) vg_win[i] = (vg_window){0, 0};
+    for (int i = 0; i < VG_MAX_CARDS; i++) vg_win[i] = (vg_window){0, 0, 0, {NULL, NULL}};
 }
 
 static void vg_allowance_refresh(uint64_t now) {
@@ -119,11 +126,29 @@ static CUresult vg_launch_begin(vg_launch *l) {
         now = vg_now_ns();
     }
     if (waited_from != 0) ADD(&rec->throttled_ns, now - waited_from);
+    vg_window *w = &vg_win[card];
     uint64_t closed = 0;
-    __atomic_compare_exchange_n(&vg_win[card].start_ns, &closed, now, 0, __ATOMIC_ACQ_REL,
-                                __ATOMIC_ACQUIRE);
+    if (__atomic_compare_exchange_n(&w->start_ns, &closed, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (w->ev[0] == NULL && (VG_CALL(cuEventCreate, &w->ev[0], 0) != CUDA_SUCCESS ||
+                                 VG_CALL(cuEventCreate, &w->ev[1], 0) != CUDA_SUCCESS))
+            w->ev[0] = w->ev[1] = NULL;
+        STORE(&w->timed, w->ev[0] != NULL && VG_CALL(cuEventRecord, w->ev[0], NULL) == CUDA_SUCCESS);
+    }
     l->gated = 1;
     return CUDA_SUCCESS;
+}
+
+/* The part of a window [start, end] (host time, GPU time busy) not yet charged by another
+ * process of the container: busy scaled by the share of the window after charged_until. */
+static uint64_t vg_union_charge(vg_card_state *cs, uint64_t start, uint64_t end, uint64_t busy) {
+    uint64_t until = LOAD(&cs->charged_until_ns);
+    while (until < end &&
+           !__atomic_compare_exchange_n(&cs->charged_until_ns, &until, end, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+    }
+    if (until <= start || end <= start) return busy;
+    if (until >= end) return 0;
+    return (uint64_t)((double)busy * (double)(end - until) / (double)(end - start));
 }
 
 static void vg_launch_end(const vg_launch *l) {
@@ -134,11 +159,21 @@ static void vg_launch_end(const vg_launch *l) {
     int idle = 0;
     if (!__atomic_compare_exchange_n(&w->draining, &idle, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return; /* another thread is draining */
-    VG_CALL(cuCtxSynchronize);
-    uint64_t busy = vg_now_ns() - start;
+    uint64_t busy = 0;
+    float ms = -1.0f;
+    if (LOAD(&w->timed) && VG_CALL(cuEventRecord, w->ev[1], NULL) == CUDA_SUCCESS &&
+        VG_CALL(cuEventSynchronize, w->ev[1]) == CUDA_SUCCESS &&
+        VG_CALL(cuEventElapsedTime, &ms, w->ev[0], w->ev[1]) == CUDA_SUCCESS && ms >= 0.0f)
+        busy = (uint64_t)((double)ms * 1e6);
+    else
+        VG_CALL(cuCtxSynchronize);
+    uint64_t end = vg_now_ns();
+    if (ms < 0.0f) busy = end - start;
     STORE(&w->start_ns, 0);
-    vg_bucket_charge(&vg_g.region->hdr.cards[l->card], busy);
-    ADD(&vg_g.region->slots[vg_g.slot].cards[l->card].busy_ns, busy);
+    vg_card_state *cs = &vg_g.region->hdr.cards[l->card];
+    uint64_t charge = vg_union_charge(cs, start, end, busy);
+    vg_bucket_charge(cs, charge);
+    ADD(&vg_g.region->slots[vg_g.slot].cards[l->card].busy_ns, charge);
     STORE(&w->draining, 0);
 }
 

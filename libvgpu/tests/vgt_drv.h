@@ -1,5 +1,8 @@
 /* vgt_drv.h - helpers of the driver tests (applications run with libvgpu preloaded). */
 #ifndef VGT_DRV_H
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #define VGT_DRV_H
 
 #include <fcntl.h>
