@@ -8,6 +8,7 @@ far (the extender can know no more than that).
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -64,9 +65,17 @@ def replay(
     arrival: float,
     progress: Progress | None = None,
 ) -> ReplayResult:
-    """Run one experiment of the published protocol and measure it."""
+    """Run one experiment of the published protocol and measure it.
+
+    Besides the task stream, the seed also shuffles the order of the nodes, as the
+    published simulator does (it renames nodes with a random prefix): policies break
+    ties between equal nodes by that order, so a node file sorted by model must not
+    decide the result.
+    """
     stream = arrival_stream(tasks, gpu_capacity_milli(nodes), arrival, seed)
-    return replay_stream(nodes, stream, policy, seed, arrival, progress)
+    order = list(nodes)
+    random.Random(f"node-order/{seed}").shuffle(order)
+    return replay_stream(order, stream, policy, seed, arrival, progress)
 
 
 def replay_stream(
