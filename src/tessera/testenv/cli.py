@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -113,17 +114,18 @@ def status(state_dir: StateDir = None) -> None:
     api = env.api_client()
     try:
         core = client.CoreV1Api(api)
-        node_list = core.list_node().items
-        ready = sum(
-            any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-            for n in node_list
-        )
-        pods = core.list_pod_for_all_namespaces().items
+        count, ready = env.ready_nodes(core, label_selector="")
+        resp = core.list_pod_for_all_namespaces(_preload_content=False)
         phases: dict[str, int] = {}
+        try:
+            pods = json.loads(resp.data)["items"]
+        finally:
+            resp.release_conn()
         for p in pods:
-            phases[p.status.phase] = phases.get(p.status.phase, 0) + 1
+            phase = p.get("status", {}).get("phase", "Unknown")
+            phases[phase] = phases.get(phase, 0) + 1
         typer.echo(
-            f"nodes: {len(node_list)} ({ready} Ready); pods: {len(pods)} "
+            f"nodes: {count} ({len(ready)} Ready); pods: {len(pods)} "
             + " ".join(f"{k}={v}" for k, v in sorted(phases.items()))
         )
     finally:

@@ -496,17 +496,28 @@ class TestEnv:
             api.close()
         return created
 
+    def ready_nodes(self, core: Any, label_selector: str = "type=kwok") -> tuple[int, set[str]]:
+        """(number of nodes matching, names of those Ready). Reads raw JSON: the typed
+        client needs seconds to decode a thousand nodes."""
+        resp = core.list_node(label_selector=label_selector, _preload_content=False)
+        try:
+            items = json.loads(resp.data)["items"]
+        finally:
+            resp.release_conn()
+        ready = {
+            n["metadata"]["name"]
+            for n in items
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in n.get("status", {}).get("conditions") or []
+            )
+        }
+        return len(items), ready
+
     def _wait_ready(self, core: Any, wanted: set[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            ready = {
-                n.metadata.name
-                for n in core.list_node(label_selector="type=kwok").items
-                if any(
-                    c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])
-                )
-            }
-            missing = wanted - ready
+            missing = wanted - self.ready_nodes(core)[1]
             if not missing:
                 return
             if time.monotonic() >= deadline:
