@@ -1,0 +1,228 @@
+"""The burst-share coordinator: who may use a card's idle compute, decided per card.
+
+Every tick it reads each tenant's usage region, decides per physical card (``decide``, a
+pure function) and writes each tenant's allowance file (docs/protocol.md, "## libvgpu").
+libvgpu in the tenant holds its burst-share cards to that allowance, never below the
+tenant's floor, and falls back to the floor when the file is older than 3 s.
+
+The rule, per card:
+
+* ``fixed-share`` tenants reserve their share; ``best-effort`` tenants are not managed
+  (no cap, no floor).
+* a ``burst-share`` tenant is *hungry* when it was throttled in the last interval or used
+  (nearly) all of its allowance: it reserves its floor and asks for more.
+* a burst-share tenant that is not hungry reserves what it uses plus ``headroom`` (up to
+  its floor), so its unused floor can be lent out; as soon as it uses most of that
+  reservation, it reserves its whole floor again. Lent compute is therefore given back
+  within one tick (plus libvgpu's 50 ms allowance poll).
+* what is left of 100% is split between the hungry tenants in proportion to their floors.
+
+The node agent hosts the loop (``Coordinator.run``); tests drive ``tick`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tessera.errors import FormatError
+from tessera.model.types import ComputePolicy
+from tessera.node.limits import MAX_CARDS, Limits, parse_int, parse_lines
+from tessera.node.usage import read_region
+
+__all__ = [
+    "Coordinator",
+    "Tenant",
+    "TenantCard",
+    "decide",
+    "decode_allowance",
+    "encode_allowance",
+    "write_allowance",
+]
+
+HEADROOM = 5  # percent a lender keeps above what it uses
+SATURATED = 0.8  # using this fraction of its reservation means it wants its floor back
+HUNGRY_THROTTLED = 0.02  # throttled this fraction of the interval: wants more
+_WHAT = "allowance file"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantCard:
+    """One tenant on one card, as the coordinator saw it over the last interval.
+
+    ``used`` and ``throttled`` are fractions of the interval in percent (0..100);
+    ``allowance`` and ``reserved`` are what the previous tick decided (initially the floor).
+    """
+
+    tenant: str
+    policy: ComputePolicy
+    floor: int
+    used: float = 0.0
+    throttled: float = 0.0
+    allowance: int = 0
+    reserved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowance: int
+    reserved: int
+
+
+def _hungry(t: TenantCard) -> bool:
+    return t.throttled >= HUNGRY_THROTTLED * 100 or t.used >= max(t.allowance, t.floor) - HEADROOM
+
+
+def decide(card: Sequence[TenantCard]) -> dict[str, Decision]:
+    """Allowance and reservation of every fixed- and burst-share tenant on one card."""
+    out: dict[str, Decision] = {}
+    hungry: list[TenantCard] = []
+    reserved_total = 0
+    for t in card:
+        if t.policy is ComputePolicy.FIXED_SHARE:
+            reserved = t.floor
+        elif t.policy is ComputePolicy.BEST_EFFORT:
+            continue
+        elif _hungry(t):
+            hungry.append(t)
+            reserved = t.floor
+        elif t.used >= SATURATED * t.reserved and t.used >= 1.0:
+            reserved = t.floor  # ramping up: give its floor back now
+        else:
+            reserved = min(t.floor, int(t.used) + HEADROOM)
+        out[t.tenant] = Decision(allowance=t.floor, reserved=reserved)
+        reserved_total += reserved
+    spare = max(0, 100 - reserved_total)
+    weights = sum(t.floor for t in hungry)
+    for t in hungry:
+        extra = spare * t.floor // weights if weights else 0
+        out[t.tenant] = Decision(allowance=min(100, t.floor + extra), reserved=t.floor)
+    return out
+
+
+def encode_allowance(percent: Mapping[int, int], written_unix_ms: int) -> str:
+    """The allowance file's text: per card ordinal, the allowance in percent."""
+    lines = ["version=1", f"written_unix_ms={written_unix_ms}"]
+    for ordinal in sorted(percent):
+        if not 0 <= ordinal < MAX_CARDS or not 0 <= percent[ordinal] <= 100:
+            raise FormatError(_WHAT, f"card.{ordinal}.percent={percent[ordinal]} is out of range")
+        lines.append(f"card.{ordinal}.percent={percent[ordinal]}")
+    return "\n".join(lines) + "\n"
+
+
+def decode_allowance(text: str) -> tuple[int, dict[int, int]]:
+    """(written_unix_ms, {ordinal: percent}) from the file's text."""
+    kv = parse_lines(_WHAT, text)
+    if "written_unix_ms" not in kv:
+        raise FormatError(_WHAT, "missing key 'written_unix_ms'")
+    written = parse_int(_WHAT, "written_unix_ms", kv["written_unix_ms"], 0, 10**18 - 1)
+    percent = {}
+    for key, value in kv.items():
+        parts = key.split(".")
+        if len(parts) == 3 and parts[0] == "card" and parts[2] == "percent":
+            ordinal = parse_int(_WHAT, key, parts[1], 0, MAX_CARDS - 1)
+            percent[ordinal] = parse_int(_WHAT, key, value, 0, 100)
+    return written, percent
+
+
+def write_allowance(path: str | Path, percent: Mapping[int, int], written_unix_ms: int) -> None:
+    """Replace the file atomically (temp file + rename in the same directory)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(encode_allowance(percent, written_unix_ms))
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A container the coordinator manages: its limits and where its files are on the host."""
+
+    name: str
+    limits: Limits
+    region: Path
+    allowance: Path
+
+
+@dataclass(slots=True)
+class _Seen:
+    busy_ns: int
+    throttled_ns: int
+    at_ns: int
+    allowance: int
+    reserved: int
+
+
+class Coordinator:
+    """Reads usage, decides per card, writes allowances. ``tenants`` is called every tick."""
+
+    def __init__(
+        self,
+        tenants: Callable[[], Iterable[Tenant]],
+        *,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._tenants = tenants
+        self._clock_ns = clock_ns
+        self._wall_ms = wall_ms
+        self._seen: dict[tuple[str, int], _Seen] = {}
+
+    def tick(self) -> dict[str, dict[int, int]]:
+        """One round; returns the allowances written, by tenant and card ordinal."""
+        now = self._clock_ns()
+        by_card: dict[str, list[tuple[Tenant, int, TenantCard]]] = {}
+        live: set[tuple[str, int]] = set()
+        for tenant in self._tenants():
+            totals = read_region(tenant.region).cards
+            for card in tenant.limits.cards:
+                key = (tenant.name, card.ordinal)
+                live.add(key)
+                t = totals[card.ordinal]
+                prev = self._seen.get(key)
+                if prev is None:
+                    prev = _Seen(
+                        t.busy_ns, t.throttled_ns, now, card.cores_percent, card.cores_percent
+                    )
+                dt = max(1, now - prev.at_ns)
+                tc = TenantCard(
+                    tenant=tenant.name,
+                    policy=card.policy,
+                    floor=card.cores_percent,
+                    used=min(100.0, 100.0 * max(0, t.busy_ns - prev.busy_ns) / dt),
+                    throttled=min(100.0, 100.0 * max(0, t.throttled_ns - prev.throttled_ns) / dt),
+                    allowance=prev.allowance,
+                    reserved=prev.reserved,
+                )
+                self._seen[key] = _Seen(
+                    t.busy_ns, t.throttled_ns, now, prev.allowance, prev.reserved
+                )
+                by_card.setdefault(card.uuid.lower(), []).append((tenant, card.ordinal, tc))
+        for key in set(self._seen) - live:
+            del self._seen[key]
+
+        written: dict[str, dict[int, int]] = {}
+        files: dict[str, tuple[Tenant, dict[int, int]]] = {}
+        for entries in by_card.values():
+            decisions = decide([tc for _, _, tc in entries])
+            for tenant, ordinal, tc in entries:
+                d = decisions.get(tc.tenant)
+                if d is None or tc.policy is not ComputePolicy.BURST_SHARE:
+                    continue
+                seen = self._seen[(tenant.name, ordinal)]
+                seen.allowance, seen.reserved = d.allowance, d.reserved
+                files.setdefault(tenant.name, (tenant, {}))[1][ordinal] = d.allowance
+        stamp = self._wall_ms()
+        for name, (tenant, percent) in files.items():
+            write_allowance(tenant.allowance, percent, stamp)
+            written[name] = percent
+        return written
+
+    def run(self, stop: threading.Event, period_s: float = 0.1) -> None:
+        """Tick every ``period_s`` until ``stop`` is set."""
+        while not stop.is_set():
+            self.tick()
+            stop.wait(period_s)

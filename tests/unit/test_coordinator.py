@@ -1,0 +1,210 @@
+"""The burst-share coordinator: the pure decision, the allowance file, and ticks over regions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tessera.errors import FormatError
+from tessera.model.types import ComputePolicy
+from tessera.node.coordinator import (
+    Coordinator,
+    Decision,
+    Tenant,
+    TenantCard,
+    decide,
+    decode_allowance,
+    encode_allowance,
+    write_allowance,
+)
+from tessera.node.limits import CardLimit, Limits
+from tessera.node.usage import CardTotals, encode_region
+
+BURST = ComputePolicy.BURST_SHARE
+FIXED = ComputePolicy.FIXED_SHARE
+BEST = ComputePolicy.BEST_EFFORT
+
+
+def test_alone_on_the_card_a_hungry_tenant_gets_everything() -> None:
+    got = decide([TenantCard("a", BURST, 30, used=30, throttled=40, allowance=30, reserved=30)])
+    assert got == {"a": Decision(allowance=100, reserved=30)}
+
+
+def test_an_idle_lender_keeps_headroom_and_lends_the_rest() -> None:
+    got = decide(
+        [
+            TenantCard("a", BURST, 30, used=30, throttled=50, allowance=30, reserved=30),
+            TenantCard("b", BURST, 50, used=0, allowance=50, reserved=50),
+        ]
+    )
+    assert got["b"] == Decision(allowance=50, reserved=5)
+    assert got["a"] == Decision(allowance=95, reserved=30)
+
+
+def test_a_lender_that_ramps_up_gets_its_floor_back_in_one_tick() -> None:
+    # b was lending (reserved 5) and now uses 20% even though a takes most of the card.
+    got = decide(
+        [
+            TenantCard("a", BURST, 30, used=75, throttled=10, allowance=95, reserved=30),
+            TenantCard("b", BURST, 50, used=20, allowance=50, reserved=5),
+        ]
+    )
+    assert got["b"].reserved == 50
+    assert got["a"] == Decision(allowance=50, reserved=30)
+
+
+def test_fixed_tenants_are_reserved_and_best_effort_ignored() -> None:
+    got = decide(
+        [
+            TenantCard("f", FIXED, 40, used=40),
+            TenantCard("e", BEST, 0, used=90),
+            TenantCard("a", BURST, 20, used=20, throttled=30, allowance=20, reserved=20),
+        ]
+    )
+    assert "e" not in got
+    assert got["f"] == Decision(allowance=40, reserved=40)
+    assert got["a"] == Decision(allowance=60, reserved=20)
+
+
+def test_spare_is_split_by_floor_between_hungry_tenants() -> None:
+    got = decide(
+        [
+            TenantCard("a", BURST, 20, used=20, throttled=50, allowance=20, reserved=20),
+            TenantCard("b", BURST, 40, used=40, throttled=50, allowance=40, reserved=40),
+        ]
+    )
+    assert got["a"].allowance == 20 + 40 * 20 // 60
+    assert got["b"].allowance == 40 + 40 * 40 // 60
+
+
+def test_a_tenant_using_its_borrowed_allowance_stays_hungry() -> None:
+    # Not throttled (its allowance is generous) but using it: keep lending to it.
+    got = decide([TenantCard("a", BURST, 30, used=97, throttled=0, allowance=100, reserved=30)])
+    assert got["a"].allowance == 100
+
+
+def test_a_borrower_that_stops_needing_returns_to_its_floor() -> None:
+    got = decide([TenantCard("a", BURST, 30, used=10, throttled=0, allowance=100, reserved=30)])
+    assert got["a"] == Decision(allowance=30, reserved=15)
+
+
+policies = st.sampled_from([BURST, FIXED, BEST])
+
+
+@given(
+    st.lists(
+        st.tuples(
+            policies, st.integers(1, 60), st.floats(0, 100), st.floats(0, 100), st.integers(0, 100)
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_allowances_stay_within_floor_and_100_and_reservations_fit(
+    rows: list[tuple[ComputePolicy, int, float, float, int]],
+) -> None:
+    # Placement never puts more than 100% of floors on a card.
+    total = 0
+    card = []
+    for i, (policy, floor, used, throttled, prev) in enumerate(rows):
+        if total + floor > 100:
+            break
+        total += floor
+        card.append(TenantCard(f"t{i}", policy, floor, used, throttled, max(prev, floor), floor))
+    got = decide(card)
+    for t in card:
+        if t.policy is BEST:
+            assert t.tenant not in got
+            continue
+        d = got[t.tenant]
+        assert t.floor <= d.allowance <= 100
+        assert d.reserved <= t.floor
+    assert sum(d.reserved for d in got.values()) <= 100
+    # What the hungry borrow above their floors fits in what nobody reserved.
+    borrowed = sum(got[t.tenant].allowance - t.floor for t in card if t.tenant in got)
+    assert borrowed <= max(0, 100 - sum(d.reserved for d in got.values()))
+
+
+def test_allowance_file_round_trip_and_bytes(tmp_path: Path) -> None:
+    text = encode_allowance({1: 30, 0: 95}, 1732180000123)
+    assert (
+        text == "version=1\nwritten_unix_ms=1732180000123\ncard.0.percent=95\ncard.1.percent=30\n"
+    )
+    assert decode_allowance(text) == (1732180000123, {0: 95, 1: 30})
+    path = tmp_path / "allowance"
+    write_allowance(path, {0: 50}, 7)
+    assert decode_allowance(path.read_text()) == (7, {0: 50})
+    assert [p.name for p in tmp_path.iterdir()] == ["allowance"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version=1\ncard.0.percent=5\n", "missing key 'written_unix_ms'"),
+        ("version=1\nwritten_unix_ms=1\ncard.0.percent=101\n", "outside 0..100"),
+        ("version=1\nwritten_unix_ms=1\ncard.16.percent=1\n", "outside 0..15"),
+        ("version=2\n", "unknown version"),
+    ],
+)
+def test_bad_allowance_files(text: str, message: str) -> None:
+    with pytest.raises(FormatError, match=message):
+        decode_allowance(text)
+
+
+def test_encoder_refuses_out_of_range() -> None:
+    with pytest.raises(FormatError, match="out of range"):
+        encode_allowance({0: 101}, 1)
+
+
+U = "GPU-00000000-0000-0000-0000-00000000000a"
+
+
+def _tenant(tmp_path: Path, name: str, floor: int, policy: ComputePolicy = BURST) -> Tenant:
+    d = tmp_path / name
+    d.mkdir()
+    return Tenant(
+        name, Limits(cards=(CardLimit(0, U, 1024, floor, policy),)), d / "region", d / "allowance"
+    )
+
+
+def _report(t: Tenant, busy_ns: int, throttled_ns: int) -> None:
+    totals = (CardTotals(busy_ns=busy_ns, throttled_ns=throttled_ns),) + (CardTotals(),) * 15
+    t.region.write_bytes(encode_region(retired=totals))
+
+
+def test_ticks_over_regions_lend_and_give_back(tmp_path: Path) -> None:
+    a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
+    clock = [0]
+    coord = Coordinator(
+        lambda: [a, b], clock_ns=lambda: clock[0], wall_ms=lambda: 1000 + clock[0] // 10**6
+    )
+    _report(a, 0, 0)
+    _report(b, 0, 0)
+    coord.tick()
+    # 100 ms: a saturates its 30% and is throttled; b idle.
+    clock[0] += 100 * 10**6
+    _report(a, 30 * 10**6, 60 * 10**6)
+    got = coord.tick()
+    assert got == {"a": {0: 95}, "b": {0: 50}}
+    assert decode_allowance(a.allowance.read_text()) == (1100, {0: 95})
+    # 100 ms later: b starts and gets 20% of the card despite a's burst.
+    clock[0] += 100 * 10**6
+    _report(a, 105 * 10**6, 60 * 10**6)
+    _report(b, 20 * 10**6, 0)
+    got = coord.tick()
+    assert got["a"][0] <= 50  # within one tick a leaves b its whole floor
+    # a keeps bursting into what b does not reserve: 100 - 50.
+    clock[0] += 100 * 10**6
+    _report(a, 135 * 10**6, 80 * 10**6)
+    _report(b, 60 * 10**6, 0)  # b uses 40%: below its floor, not hungry
+    assert coord.tick()["a"] == {0: 50}
+
+
+def test_fixed_only_tenants_get_no_file(tmp_path: Path) -> None:
+    f = _tenant(tmp_path, "f", 40, FIXED)
+    _report(f, 0, 0)
+    assert Coordinator(lambda: [f]).tick() == {}
+    assert not f.allowance.exists()
