@@ -1,22 +1,26 @@
 """GPU fragmentation, as measured by the FGD paper, and the policy that descends it.
 
-The measure (Weng et al., ATC'23). For a node and a class of request: the idle GPU the
-class cannot use. That is every idle card share when the class cannot run on the node at
-all (CPU, memory, too few usable cards, another model), else the idle share of each card
-the class does not fit on. The node's fragmentation is that amount averaged over the
-workload mix (weights from WorkloadMix); the cluster's fragmentation rate is the sum over
-nodes divided by all idle GPU. A card's idle share is the scarcer of its free memory and
-free cores (0 when unhealthy or held whole); "fits" is the exact test the filter applies.
+The published measure (Weng et al., ATC'23), ``PublishedMeasure``. For a node and a
+class of request: the idle GPU the class cannot use. That is every idle card share when
+the class cannot run on the node at all (CPU, memory, too few usable cards, another
+model), else the idle share of each card the class does not fit on. The node's
+fragmentation is that amount averaged over the workload mix (weights from WorkloadMix);
+the cluster's fragmentation rate is the sum over nodes divided by all idle GPU. A card's
+idle share is the scarcer of its free memory and free cores (0 when unhealthy or held
+whole); "fits" is the exact test the filter applies. The simulator reports this one.
 
-The policy. Place each pod where the expected fragmentation grows least: for every
-feasible node, and on it every fitting card, the growth Δ = F(after) - F(before); the node
-with the smallest Δ wins and the card with the smallest Δ is picked. Ties, common when
-whole nodes are empty, go to the tighter node (best-fit), which keeps big holes whole.
+The policy descends ``PackingMeasure`` by default, a stricter variant that also counts
+how many copies of a class fit and what the node's CPU and memory allow (see its
+docstring and docs/placement.md). Place each pod where the expected fragmentation grows
+least: for every feasible node, and on it every fitting card, the growth
+Δ = F(after) - F(before); the node with the smallest Δ wins and the card with the
+smallest Δ is picked. Ties, common when whole nodes are empty, go to the busier node.
 
 Speed. Δ for one row depends only on that row and the request's class, so it is cached
 per class and row and recomputed only for rows whose generation changed (after a
 placement: one row) or when the mix's frozen weights change version. Recomputing is array
-work over [rows, cards, classes].
+work over [rows, cards, classes]; the features of a row as it stands are cached once for
+all classes; one decision refreshes at most ``max_refresh`` rows.
 """
 
 from __future__ import annotations
@@ -44,7 +48,11 @@ from tessera.placement.mix import RequestClass, WorkloadMix
 __all__ = [
     "FragmentationCards",
     "FragmentationNodes",
+    "Measure",
+    "PackingMeasure",
+    "PublishedMeasure",
     "fragmentation_rate",
+    "growth",
     "node_fragmentation",
 ]
 
@@ -314,7 +322,7 @@ class _Cache:
 
 
 class FragmentationNodes:
-    """Node scorer: minus the growth of expected fragmentation, plus a best-fit tie-break."""
+    """Node scorer: minus the growth of expected fragmentation; the busier node breaks ties."""
 
     def __init__(
         self,
