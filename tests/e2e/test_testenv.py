@@ -314,9 +314,12 @@ def test_dev_cluster_cli_up_status_down(tmp_path: Path, testenv_binaries: Any) -
     csv.write_text(
         "sn,cpu_milli,memory_mib,gpu,model\nn-a,32000,131072,2,T4\nn-b,64000,262144,0,\n"
     )
+    sched_file = tmp_path / "sched.yaml"
+    sched_file.write_text("percentageOfNodesToScore: 70\n")
+    sched = str(sched_file)
     cli = [sys.executable, "-m", "tessera.cli", "dev-cluster"]
     up = subprocess.run(
-        [*cli, "up", "--cluster", str(csv), "--state-dir", str(state)],
+        [*cli, "up", "--cluster", str(csv), "--state-dir", str(state), "--scheduler-config", sched],
         capture_output=True,
         text=True,
         timeout=300,
@@ -329,6 +332,7 @@ def test_dev_cluster_cli_up_status_down(tmp_path: Path, testenv_binaries: Any) -
         )
         assert status.returncode == 0, status.stdout + status.stderr
         assert "nodes: 2 (2 Ready)" in status.stdout
+        assert "percentageOfNodesToScore: 70" in (state / "scheduler-config.yaml").read_text()
         pids = list(json.loads((state / "state.json").read_text())["pids"].values())
     finally:
         down = subprocess.run(
