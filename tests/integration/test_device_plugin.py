@@ -26,6 +26,7 @@ from tessera.model.clusterspec import make_cards
 from tessera.model.types import Assignment, CardSlice, ComputePolicy, ContainerAssignment
 from tessera.node.agent import Agent, AgentConfig
 from tessera.node.allocator import PodResourcesView
+from tessera.node.coordinator import decode_allowance
 from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
 from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
 from tessera.node.discovery_fake import FakeDiscovery
@@ -34,6 +35,7 @@ from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor
 from tessera.node.layout import CONTAINER_ETC_DIR, LD_SO_PRELOAD
 from tessera.node.limits import decode_limits, limits_for
 from tessera.node.podresources import PodResourcesClient
+from tessera.node.usage import CardTotals, encode_region
 from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
 
 NODE = "node-a"
@@ -41,6 +43,7 @@ RES = "tessera.io/gpu"
 SLOTS = 8
 CARDS = make_cards(NODE, 2, "A100")
 U0, U1 = CARDS[0].uuid, CARDS[1].uuid
+BURST = ComputePolicy.BURST_SHARE
 
 
 class SwitchablePodResources:
@@ -598,3 +601,35 @@ def test_a_rejected_pod_still_listed_by_kubelet_is_not_mistaken_for_the_admitted
     env.pods.put(failed)
     check_started(env, env.kubelet.run(y[1]), y[2])
     assert env.agent.allocator is not None and env.agent.allocator.corrections == 0
+
+
+# --- burst-share coordinator --------------------------------------------------------
+
+
+def test_hosted_coordinator_lends_idle_compute_and_ignores_a_garbled_region(env: Env) -> None:
+    a = pod_obj("burst", [("main", [(U0, 1000, 30)])], created=0, policy=BURST)
+    b = pod_obj("fixed", [("main", [(U0, 1000, 40)])], created=1)
+    c = pod_obj("garbled", [("main", [(U0, 1000, 10)])], created=2, policy=BURST)
+    for p in (a, b, c):
+        env.pods.put(p[0])
+    dirs = {}
+    for p in (a, b, c):
+        (s,) = env.kubelet.run(p[1])
+        dirs[p[1].name] = Path(s.mount("/var/run/tessera/usage").host_path).parent
+    (dirs["garbled"] / "usage" / "region").write_bytes(b"not a region")
+    allowance = dirs["burst"] / "allowance" / "allowance"
+    busy = 0
+    deadline = time.monotonic() + 10
+    percent: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        busy += 10**9  # the burst tenant is throttled all the time: it wants more
+        region = encode_region(retired=(CardTotals(busy_ns=busy, throttled_ns=busy),))
+        (dirs["burst"] / "usage" / "region").write_bytes(region)
+        time.sleep(0.15)
+        if allowance.exists():
+            _, percent = decode_allowance(allowance.read_text())
+            if percent.get(0, 0) > 30:
+                break
+    # 100 - 40 (fixed) - 30 (its own floor) = 30 spare, all lent to the hungry tenant.
+    assert percent == {0: 60}
+    assert env.agent.coordinator is not None and env.agent.coordinator.ticks > 0

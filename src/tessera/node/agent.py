@@ -25,6 +25,7 @@ from tessera.node.isolation import Isolation, MpsControl, MpsSupervisor, Visibil
 from tessera.node.layout import Layout
 from tessera.node.plugin import DevicePluginServer
 from tessera.node.pods import EventSink, PodSource
+from tessera.node.tenants import AllocationTenants, CoordinatorHost
 
 __all__ = ["Agent", "AgentConfig"]
 
@@ -45,6 +46,7 @@ class AgentConfig:
     recovery_s: float = 30.0
     ignored_xids: frozenset[int] = field(default=APPLICATION_XIDS)
     health_interval_s: float = 1.0
+    coordinator_period_s: float = 0.1  # burst-share ticks (hook backend only); 0: off
     cleanup_interval_s: float = 30.0
     cleanup_grace_s: float = 60.0
 
@@ -72,6 +74,7 @@ class Agent:
         self.tracker: HealthTracker | None = None
         self.allocator: Allocator | None = None
         self.plugin: DevicePluginServer | None = None
+        self.coordinator: CoordinatorHost | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.health_changes: list[tuple[float, str, bool]] = []  # (monotonic, uuid, healthy)
@@ -138,6 +141,10 @@ class Agent:
         )
         self._publish()
         self.plugin.start()
+        if cfg.isolation is Isolation.HOOK and cfg.coordinator_period_s > 0:
+            tenants = AllocationTenants(self.layout, self.allocator.allocations)
+            self.coordinator = CoordinatorHost(tenants, cfg.coordinator_period_s)
+            self.coordinator.start()
         self._stop.clear()
         for name, target in (("health", self._health_loop), ("cleanup", self._cleanup_loop)):
             t = threading.Thread(target=target, name=f"agent-{name}", daemon=True)
@@ -158,6 +165,8 @@ class Agent:
         for t in self._threads:
             t.join(5)
         self._threads.clear()
+        if self.coordinator is not None:
+            self.coordinator.stop()
         if self.plugin is not None:
             self.plugin.stop()
 
