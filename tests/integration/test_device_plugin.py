@@ -633,3 +633,13 @@ def test_hosted_coordinator_lends_idle_compute_and_ignores_a_garbled_region(env:
     # 100 - 40 (fixed) - 30 (its own floor) = 30 spare, all lent to the hungry tenant.
     assert percent == {0: 60}
     assert env.agent.coordinator is not None and env.agent.coordinator.ticks > 0
+
+
+def test_pod_with_two_gpu_containers_gets_each_its_own_slice(env: Env) -> None:
+    obj, kpod, assignment = pod_obj(
+        "two",
+        [("trainer", [(U0, 8000, 60), (U1, 8000, 60)]), ("sidecar", [(U0, 1000, 5)])],
+        created=0,
+    )
+    env.pods.put(obj)
+    check_started(env, env.kubelet.run(kpod), assignment)
