@@ -29,7 +29,12 @@ lint: setup
 testenv: setup
 	$(UV) run --frozen python -m tessera.testenv.build
 
-test: setup lint testenv
+# The in-container limiter, its fake driver and its C tests, normal and under ASan/UBSan
+# (pytest runs the C test cases: tests/integration/test_libvgpu.py).
+libvgpu:
+	$(MAKE) -C libvgpu all asan
+
+test: setup lint testenv libvgpu
 	$(UV) run --frozen pytest
 
 clean:

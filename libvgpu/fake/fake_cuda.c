@@ -31,7 +31,7 @@ struct CUmemPoolHandle_st { int dev; };
 struct CUarray_st { int dev; uint64_t bytes; };
 struct CUevent_st { int dev; uint64_t t; int recorded; };
 
-typedef struct { uint64_t start, end; } span;
+typedef struct { uint64_t start, end; int pid; } span;
 typedef struct {
     pthread_mutex_t mu;
     uint64_t busy_until;
@@ -373,7 +373,7 @@ static CUresult run(CUfunction f, int dev) {
     uint64_t start = d->busy_until > now ? d->busy_until : now;
     d->busy_until = start + f->ns;
     mine_until[dev] = start + f->ns;
-    d->log[d->nlog % LOG_CAP] = (span){start, start + f->ns};
+    d->log[d->nlog % LOG_CAP] = (span){start, start + f->ns, getpid()};
     d->nlog++;
     d->launches++;
     pthread_mutex_unlock(&d->mu);
@@ -529,18 +529,22 @@ FX CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t
 
 /* ---- test controls (fakecuda.h) ---- */
 
-FX uint64_t fakecuda_busy_between(int dev, uint64_t t0, uint64_t t1) {
+FX uint64_t fakecuda_busy_between_pid(int dev, uint64_t t0, uint64_t t1, int pid) {
     fdev *d = &devs[dev];
     uint64_t sum = 0;
     pthread_mutex_lock(&d->mu);
     uint64_t first = d->nlog > LOG_CAP ? d->nlog - LOG_CAP : 0;
     for (uint64_t i = first; i < d->nlog; i++) {
         span s = d->log[i % LOG_CAP];
+        if (pid != 0 && s.pid != pid) continue;
         uint64_t a = s.start > t0 ? s.start : t0, b = s.end < t1 ? s.end : t1;
         if (b > a) sum += b - a;
     }
     pthread_mutex_unlock(&d->mu);
     return sum;
+}
+FX uint64_t fakecuda_busy_between(int dev, uint64_t t0, uint64_t t1) {
+    return fakecuda_busy_between_pid(dev, t0, t1, 0);
 }
 FX uint64_t fakecuda_used(int dev) {
     pthread_mutex_lock(&alloc_mu);

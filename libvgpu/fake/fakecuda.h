@@ -16,6 +16,8 @@
 
 /* Simulated GPU time of device dev that falls inside [t0, t1] (CLOCK_MONOTONIC ns). */
 uint64_t fakecuda_busy_between(int dev, uint64_t t0, uint64_t t1);
+/* The same, counting only kernels launched by process pid. */
+uint64_t fakecuda_busy_between_pid(int dev, uint64_t t0, uint64_t t1, int pid);
 /* Device memory allocated on dev now, and the most ever allocated at once. */
 uint64_t fakecuda_used(int dev);
 uint64_t fakecuda_peak(int dev);
