@@ -58,6 +58,7 @@ STATE_FILE = "state.json"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 _PORT_RETRIES = 3
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
 class TestEnv:
@@ -475,7 +476,8 @@ class TestEnv:
     ) -> list[str]:
         """Create one kwok-managed Node per inventory, ``workers`` requests at a time.
 
-        Returns the node names. With ``wait_ready``, returns once kwok reports all Ready.
+        Returns the node names. With ``wait_ready``, returns once kwok reports all Ready
+        and the node lifecycle controller has lifted the not-ready taint: schedulable.
         """
         from kubernetes import client
 
@@ -497,21 +499,15 @@ class TestEnv:
         return created
 
     def ready_nodes(self, core: Any, label_selector: str = "type=kwok") -> tuple[int, set[str]]:
-        """(number of nodes matching, names of those Ready). Reads raw JSON: the typed
-        client needs seconds to decode a thousand nodes."""
+        """(number of nodes matching, names of those Ready and without the not-ready
+        taint, i.e. schedulable). Reads raw JSON: the typed client needs seconds to
+        decode a thousand nodes."""
         resp = core.list_node(label_selector=label_selector, _preload_content=False)
         try:
             items = json.loads(resp.data)["items"]
         finally:
             resp.release_conn()
-        ready = {
-            n["metadata"]["name"]
-            for n in items
-            if any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in n.get("status", {}).get("conditions") or []
-            )
-        }
+        ready = {n["metadata"]["name"] for n in items if _schedulable(n)}
         return len(items), ready
 
     def _wait_ready(self, core: Any, wanted: set[str], timeout: float) -> None:
@@ -581,6 +577,13 @@ class TestEnv:
     def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
         path.write_text(yaml.safe_dump(dict(data), sort_keys=False))
         path.chmod(0o600)
+
+
+def _schedulable(node: Mapping[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = node.get("spec", {}).get("taints") or []
+    return ready and not any(t.get("key") == NOT_READY_TAINT for t in taints)
 
 
 def _running_pids(state_dir: Path) -> dict[str, int]:
