@@ -161,10 +161,11 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
-        self.discovery.close()
+        # Join first: NVML must not free the event set under a thread waiting on it.
         for t in self._threads:
-            t.join(5)
+            t.join(self.cfg.health_interval_s + 5)
         self._threads.clear()
+        self.discovery.close()
         if self.coordinator is not None:
             self.coordinator.stop()
         if self.plugin is not None:
