@@ -15,6 +15,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,12 +50,17 @@ def ensure_built(variant: str) -> Path:
     return VARIANTS[variant]
 
 
-def _cases() -> list[tuple[str, str]]:
+def _cases() -> list[Any]:  # pytest.param objects
+    """(program, case) of every C test case, read from the sources' VGT_MAIN tables."""
     out = []
     for src in sorted((LIBVGPU / "tests").glob("*.c")):
         if src.stem.startswith(("host_", "drv_")):
             main = src.read_text().split("VGT_MAIN(", 1)[-1]
-            out += [(src.stem, case) for case in re.findall(r"VGT_CASE\((\w+)\)", main)]
+            marks = [pytest.mark.slow] if src.stem == "drv_share" else []
+            out += [
+                pytest.param(src.stem, case, marks=marks, id=f"{src.stem}-{case}")
+                for case in re.findall(r"VGT_CASE\((\w+)\)", main)
+            ]
     return out
 
 
