@@ -327,7 +327,9 @@ class KubeletDouble:
             with self._mu:
                 self.responses[(pod.uid, c.name)] = resp.container_responses[0]
             if c.init:
-                reusable |= set(allocated)
+                reusable |= set(allocated)  # handed on to the next containers
+            else:
+                reusable -= set(allocated)  # an app container keeps what it reused
 
     def start_containers(self, pod: KPod) -> list[Started]:
         """PreStartContainer for each GPU container, then what the runtime would get."""
