@@ -34,6 +34,9 @@ def test_injected_xids_and_probe_failures(tmp_path: Path) -> None:
     assert not d.probe(u) and d.probe(card_uuid("node-a", 1))
     d.set_probe(u, True)
     assert d.probe(u)
+    assert d.utilization(u) is None
+    d.set_utilization(u, 42.0)
+    assert d.utilization(u) == 42.0
     with pytest.raises(DiscoveryError):
         d.inject_xid("GPU-nope", 79)
 

@@ -101,6 +101,11 @@ class StubNvml:
         on = self.NVML_DEVICE_MIG_ENABLE if h.i == 2 else self.NVML_DEVICE_MIG_DISABLE
         return (on, on)
 
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
+        if h.i in self.lost:
+            raise self.NVMLError(self.NVML_ERROR_GPU_IS_LOST)
+        return SimpleNamespace(gpu=37, memory=12)
+
     def nvmlSystemGetDriverVersion(self) -> str:
         return "550.54.15"
 
@@ -158,8 +163,10 @@ def test_xid_events_and_probe() -> None:
     ]
     assert d.wait_events(1) == [XidEvent(stub.uuids[1], 79), XidEvent(stub.uuids[0], 48)]
     assert d.probe(stub.uuids[1])
+    assert d.utilization(stub.uuids[1]) == 37.0
     stub.lost.add(1)
     assert not d.probe(stub.uuids[1])
+    assert d.utilization(stub.uuids[1]) is None
     assert not d.probe("GPU-not-here")
     d.close()
     assert not stub.inited

@@ -7,7 +7,8 @@ scheduler assume.
 Faults, for tests (methods) and for a running fake agent (files in ``fault_dir``):
 
 * ``inject_xid(uuid, xid)``, or a line ``<uuid> <xid>`` appended to ``fault_dir/xid``;
-* ``set_probe(uuid, ok)``, or the UUID listed (one a line) in ``fault_dir/probe-fail``.
+* ``set_probe(uuid, ok)``, or the UUID listed (one a line) in ``fault_dir/probe-fail``;
+* ``set_utilization(uuid, percent)`` for what NVML would report as the card's busy time.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class FakeDiscovery:
         self._xid_offset = 0
         self._events: list[XidEvent] = []
         self._probe_fail: set[str] = set()
+        self._busy: dict[str, float] = {}
         self._cond = threading.Condition()
         self._closed = False
 
@@ -66,6 +68,14 @@ class FakeDiscovery:
                 self._probe_fail.discard(uuid)
             else:
                 self._probe_fail.add(uuid)
+
+    def set_utilization(self, uuid: str, percent: float | None) -> None:
+        self._check(uuid)
+        with self._cond:
+            if percent is None:
+                self._busy.pop(uuid, None)
+            else:
+                self._busy[uuid] = percent
 
     def _check(self, uuid: str) -> None:
         if uuid not in self._uuids:
@@ -99,6 +109,10 @@ class FakeDiscovery:
                 listed = []
             return uuid not in listed
         return True
+
+    def utilization(self, uuid: str) -> float | None:
+        with self._cond:
+            return self._busy.get(uuid)
 
     def close(self) -> None:
         with self._cond:

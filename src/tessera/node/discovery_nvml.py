@@ -230,6 +230,14 @@ class NvmlDiscovery:
             return False
         return True
 
+    def utilization(self, uuid: str) -> float | None:
+        n = self._nvml
+        try:
+            h = n.nvmlDeviceGetHandleByUUID(uuid)
+            return float(n.nvmlDeviceGetUtilizationRates(h).gpu)
+        except n.NVMLError:
+            return None
+
     def close(self) -> None:
         n = self._nvml
         with contextlib.suppress(n.NVMLError):
