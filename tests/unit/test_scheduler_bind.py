@@ -1,4 +1,4 @@
-"""bind: annotation then Binding; on any failure the reservation goes and nothing stays."""
+"""bind: the Binding carries the assignment (one write); on failure nothing stays."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tessera.kube import PODS, ApiError, Conflict
+from tessera.kube import PODS, ApiError
 from tessera.model.annotations import ASSIGNMENT, decode_assignment
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 
@@ -29,7 +29,7 @@ def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped
     raise AssertionError("condition not reached")
 
 
-def test_bind_writes_the_reserved_assignment_then_binds(world: World) -> None:
+def test_bind_writes_the_reserved_assignment_with_the_binding(world: World) -> None:
     pod = world.create(pod_obj("p", gpu=1, memory=1000, cores=30))
     node = world.filter(pod)["NodeNames"][0]
     reserved = world.app.state.reservations.get("default/p")
@@ -39,13 +39,13 @@ def test_bind_writes_the_reserved_assignment_then_binds(world: World) -> None:
     assert stored["spec"]["nodeName"] == node
     assignment = decode_assignment("default/p", stored["metadata"]["annotations"][ASSIGNMENT])
     assert assignment == reserved.assignment
-    ops = [op for op, _ in world.kube.calls if op in ("merge_patch", "bind")]
-    assert ops[-2:] == ["merge_patch", "bind"]  # annotation first
+    writes = [op for op, _ in world.kube.calls if op in ("merge_patch", "bind", "replace")]
+    assert writes == ["bind"]  # one write: node and assignment together
     _eventually(lambda: "default/p" not in world.app.state.reservations)
     assert world.app.state.held("default/p") == assignment
 
 
-def test_binding_failure_releases_and_removes_the_annotation(world: World) -> None:
+def test_binding_failure_releases_and_writes_nothing(world: World) -> None:
     pod = world.create(pod_obj("p", gpu=2))
     node = world.filter(pod)["NodeNames"][0]
     world.kube.fail_next("bind", ApiError(500, "InternalError", "etcd timeout"))
@@ -61,11 +61,14 @@ def test_binding_failure_releases_and_removes_the_annotation(world: World) -> No
     assert world.bind(pod, node) == {"Error": ""}
 
 
-def test_stale_resource_version_is_refreshed_once(world: World) -> None:
-    pod = world.create(pod_obj("p"))
+def test_pod_bound_meanwhile_is_a_conflict_and_frees_the_cards(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=2))
     node = world.filter(pod)["NodeNames"][0]
-    world.kube.fail_next("merge_patch", Conflict(409, "Conflict", "modified"))
-    assert world.bind(pod, node) == {"Error": ""}
+    world.kube.bind("default", "p", pod["metadata"]["uid"], node)  # someone else bound it
+    out = world.bind(pod, node)
+    assert "already assigned" in out["Error"]
+    assert "default/p" not in world.app.state.reservations
+    _eventually(lambda: world.app.state.held("default/p") is None)
 
 
 def test_bind_without_reservation_checks_the_live_state(world: World) -> None:

@@ -32,7 +32,20 @@ class KubeClient:
     def __init__(self, configuration: k8s_client.Configuration, timeout_s: float = 30.0) -> None:
         self._config = configuration
         self._host = configuration.host.rstrip("/")
-        self._pool = k8s_client.rest.RESTClientObject(configuration).pool_manager
+        # Our own pool, blocking when every connection is busy: under a burst, callers
+        # wait for a connection instead of opening (and TLS-handshaking) throwaway ones.
+        self._pool = urllib3.PoolManager(
+            num_pools=4,
+            maxsize=configuration.connection_pool_maxsize or 32,
+            block=True,
+            cert_reqs="CERT_REQUIRED" if configuration.verify_ssl else "CERT_NONE",
+            ca_certs=configuration.ssl_ca_cert,
+            ca_cert_data=configuration.ca_cert_data,
+            cert_file=configuration.cert_file,
+            key_file=configuration.key_file,
+            assert_hostname=configuration.assert_hostname,
+            server_hostname=configuration.tls_server_name,
+        )
         self._timeout = urllib3.Timeout(connect=5.0, read=timeout_s)
 
     @classmethod
@@ -187,11 +200,21 @@ class KubeClient:
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         self._request("DELETE", kind.path(namespace, name))
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        meta: Obj = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            meta["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self._request("POST", PODS.path(namespace, name) + "/binding", body=body)

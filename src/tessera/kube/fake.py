@@ -258,7 +258,14 @@ class FakeKube:
             self._stamp(obj)
             self._record(kind, "DELETED", obj)
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
         with self._lock:
             self.calls.append(("bind", f"{namespace}/{name}"))
             self._check_failure("bind")
@@ -276,5 +283,8 @@ class FakeKube:
                     f"already assigned to node {stored['spec']['nodeName']!r}",
                 )
             stored.setdefault("spec", {})["nodeName"] = node
+            if annotations:
+                meta = stored.setdefault("metadata", {})
+                meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
             self._stamp(stored)
             self._record(PODS, "MODIFIED", stored)

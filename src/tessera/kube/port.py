@@ -13,7 +13,8 @@ The contract, shared by both:
   ``metadata.resourceVersion`` (or ``metadata.uid``) fails with ``Conflict`` when the
   stored object differs; ``replace`` (PUT) always carries the resourceVersion read.
 * ``bind`` creates a pods/binding; it fails with ``Conflict`` when the pod is already
-  bound or its UID is not ``uid``.
+  bound or its UID is not ``uid``. Its ``annotations`` are merged onto the pod by the
+  API server in the same write that sets ``spec.nodeName``: both happen, or neither.
 * Errors are ``tessera.kube.errors.ApiError`` subclasses; nothing else escapes.
 """
 
@@ -75,4 +76,11 @@ class KubeApi(Protocol):
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: dict[str, str] | None = None,
+    ) -> None: ...

@@ -1,26 +1,26 @@
-"""The ``bind`` verb: write the pod's assignment, then create its Binding.
+"""The ``bind`` verb: bind the pod with its card assignment, in one API write.
 
 1. Under the state lock (microseconds, no I/O): take the reservation filter made for
    this pod on this node, or -- if there is none, or it is for another node -- pick
    cards on the node against the live state (another bind may have taken the cards
    since filter ran) and reserve them. If they no longer fit: fail, nothing written.
-2. Without any lock: merge-patch ``tessera.io/assignment`` onto the pod with the
-   resourceVersion last seen as a precondition (a 409 means the pod changed: read it,
-   and go on only if it is still the same, unbound pod), then POST pods/binding with
-   the pod's UID (the API server refuses to bind a pod twice).
-3. If either write fails: release the reservation, take the annotation off again when
-   it is still ours (best effort, same precondition), and return the error to the
-   scheduler, which retries the pod.
+2. Without any lock: POST pods/binding carrying the pod's UID (the API server refuses a
+   replaced pod, and a pod already bound) and the ``tessera.io/assignment`` annotation,
+   which the API server merges onto the pod in the same write that sets its node
+   (BindingREST: node name, annotations and the PodScheduled condition in one
+   GuaranteedUpdate). The pod is bound with its cards, or not at all: no reader -- the
+   node agent, a restarted extender -- ever sees a bound pod without its assignment, or
+   an assignment on a pod that was never bound.
+3. If the write fails: release the reservation and return the error to the scheduler,
+   which retries the pod.
 
 Binds of different pods run their API writes in parallel; the only thing they share is
-the in-memory state, and a card is booked there before its bind's first write.
+the in-memory state, where a card is booked before its bind's write.
 """
 
 from __future__ import annotations
 
-import logging
-
-from tessera.errors import PlacementError
+from tessera.errors import PlacementError, SpecError
 from tessera.kube.errors import ApiError, Conflict
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
@@ -33,8 +33,6 @@ from tessera.scheduler.wire import BindingArgs
 
 __all__ = ["BindError", "bind_pod"]
 
-log = logging.getLogger(__name__)
-
 
 class BindError(Exception):
     """The bind did not happen; ``reason`` is a short label for metrics."""
@@ -46,8 +44,8 @@ class BindError(Exception):
 
 def _reserve(
     state: SchedulerState, placer: Placer, args: BindingArgs, pod: Obj | None
-) -> tuple[Assignment, str]:
-    """The assignment to write and the resourceVersion to write it against."""
+) -> Assignment:
+    """The assignment to write, reserved."""
     key = args.key
     with state.lock:
         info = state.pods.get(key)
@@ -55,15 +53,15 @@ def _reserve(
         res = state.reservations.get(key)
         if res is not None and res.uid == uid and res.node == args.node and state.held(key):
             res.binding = True
-            rv = info.resource_version if info and info.uid == uid else res.resource_version
-            return res.assignment, rv
+            return res.assignment
         request: PodRequest | None = None
-        rv = ""
         if pod is not None:
-            request = state.parse(pod)
-            rv = str(pod.get("metadata", {}).get("resourceVersion") or "")
+            try:
+                request = state.parse(pod)
+            except SpecError as exc:
+                raise BindError("bad-spec", f"pod {key}: {exc}") from None
         elif info is not None and info.uid == uid:
-            request, rv = info.request, info.resource_version
+            request = info.request
         if request is None:
             raise BindError("unknown-pod", f"pod {key} ({uid}) is not a Tessera pod I know")
         state.release(key)
@@ -76,7 +74,7 @@ def _reserve(
                 "no-longer-fits", f"pod {key} no longer fits on {args.node}: {exc}"
             ) from None
         res.binding = True
-        return assignment, rv
+        return assignment
 
 
 def bind_pod(state: SchedulerState, placer: Placer, api: KubeApi, args: BindingArgs) -> Assignment:
@@ -92,59 +90,21 @@ def bind_pod(state: SchedulerState, placer: Placer, api: KubeApi, args: BindingA
             raise BindError("api", f"pod {key}: cannot read it: {exc}") from None
         if args.pod_uid and pod.get("metadata", {}).get("uid") != args.pod_uid:
             raise BindError("gone", f"pod {key} ({args.pod_uid}) no longer exists")
-    assignment, rv = _reserve(state, placer, args, pod)
+    assignment = _reserve(state, placer, args, pod)
     text = keys.encode_assignment(assignment)
-    written_rv = ""
     try:
-        written_rv = _annotate(api, args, text, rv)
-        api.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-    except (ApiError, BindError) as exc:
+        api.bind(
+            args.pod_namespace, args.pod_name, args.pod_uid, args.node, {keys.ASSIGNMENT: text}
+        )
+    except ApiError as exc:
         with state.lock:
             res = state.reservations.get(key)
             if res is not None and res.assignment == assignment:
                 state.release(key)
-        if written_rv:
-            _unannotate(api, args, written_rv)
-        if isinstance(exc, BindError):
-            raise
-        raise BindError("api", f"pod {key} on {args.node}: {exc}") from None
+        reason = "conflict" if isinstance(exc, Conflict) else "api"
+        raise BindError(reason, f"pod {key} on {args.node}: {exc}") from None
     with state.lock:
         res = state.reservations.get(key)
         if res is not None and res.assignment == assignment:
             state.reservations.pop(key)  # confirmed; the booking stays
     return assignment
-
-
-def _annotate(api: KubeApi, args: BindingArgs, text: str, rv: str) -> str:
-    """Write the annotation; returns the pod's resourceVersion after the write."""
-    for attempt in range(3):
-        meta: Obj = {"annotations": {keys.ASSIGNMENT: text}}
-        if rv:
-            meta["resourceVersion"] = rv
-        try:
-            out = api.merge_patch(PODS, args.pod_name, {"metadata": meta}, args.pod_namespace)
-            return str(out.get("metadata", {}).get("resourceVersion") or "")
-        except Conflict:
-            if attempt == 2:
-                raise
-            fresh = api.get(PODS, args.pod_name, args.pod_namespace)
-            fmeta = fresh.get("metadata", {})
-            if args.pod_uid and fmeta.get("uid") != args.pod_uid:
-                raise BindError("gone", f"pod {args.key} was replaced by another pod") from None
-            if (fresh.get("spec") or {}).get("nodeName"):
-                raise BindError(
-                    "already-bound",
-                    f"pod {args.key} is already bound to {fresh['spec']['nodeName']}",
-                ) from None
-            rv = str(fmeta.get("resourceVersion") or "")
-    raise AssertionError("unreachable")
-
-
-def _unannotate(api: KubeApi, args: BindingArgs, rv: str) -> None:
-    patch = {"metadata": {"resourceVersion": rv, "annotations": {keys.ASSIGNMENT: None}}}
-    try:
-        api.merge_patch(PODS, args.pod_name, patch, args.pod_namespace)
-    except ApiError as exc:
-        log.info(
-            "pod %s: assignment annotation left in place (%s); filter clears it", args.key, exc
-        )

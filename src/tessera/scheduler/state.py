@@ -63,6 +63,7 @@ class PodInfo:
     node_name: str
     request: PodRequest | None
     assignment: Assignment | None  # as its annotation says
+    assignment_text: str | None = None  # the annotation's bytes, to skip unchanged updates
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,12 +284,23 @@ class SchedulerState:
             self.release(key, uid)
             return
         node_name = str(spec.get("nodeName") or "")
+        text = _annotations(obj).get(keys.ASSIGNMENT)
+        known = self.pods.get(key)
+        if (
+            known is not None
+            and known.uid == uid
+            and known.node_name == node_name
+            and known.assignment_text == text
+            and key not in self.reservations
+        ):
+            # A status update (kwok, kubelet) or a label: nothing Tessera reads changed.
+            known.resource_version = str(meta.get("resourceVersion") or "")
+            return
         try:
             request = self.parse(obj)
         except SpecError:
             request = None
         assignment: Assignment | None = None
-        text = _annotations(obj).get(keys.ASSIGNMENT)
         if isinstance(text, str):
             try:
                 assignment = decode_assignment(key, text)
@@ -296,7 +308,13 @@ class SchedulerState:
                 self.problems["bad-assignment"] += 1
                 log.warning("%s", exc)
         self.pods[key] = PodInfo(
-            key, uid, str(meta.get("resourceVersion") or ""), node_name, request, assignment
+            key,
+            uid,
+            str(meta.get("resourceVersion") or ""),
+            node_name,
+            request,
+            assignment,
+            text if isinstance(text, str) else None,
         )
         res = self.reservations.get(key)
         if res is not None and res.uid == uid:
