@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import platform
 import random
 import statistics
@@ -76,7 +77,7 @@ def pod(i: int, rng: random.Random) -> dict[str, Any]:
 
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
 def run(nodes: int, pods: int, scored: bool, seed: int) -> dict[str, list[float]]:
@@ -135,7 +136,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     console = Console()
-    table = Table(title=f"Extender latency, HTTP included ({platform.processor() or platform.machine()}, "
+    machine = platform.processor() or platform.machine()
+    table = Table(title=f"Extender latency, HTTP included ({machine}, {os.cpu_count()} CPUs, "
                   f"Python {platform.python_version()})")  # fmt: skip
     for col in ("nodes", "mode", "verb", "calls", "p50 ms", "p99 ms", "max ms", "mean ms"):
         table.add_column(col, justify="right")
