@@ -307,3 +307,19 @@ def test_public_names() -> None:
     } <= set(tessera.placement.__all__)
     for name in tessera.placement.__all__:
         assert hasattr(tessera.placement, name), name
+
+
+def test_policy_set_honours_the_pod_override_and_keeps_each_policy() -> None:
+    from dataclasses import replace
+
+    from tessera.placement import PolicySet
+
+    policies = PolicySet("binpack", seed=3)
+    plain = share()
+    assert policies.for_pod(plain) is policies.default
+    assert policies.default.name == "binpack"
+    spread = policies.for_pod(replace(plain, placement="spread/binpack"))
+    assert spread.name == "spread/binpack"
+    assert policies.for_pod(replace(plain, placement="spread/binpack")) is spread
+    with pytest.raises(SpecError, match="placement: must be one of"):
+        policies.for_pod(replace(plain, placement="nope"))

@@ -13,7 +13,7 @@ from tessera.placement.fit import FilterResult, filter_nodes
 from tessera.placement.fragmentation import fragmentation_rate, node_fragmentation
 from tessera.placement.mix import RequestClass, WorkloadMix
 from tessera.placement.place import Decision, pick_cards, place, score_nodes
-from tessera.placement.policies import DEFAULT_POLICY, POLICIES, make_policy
+from tessera.placement.policies import DEFAULT_POLICY, POLICIES, PolicySet, make_policy
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -25,6 +25,7 @@ __all__ = [
     "FilterResult",
     "NodeScorer",
     "Policy",
+    "PolicySet",
     "RequestClass",
     "WorkloadMix",
     "filter_nodes",
