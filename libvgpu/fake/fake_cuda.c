@@ -17,28 +17,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "fake_dev.h"
 #include "fakecuda.h"
 #include "vg_cuda.h"
 
 #define FX __attribute__((visibility("default")))
-#define MAXDEV 8
-#define LOG_CAP (1u << 14)
-
 struct CUctx_st { int dev; };
 struct CUfunc_st { uint64_t ns; };
 struct CUmod_st { int unused; };
 struct CUmemPoolHandle_st { int dev; };
 struct CUarray_st { int dev; uint64_t bytes; };
 struct CUevent_st { int dev; uint64_t t; int recorded; };
-
-typedef struct { uint64_t start, end; int pid; } span;
-typedef struct {
-    pthread_mutex_t mu;
-    uint64_t busy_until;
-    uint64_t used, peak, total, launches;
-    span log[LOG_CAP];
-    uint64_t nlog;
-} fdev;
 
 static fdev local_devs[MAXDEV];
 static fdev *devs = local_devs; /* or, with FAKECUDA_SHARED=<file>, one timeline for all processes */
@@ -531,15 +520,8 @@ FX CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t
 
 FX uint64_t fakecuda_busy_between_pid(int dev, uint64_t t0, uint64_t t1, int pid) {
     fdev *d = &devs[dev];
-    uint64_t sum = 0;
     pthread_mutex_lock(&d->mu);
-    uint64_t first = d->nlog > LOG_CAP ? d->nlog - LOG_CAP : 0;
-    for (uint64_t i = first; i < d->nlog; i++) {
-        span s = d->log[i % LOG_CAP];
-        if (pid != 0 && s.pid != pid) continue;
-        uint64_t a = s.start > t0 ? s.start : t0, b = s.end < t1 ? s.end : t1;
-        if (b > a) sum += b - a;
-    }
+    uint64_t sum = fdev_busy(d, t0, t1, pid);
     pthread_mutex_unlock(&d->mu);
     return sum;
 }

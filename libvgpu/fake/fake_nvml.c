@@ -3,10 +3,15 @@
  * FAKECUDA_MEM_MIB each, with the same UUIDs as the fake libcuda (see fakecuda.h). Memory
  * "used" is always 0 here; libvgpu replaces the figures with the container's slice.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "fake_dev.h"
 #include "vg_nvml.h"
 
 #define FX __attribute__((visibility("default")))
@@ -57,6 +62,38 @@ FX nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len) 
     snprintf(uuid, len, "GPU-face0000-0000-0000-0000-0000000000%02x", d->index);
     return NVML_SUCCESS;
 }
+/* Utilisation, as NVML defines it (percent of the last sample period with a kernel
+ * running), over the last 200 ms of the shared fake timeline (FAKECUDA_SHARED); without a
+ * shared timeline there is nothing to report. */
+FX nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u) {
+    static fdev *shared;
+    static char mapped[512];
+    if (!inited) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !u) return NVML_ERROR_INVALID_ARGUMENT;
+    const char *path = getenv("FAKECUDA_SHARED");
+    if (!path || !path[0]) return NVML_ERROR_NOT_SUPPORTED;
+    if (!shared || strcmp(mapped, path) != 0) {
+        int fd = open(path, O_RDWR);
+        if (fd < 0) return NVML_ERROR_NOT_SUPPORTED;
+        void *m = mmap(NULL, sizeof(fdev) * MAXDEV, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) return NVML_ERROR_UNKNOWN;
+        if (shared) munmap(shared, sizeof(fdev) * MAXDEV);
+        shared = m;
+        snprintf(mapped, sizeof mapped, "%s", path);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, period = 200000000ull;
+    fdev *dev = &shared[d->index];
+    pthread_mutex_lock(&dev->mu);
+    uint64_t busy = fdev_busy(dev, now - period, now, 0);
+    pthread_mutex_unlock(&dev->mu);
+    u->gpu = (unsigned)(busy * 100 / period);
+    u->memory = 0;
+    return NVML_SUCCESS;
+}
+
 FX nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
     if (!inited) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !m) return NVML_ERROR_INVALID_ARGUMENT;

@@ -39,6 +39,11 @@ typedef struct nvmlMemory_v2_st {
     unsigned long long used;
 } nvmlMemory_v2_t;
 
+typedef struct nvmlUtilization_st {
+    unsigned int gpu;    /* percent of the last sample period a kernel was running */
+    unsigned int memory;
+} nvmlUtilization_t;
+
 #define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(Memory, 2)
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
@@ -62,6 +67,7 @@ nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlShutdown(void);
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev);
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *util);
 const char *nvmlErrorString(nvmlReturn_t r);
 
 #ifdef __cplusplus

@@ -8,12 +8,13 @@ failure shows the case's own output (file, line, condition, message).
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import re
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,29 @@ def test_usage_reader_reads_what_libvgpu_wrote(
     assert after.reclaimed_processes == 0
 
 
+class _Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+def _fake_card_busy(build: Path) -> Callable[[str], float | None]:
+    """The card's utilisation from the fake NVML (which reads the timeline FAKECUDA_SHARED
+    names), as the node agent gets it from NVML."""
+    nvml = ctypes.CDLL(str(build / "fake" / "libnvidia-ml.so.1"))
+    assert nvml.nvmlInit_v2() == 0
+    handle = ctypes.c_void_p()
+    assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+
+    def busy(uuid: str) -> float | None:
+        u = _Utilization()
+        return (
+            float(u.gpu)
+            if nvml.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(u)) == 0
+            else None
+        )
+
+    return busy
+
+
 def _shares(out: str) -> list[tuple[int, float]]:
     rows = []
     for line in out.splitlines():
@@ -181,7 +205,9 @@ def _shares(out: str) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_burst_share_borrows_idle_compute_and_gives_it_back(tmp_path: Path) -> None:
+def test_burst_share_borrows_idle_compute_and_gives_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two burst-share tenants on one (fake, shared) card, the coordinator between them.
 
     A (floor 30) runs alone first and borrows the idle compute; B (floor 50) starts later
@@ -195,11 +221,12 @@ def test_burst_share_borrows_idle_compute_and_gives_it_back(tmp_path: Path) -> N
             tmp_path / name, (CardLimit(0, uuid, 1024, floor, ComputePolicy.BURST_SHARE),)
         )
         tenants.append(Tenant(name, limits, Path(limits.region), Path(limits.allowance)))
+    shared = str(tmp_path / "fakegpu")
+    monkeypatch.setenv("FAKECUDA_SHARED", shared)
     stop = threading.Event()
-    coordinator = Coordinator(lambda: tenants)
+    coordinator = Coordinator(lambda: tenants, card_busy=_fake_card_busy(build))
     loop = threading.Thread(target=coordinator.run, args=(stop, 0.1), daemon=True)
     loop.start()
-    shared = str(tmp_path / "fakegpu")
     tool = str(build / "tests" / "tool_loop")
     try:
         a = subprocess.Popen(
@@ -224,10 +251,14 @@ def test_burst_share_borrows_idle_compute_and_gives_it_back(tmp_path: Path) -> N
     a_rows, b_rows = _shares(a_out), _shares(b_out)
     alone = [s for at, s in a_rows if 1000 <= at <= b_start_ms - 250]
     assert alone and sum(alone) / len(alone) > 75, f"A alone should borrow idle compute: {a_rows}"
-    # Bounded give-back: from 750 ms after B starts, A stays under 100 - B's floor and B
-    # gets its floor. (A's own floor under contention is not asserted: see docs/libvgpu.md,
-    # "Known limits": a window's GPU time includes the other tenant's time slices.)
+    # Bounded give-back: from 750 ms after B starts, A (on average, and already in the
+    # first 250 ms sample) stays under 100 - B's floor and B gets its floor; A keeps its
+    # own floor too (the coordinator corrects the overlap of the two tenants' measurement
+    # windows with the card's utilisation).
     shared_phase = [s for at, s in a_rows if at >= b_start_ms + 750]
-    assert shared_phase and max(shared_phase) < 53, f"A did not give B its floor back: {a_rows}"
+    assert shared_phase, a_rows
+    a_mean = sum(shared_phase) / len(shared_phase)
+    assert a_mean < 53 and shared_phase[0] < 60, f"A did not give B its floor back: {a_rows}"
     b_late = [s for at, s in b_rows if at >= 750]
     assert b_late and sum(b_late) / len(b_late) > 47, f"B did not get its 50% floor: {b_rows}"
+    assert a_mean > 27, f"A fell below its own 30% floor under contention: {a_rows}"

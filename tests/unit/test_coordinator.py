@@ -208,3 +208,31 @@ def test_fixed_only_tenants_get_no_file(tmp_path: Path) -> None:
     _report(f, 0, 0)
     assert Coordinator(lambda: [f]).tick() == {}
     assert not f.allowance.exists()
+
+
+def test_overlap_with_the_cards_utilisation_scales_allowances(tmp_path: Path) -> None:
+    # Both tenants were charged 100 ms of 100 ms (their windows overlapped), but the card
+    # was only 80% busy: k = 200 / 80 = 2.5, smoothed from 1 to 1.75 on the first tick.
+    a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
+    clock = [0]
+    coord = Coordinator(lambda: [a, b], card_busy=lambda uuid: 80.0, clock_ns=lambda: clock[0])
+    _report(a, 0, 0)
+    _report(b, 0, 0)
+    coord.tick()
+    clock[0] += 100 * 10**6
+    _report(a, 100 * 10**6, 50 * 10**6)
+    _report(b, 100 * 10**6, 50 * 10**6)
+    got = coord.tick()
+    # In real percent: both hungry, spare 20 split 30:50 -> 37 and 62; written times 1.75.
+    assert got == {"a": {0: round(37 * 1.75)}, "b": {0: 100}}
+
+
+def test_without_utilisation_nothing_is_scaled(tmp_path: Path) -> None:
+    a = _tenant(tmp_path, "a", 30)
+    clock = [0]
+    coord = Coordinator(lambda: [a], card_busy=lambda uuid: None, clock_ns=lambda: clock[0])
+    _report(a, 0, 0)
+    coord.tick()
+    clock[0] += 100 * 10**6
+    _report(a, 100 * 10**6, 50 * 10**6)
+    assert coord.tick() == {"a": {0: 100}}

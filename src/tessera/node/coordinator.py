@@ -17,6 +17,13 @@ The rule, per card:
   within one tick (plus libvgpu's 50 ms allowance poll).
 * what is left of 100% is split between the hungry tenants in proportion to their floors.
 
+Under contention libvgpu charges each tenant the GPU time of its measurement windows, which
+includes the other tenants' time slices, so tenants are charged more than they use. Given
+the card's real utilisation (``card_busy``: NVML's ``nvmlDeviceGetUtilizationRates`` on a
+node), the coordinator estimates that overlap, k = Σ charged / utilisation, decides in
+real percent (each tenant's charged use divided by k) and writes allowances multiplied by
+k, so that what libvgpu charges matches what the coordinator meant.
+
 The node agent hosts the loop (``Coordinator.run``); tests drive ``tick`` directly.
 """
 
@@ -26,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tessera.errors import FormatError
@@ -47,6 +54,7 @@ __all__ = [
 HEADROOM = 5  # percent a lender keeps above what it uses
 SATURATED = 0.8  # using this fraction of its reservation means it wants its floor back
 HUNGRY_THROTTLED = 0.02  # throttled this fraction of the interval: wants more
+MAX_OVERLAP = 4.0  # never scale allowances by more than this
 _WHAT = "allowance file"
 
 
@@ -163,13 +171,26 @@ class Coordinator:
         self,
         tenants: Callable[[], Iterable[Tenant]],
         *,
+        card_busy: Callable[[str], float | None] | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._tenants = tenants
+        self._card_busy = card_busy
         self._clock_ns = clock_ns
         self._wall_ms = wall_ms
         self._seen: dict[tuple[str, int], _Seen] = {}
+        self._overlap: dict[str, float] = {}
+
+    def _overlap_of(self, uuid: str, charged: float) -> float:
+        """Smoothed k = charged / utilisation of a card (1 without a utilisation source)."""
+        busy = self._card_busy(uuid) if self._card_busy is not None else None
+        k = self._overlap.get(uuid, 1.0)
+        if busy is not None and busy >= 5.0:
+            measured = min(MAX_OVERLAP, max(1.0, charged / busy))
+            k = 0.5 * k + 0.5 * measured
+        self._overlap[uuid] = k
+        return k
 
     def tick(self) -> dict[str, dict[int, int]]:
         """One round; returns the allowances written, by tenant and card ordinal."""
@@ -206,15 +227,17 @@ class Coordinator:
 
         written: dict[str, dict[int, int]] = {}
         files: dict[str, tuple[Tenant, dict[int, int]]] = {}
-        for entries in by_card.values():
-            decisions = decide([tc for _, _, tc in entries])
+        for uuid, entries in by_card.items():
+            k = self._overlap_of(uuid, sum(tc.used for _, _, tc in entries))
+            decisions = decide([replace(tc, used=tc.used / k) for _, _, tc in entries])
             for tenant, ordinal, tc in entries:
                 d = decisions.get(tc.tenant)
                 if d is None or tc.policy is not ComputePolicy.BURST_SHARE:
                     continue
                 seen = self._seen[(tenant.name, ordinal)]
                 seen.allowance, seen.reserved = d.allowance, d.reserved
-                files.setdefault(tenant.name, (tenant, {}))[1][ordinal] = d.allowance
+                charged = min(100, round(d.allowance * k))
+                files.setdefault(tenant.name, (tenant, {}))[1][ordinal] = charged
         stamp = self._wall_ms()
         for name, (tenant, percent) in files.items():
             write_allowance(tenant.allowance, percent, stamp)
