@@ -143,7 +143,9 @@ class Agent:
         self.plugin.start()
         if cfg.isolation is Isolation.HOOK and cfg.coordinator_period_s > 0:
             tenants = AllocationTenants(self.layout, self.allocator.allocations)
-            self.coordinator = CoordinatorHost(tenants, cfg.coordinator_period_s)
+            self.coordinator = CoordinatorHost(
+                tenants, cfg.coordinator_period_s, card_busy=self.discovery.utilization
+            )
             self.coordinator.start()
         self._stop.clear()
         for name, target in (("health", self._health_loop), ("cleanup", self._cleanup_loop)):

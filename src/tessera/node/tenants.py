@@ -72,8 +72,15 @@ class AllocationTenants:
 class CoordinatorHost:
     """Runs the coordinator's ticks on a thread; an error ends one tick, not the loop."""
 
-    def __init__(self, tenants: Callable[[], Iterable[Tenant]], period_s: float = 0.1) -> None:
-        self.coordinator = Coordinator(tenants)
+    def __init__(
+        self,
+        tenants: Callable[[], Iterable[Tenant]],
+        period_s: float = 0.1,
+        card_busy: Callable[[str], float | None] | None = None,
+    ) -> None:
+        # card_busy: the card's real utilisation (NVML), which the coordinator uses to
+        # correct for tenants' overlapping measurement windows.
+        self.coordinator = Coordinator(tenants, card_busy=card_busy)
         self.period_s = period_s
         self.ticks = 0
         self._stop = threading.Event()
