@@ -465,7 +465,8 @@ FX CUresult cuStreamSynchronize(CUstream s) { (void)s; return sync_dev(cur_dev()
 static const struct { const char *name; void *fn; } procs[] = {
     VG_CUDA_FUNCS(PROC) VG_CUDA_USED(PROC) PROC(cuDevicePrimaryCtxRetain, , )
     PROC(cuCtxSetCurrent, , ) PROC(cuModuleLoadData, , ) PROC(cuModuleGetFunction, , )
-    PROC(cuStreamSynchronize, , ) PROC(cuDriverGetVersion, , ) PROC(cuEventDestroy_v2, , ) {NULL, NULL},
+    PROC(cuStreamSynchronize, , ) PROC(cuDriverGetVersion, , ) PROC(cuEventDestroy_v2, , )
+    PROC(cuDeviceGet, , ) PROC(cuDeviceGetCount, , ) {NULL, NULL},
 };
 
 /* With FAKECUDA_PROC_INTERNAL=1, cuGetProcAddress hands out internal entry points for

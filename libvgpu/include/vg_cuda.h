@@ -228,8 +228,6 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuCtxGetDevice, (CUdevice *dev), (dev))                                                \
     X(cuCtxSynchronize, (void), ())                                                          \
     X(cuDeviceGetUuid, (CUuuid *uuid, CUdevice dev), (uuid, dev))                            \
-    X(cuDeviceGetCount, (int *count), (count))                                               \
-    X(cuDeviceGet, (CUdevice *dev, int ordinal), (dev, ordinal))                             \
     X(cuEventCreate, (CUevent *ev, unsigned int flags), (ev, flags))                         \
     X(cuEventRecord, (CUevent ev, CUstream s), (ev, s))                                      \
     X(cuEventSynchronize, (CUevent ev), (ev))                                                \
@@ -241,6 +239,8 @@ VG_CUDA_USED(VG_DECLARE)
 #undef VG_DECLARE
 
 /* Also used by the tests and the fake driver. */
+CUresult cuDeviceGet(CUdevice *dev, int ordinal);
+CUresult cuDeviceGetCount(int *count);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuDriverGetVersion(int *version);
