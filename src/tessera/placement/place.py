@@ -16,6 +16,7 @@ from tessera.cluster.snapshot import Snapshot
 from tessera.errors import PlacementError
 from tessera.model.types import Assignment, PodRequest
 from tessera.placement.base import BoolArray, Demand, IntArray, Policy
+from tessera.placement.binpack import BinpackCards
 from tessera.placement.cards import assign_cards, fits_exactly
 from tessera.placement.fit import feasible, reasons, resolve_rows
 
@@ -32,12 +33,16 @@ class Decision:
 
 
 def _candidates(
-    snap: Snapshot, pod: PodRequest, names: Sequence[str] | None
+    snap: Snapshot, pod: PodRequest, names: Sequence[str] | None, exact: bool = True
 ) -> tuple[Demand, IntArray, BoolArray]:
-    """The Demand restricted to feasible rows, plus all rows and the feasible mask."""
+    """The Demand restricted to feasible rows, plus all rows and the feasible mask.
+
+    ``exact``: check a pod with several GPU containers node by node (Python, one card pick
+    per node); place() skips it and tries the nodes best first instead.
+    """
     rows, _ = resolve_rows(snap, names)
     ok, demand = feasible(snap, pod, rows)
-    if len(pod.gpu_containers()) > 1:
+    if exact and len(pod.gpu_containers()) > 1:
         for i in np.flatnonzero(ok).tolist():
             ok[i] = fits_exactly(snap, pod, snap.names[int(rows[i])])
     kept = Demand(
@@ -88,7 +93,7 @@ def place(
     Raises PlacementError with a reason per node when no node can take it. Ties go to the
     node that came first into the cluster state, so equal inputs give equal decisions.
     """
-    demand, rows, ok = _candidates(snap, pod, names)
+    demand, rows, ok = _candidates(snap, pod, names, exact=False)
     if demand.rows.shape[0]:
         scores = policy.node.score_rows(snap, demand)
         # The best first (argmax keeps the first of equals); the full stable order only
@@ -99,8 +104,13 @@ def place(
             node = snap.names[int(demand.rows[i])]
             try:
                 assignment = assign_cards(snap, pod, node, policy.card)
-            except PlacementError:
-                continue  # only for several GPU containers, when the picker packs worse
+            except PlacementError:  # only with several GPU containers
+                try:  # the tightest-first pick, which filter_nodes checks with
+                    assignment = assign_cards(snap, pod, node, BinpackCards())
+                except PlacementError:
+                    continue
             return Decision(node=node, assignment=assignment, score=float(scores[i]))
     why = reasons(snap, pod, rows[~ok])
+    together = "cards cannot hold all GPU containers together"
+    why.update(dict.fromkeys((snap.names[r] for r in demand.rows.tolist()), together))
     raise PlacementError(f"pod {pod.key}: {summarise(int(rows.shape[0]), why)}", why)
