@@ -20,6 +20,10 @@ if [ -f "$B/.asan-runtime" ]; then
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 fi
 export VGT_PRELOAD="$preload" VGT_PROD_LIB="$B/libvgpu.so" VGT_TEST_LIB="$B/libvgpu-test.so"
+# Cases write limits files and regions under $TMPDIR: one private directory per run.
+TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/libvgpu-tests.XXXXXX")
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 
 run_case() { # program case
   if [[ $1 == host_* ]]; then "$B/tests/$1" "$2"; else LD_PRELOAD="$preload" "$B/tests/$1" "$2"; fi
