@@ -82,7 +82,6 @@ def filter_pod(
         return FilterOutcome(list(args.node_names))
     meta = args.pod.get("metadata", {})
     uid = str(meta.get("uid") or "")
-    rv = str(meta.get("resourceVersion") or "")
     if request.uid != uid:
         request = PodRequest(
             request.namespace, request.name, request.containers,
@@ -102,7 +101,7 @@ def filter_pod(
             if result.feasible:
                 try:
                     decision = place(snap, request, policy, result.feasible)
-                    state.reserve(request, uid, decision.assignment, rv)
+                    state.reserve(request, uid, decision.assignment)
                 except PlacementError:
                     pass  # prioritize and bind decide without a reservation
             return FilterOutcome(result.feasible, failed, request=request)
@@ -111,5 +110,5 @@ def filter_pod(
         except PlacementError as exc:
             failed.update(exc.reasons)
             return FilterOutcome([], failed, request=request)
-        state.reserve(request, uid, decision.assignment, rv)
+        state.reserve(request, uid, decision.assignment)
         return FilterOutcome([decision.node], {}, request=request, decision=decision.assignment)

@@ -32,7 +32,6 @@ class Reservation:
     uid: str
     assignment: Assignment
     expires_at: float
-    resource_version: str = ""  # the pod's, when the decision was taken
     binding: bool = False  # a bind is writing it: never expires
 
     @property
@@ -54,10 +53,8 @@ class ReservationBook:
     def get(self, pod_key: str) -> Reservation | None:
         return self._by_key.get(pod_key)
 
-    def add(
-        self, pod_key: str, uid: str, assignment: Assignment, now: float, rv: str = ""
-    ) -> Reservation:
-        r = Reservation(pod_key, uid, assignment, now + self.ttl_s, rv)
+    def add(self, pod_key: str, uid: str, assignment: Assignment, now: float) -> Reservation:
+        r = Reservation(pod_key, uid, assignment, now + self.ttl_s)
         self._by_key[pod_key] = r
         return r
 

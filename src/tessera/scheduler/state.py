@@ -11,9 +11,10 @@ Sources of truth, in order:
 
 A restarted extender lists the nodes and the pods and books every annotation again:
 nothing else is needed to know which card holds what, so it comes back with no double
-booking. A pod with an annotation but no node yet (the old process died between the
-annotation and the Binding) is booked too -- conservatively -- until the scheduler
-schedules it again, at which point ``filter`` releases it first.
+booking. (``bind`` writes the annotation in the Binding itself, so a bound pod always has
+one.) A pod with an annotation but no node -- written by hand or by another tool -- is
+booked too, conservatively, until the scheduler schedules it, when ``filter`` releases
+it first.
 
 Thread safety: every read or write of the state holds ``lock`` (an in-memory mutex held
 for the microseconds of a booking, never across an API call). Binds therefore run their
@@ -182,15 +183,13 @@ class SchedulerState:
         self.reservations.pop(key)
         return True
 
-    def reserve(
-        self, request: PodRequest, uid: str, assignment: Assignment, rv: str = ""
-    ) -> Reservation:
+    def reserve(self, request: PodRequest, uid: str, assignment: Assignment) -> Reservation:
         """Book a tentative decision; raises PlacementError if it does not fit."""
         problem = self.hold(request.key, uid, request, assignment)
         if problem:
             self._held.pop(request.key, None)
             raise PlacementError(problem, {assignment.node: problem})
-        return self.reservations.add(request.key, uid, assignment, self.clock(), rv)
+        return self.reservations.add(request.key, uid, assignment, self.clock())
 
     def expire_reservations(self) -> int:
         now = self.clock()

@@ -77,10 +77,6 @@ def _answer(
     ).encode()
 
 
-def _joined(values: frozenset[str]) -> str:
-    return ",".join(sorted(values))
-
-
 class Webhook:
     def __init__(
         self,
