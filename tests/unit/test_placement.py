@@ -323,3 +323,18 @@ def test_policy_set_honours_the_pod_override_and_keeps_each_policy() -> None:
     assert policies.for_pod(replace(plain, placement="spread/binpack")) is spread
     with pytest.raises(SpecError, match="placement: must be one of"):
         policies.for_pod(replace(plain, placement="nope"))
+
+
+def test_topology_prefers_the_node_that_can_give_linked_cards() -> None:
+    plain = node("plain", cards=4)  # no NVLink, NUMA unknown
+    linked = NodeInventory(
+        "linked",
+        tuple(
+            Card(f"l-g{i}", i, "T4", 16000, numa_node=0, nvlink_peers=(i ^ 1,)) for i in range(4)
+        ),
+        8000,
+        64000,
+    )
+    state = ClusterState([plain, linked])
+    assert place(state.snapshot(), share(count=2), make_policy("topology")).node == "linked"
+    assert place(state.snapshot(), share(count=2), make_policy("binpack")).node == "plain"
