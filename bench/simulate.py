@@ -37,7 +37,7 @@ from tessera.model.types import NodeInventory
 from tessera.simulate.arrivals import arrival_stream
 from tessera.simulate.cli import DEFAULT_POLICIES, FIRST_SEED, run_experiments
 from tessera.simulate.metrics import PUBLISHED, PUBLISHED_FGD, gpu_capacity_milli, summarize
-from tessera.simulate.replay import replay_stream
+from tessera.simulate.replay import node_order, replay_stream
 from tessera.simulate.report import failures_table, write_json
 from tessera.simulate.trace import TraceTask, read_tasks_csv
 
@@ -61,9 +61,10 @@ def diagnose(
     nodes: list[NodeInventory], tasks: list[TraceTask], policy: str, seed: int, arrival: float
 ) -> None:
     """Where the idle GPU sits after one replay (see the module docstring)."""
-    state = ClusterState(nodes)
+    order = node_order(nodes, seed)  # exactly what replay() does, keeping the state
+    state = ClusterState(order)
     stream = arrival_stream(tasks, gpu_capacity_milli(nodes), arrival, seed)
-    r = replay_stream(nodes, stream, policy, seed, arrival, state=state)
+    r = replay_stream(order, stream, policy, seed, arrival, state=state)
     content: dict[str, list[int]] = {}
     for booking in state.bookings().values():
         for c in booking.assignment.containers:

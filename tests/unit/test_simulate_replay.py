@@ -7,7 +7,15 @@ import pytest
 from tessera.errors import PlacementError
 from tessera.model.clusterspec import make_cards, read_nodes_csv
 from tessera.model.types import NodeInventory
-from tessera.simulate.replay import failure_reason, reason_category, replay, replay_stream
+from tessera.simulate.arrivals import arrival_stream
+from tessera.simulate.metrics import gpu_capacity_milli
+from tessera.simulate.replay import (
+    failure_reason,
+    node_order,
+    reason_category,
+    replay,
+    replay_stream,
+)
 from tessera.simulate.trace import TraceTask, read_tasks_csv
 from tessera.simulate.workload import synthetic_cluster, synthetic_tasks
 
@@ -67,6 +75,18 @@ def test_same_seed_same_result_for_every_policy() -> None:
         ), policy
         assert a.fragmentation_rate == b.fragmentation_rate
         assert a.arrived_ratio <= 1.3
+
+
+def test_replay_is_replay_stream_on_the_seeded_node_order() -> None:
+    nodes = synthetic_cluster(scale=0.02)
+    tasks = synthetic_tasks(count=150)
+    order = node_order(nodes, 42)
+    assert sorted(n.name for n in order) == sorted(n.name for n in nodes)
+    assert order != nodes and order == node_order(nodes, 42)
+    stream = arrival_stream(tasks, gpu_capacity_milli(nodes), 1.3, 42)
+    a = replay(nodes, tasks, "binpack", seed=42, arrival=1.3)
+    b = replay_stream(order, stream, "binpack", seed=42, arrival=1.3)
+    assert (a.allocated_milli, a.curve) == (b.allocated_milli, b.curve)
 
 
 def test_reason_categories() -> None:

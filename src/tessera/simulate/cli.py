@@ -203,7 +203,8 @@ def _simulate(
         meta = {"arrival": arrival, "seeds": seed_list, "policies": policies, **sources}
         _write("--json", json_path, lambda: write_json(json_path, results, meta))
     if plot is not None:
-        title = f"{sources['workload']} on {sources['cluster']}, {len(seed_list)} seed(s)"
+        n = len(seed_list)
+        title = f"{sources['workload']} on {sources['cluster']}, {n} seed{'s' * (n > 1)}"
         _write("--plot", plot, lambda: plot_allocation(plot, results, title))
 
 

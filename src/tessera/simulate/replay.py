@@ -21,7 +21,7 @@ from tessera.simulate.metrics import ReplayResult, gpu_capacity_milli
 from tessera.simulate.trace import TraceTask, to_pod_request
 from tessera.simulate.workload import request_class
 
-__all__ = ["failure_reason", "reason_category", "replay", "replay_stream"]
+__all__ = ["failure_reason", "node_order", "reason_category", "replay", "replay_stream"]
 
 Progress = Callable[[int, int], None]  # (tasks done, tasks in the stream)
 
@@ -73,9 +73,14 @@ def replay(
     decide the result.
     """
     stream = arrival_stream(tasks, gpu_capacity_milli(nodes), arrival, seed)
+    return replay_stream(node_order(nodes, seed), stream, policy, seed, arrival, progress)
+
+
+def node_order(nodes: Sequence[NodeInventory], seed: int) -> list[NodeInventory]:
+    """The nodes in the order the replay of ``seed`` adds them to the cluster."""
     order = list(nodes)
     random.Random(f"node-order/{seed}").shuffle(order)
-    return replay_stream(order, stream, policy, seed, arrival, progress)
+    return order
 
 
 def replay_stream(

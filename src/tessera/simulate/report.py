@@ -34,8 +34,9 @@ def summary_table(summaries: Sequence[PolicySummary], arrival: float) -> Table:
     target = f"{100 * arrival:g}%"
     fgd_target = PUBLISHED_FGD.get(round(arrival, 6))
     fgd_100 = PUBLISHED_FGD[1.0]
-    n = {len(s.seeds) for s in summaries}
-    seeds = f"{n.pop()} seed(s)" if len(n) == 1 else "seeds"
+    counts = {len(s.seeds) for s in summaries}
+    n = counts.pop() if len(counts) == 1 else 0
+    seeds = f"{n} seed{'s' * (n > 1)}" if n else "seeds"
     table = Table(
         box=box.SIMPLE_HEAD,
         title=f"GPU allocation (%), arrivals to {target} of capacity, mean ±std over {seeds}",
