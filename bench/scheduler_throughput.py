@@ -42,7 +42,7 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from tessera.kube import NODES, PODS, Conflict, Kind, Obj, Reflector, WatchEvent  # noqa: E402
+from tessera.kube import PODS, Conflict, Kind, Obj, Reflector, WatchEvent  # noqa: E402
 from tessera.kube.client import KubeClient  # noqa: E402
 from tessera.model.clusterspec import synthetic_nodes  # noqa: E402
 from tessera.testenv import TestEnv, ensure_binaries  # noqa: E402
@@ -129,8 +129,6 @@ def main() -> None:
     try:
         env.create_gpu_nodes(synthetic_nodes(args.nodes, 8, "A100", prefix="gpu"))
         api = KubeClient.from_kubeconfig(str(env.kubeconfig))
-        for n in api.list(NODES).items:  # see tests/e2e/scheduler/harness.py: untaint_nodes
-            api.merge_patch(NODES, n["metadata"]["name"], {"spec": {"taints": []}})
         stock: dict[str, Any] = {
             "profiles": [{"schedulerName": "stock"}],
             "percentageOfNodesToScore": 100,
