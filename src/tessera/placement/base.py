@@ -27,7 +27,6 @@ __all__ = [
     "IntArray",
     "NodeScorer",
     "Policy",
-    "card_free_fraction",
     "cpu_used_fraction",
     "gpu_used_fraction",
 ]
@@ -92,16 +91,6 @@ class Policy:
     name: str
     node: NodeScorer
     card: CardPicker
-
-
-def card_free_fraction(snap: Snapshot, rows: IntArray) -> FloatArray:
-    """[rows, cols]: free share of each card (scarcer of memory and cores); 0 where there
-    is no card, the card is unhealthy or held whole."""
-    t = snap.tables
-    mem = t.card_mem[rows]
-    frac = np.minimum(t.free_cores[rows] / 100.0, t.free_mem[rows] / np.maximum(mem, 1))
-    usable = t.card_valid[rows] & t.healthy[rows] & ~t.exclusive[rows]
-    return np.where(usable, frac, 0.0)
 
 
 def gpu_used_fraction(snap: Snapshot, rows: IntArray) -> FloatArray:
