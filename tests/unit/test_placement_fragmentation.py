@@ -19,13 +19,13 @@ from tessera.model.types import (
 from tessera.placement import WorkloadMix, fragmentation_rate, node_fragmentation
 from tessera.placement.fit import feasible, resolve_rows
 from tessera.placement.fragmentation import (
-    FragmentationNodes,
+    MixArrays,
     PackingMeasure,
     PublishedMeasure,
-    _Classes,
-    _frag_rows,
+    frag_rows,
     growth,
 )
+from tessera.placement.fragmentation_policy import FragmentationNodes
 
 
 def node(name: str = "n", cards: int = 2, cpu: int = 32000, model: str = "T4") -> NodeInventory:
@@ -92,9 +92,9 @@ def test_packing_measure_counts_copies_and_cpu() -> None:
     snap = state.snapshot()
     t = snap.tables
     rows = np.asarray([0])
-    two_fifths = _Classes.build(WorkloadMix([share(40)]).weights(), snap.models)
-    published, idle = _frag_rows(t, rows, two_fifths, PublishedMeasure())
-    packing, _ = _frag_rows(t, rows, two_fifths, PackingMeasure())
+    two_fifths = MixArrays.build(WorkloadMix([share(40)]).weights(), snap.models)
+    published, idle = frag_rows(t, rows, two_fifths, PublishedMeasure())
+    packing, _ = frag_rows(t, rows, two_fifths, PackingMeasure())
     assert idle[0] == pytest.approx(1.9)
     assert published[0] == pytest.approx(0.0)  # 0.4 fits both cards
     # CPU (2500 of 1000 per copy) allows two copies: 0.8 of 1.9 is usable.

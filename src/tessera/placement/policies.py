@@ -12,7 +12,7 @@ from tessera.model.types import PodRequest
 from tessera.placement.base import CardPicker, NodeScorer, Policy
 from tessera.placement.bestfit import BestFitCards, BestFitNodes
 from tessera.placement.binpack import BinpackCards, BinpackNodes
-from tessera.placement.fragmentation import FragmentationCards, FragmentationNodes
+from tessera.placement.fragmentation_policy import FragmentationCards, FragmentationNodes
 from tessera.placement.mix import WorkloadMix
 from tessera.placement.random_choice import RandomCards, RandomNodes
 from tessera.placement.spread import SpreadCards, SpreadNodes
