@@ -140,23 +140,29 @@ def plot_allocation(path: Path, results: Sequence[ReplayResult], title: str) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_policy: dict[str, list[tuple[float, ...]]] = {}
+    by_policy: dict[str, list[ReplayResult]] = {}
     for r in results:
-        by_policy.setdefault(r.policy, []).append(r.curve)
-    means: dict[str, list[float]] = {}
-    for policy, curves in by_policy.items():
-        n = min(len(c) for c in curves)  # the points every seed reached
-        means[policy] = [100 * sum(c[k] for c in curves) / len(curves) for k in range(n)]
-    top = max((len(m) for m in means.values()), default=1) - 1
-    lo = max(0, top - 40)
+        by_policy.setdefault(r.policy, []).append(r)
+    # Per policy, the mean curve over seeds at each whole percent every seed reached,
+    # then the mean end of the stream (just under the arrival target).
+    means: dict[str, tuple[list[float], list[float]]] = {}
+    for policy, runs in by_policy.items():
+        n = min(len(r.curve) for r in runs)
+        xs = [float(k) for k in range(n)] + [100 * sum(r.arrived_ratio for r in runs) / len(runs)]
+        ys = [100 * sum(r.curve[k] for r in runs) / len(runs) for k in range(n)]
+        ys.append(100 * sum(r.gpu_allocation_ratio for r in runs) / len(runs))
+        means[policy] = (xs, ys)
+    top = max((xs[-1] for xs, _ in means.values()), default=1.0)
+    lo = max(0.0, round(top) - 40.0)
 
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     inset = ax.inset_axes((0.07, 0.6, 0.34, 0.33))
     ax.plot([0, min(top, 100)], [0, min(top, 100)], color="0.75", lw=1, ls="--", label="ideal")
     ax.axhline(100, color="0.85", lw=0.8)
-    for policy, mean in means.items():
-        ax.plot(range(len(mean)), mean, lw=1.6, label=f"{policy} ({mean[-1]:.2f}%)")
-        inset.plot(range(lo, len(mean)), mean[lo:], lw=1.4)
+    for policy, (xs, ys) in means.items():
+        ax.plot(xs, ys, lw=1.6, label=f"{policy} ({ys[-1]:.2f}%)")
+        tail = [i for i, x in enumerate(xs) if x >= lo]
+        inset.plot([xs[i] for i in tail], [ys[i] for i in tail], lw=1.4)
     for arrived, published in PUBLISHED_FGD.items():
         if 100 * arrived <= top + 1:
             ax.plot(100 * arrived, 100 * published, "k*", ms=10)
@@ -170,7 +176,7 @@ def plot_allocation(path: Path, results: Sequence[ReplayResult], title: str) -> 
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=9)
     inset.set_xlim(lo, top + 1)
-    inset.set_title(f"arrivals {lo}% to {top}%", fontsize=8)
+    inset.set_title(f"arrivals {lo:.0f}% to {top:.0f}%", fontsize=8)
     inset.tick_params(labelsize=7)
     inset.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
