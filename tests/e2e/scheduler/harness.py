@@ -140,13 +140,18 @@ class Extender:
         ]  # fmt: skip
 
     def start(self, timeout: float = 60.0) -> None:
+        """Start and wait until it is ready (synced and leading)."""
+        self.start_standby()
+        wait_for("the extender to be ready", lambda: self.get("/readyz")[0] == 200, timeout, 0.2)
+
+    def start_standby(self) -> None:
+        """Start without waiting for readiness (a standby is never ready)."""
         self.starts += 1
         self.log = (self.workdir / f"extender-{self.starts}.log").open("wb")
         self.proc = subprocess.Popen(
             self.argv(), stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )  # fmt: skip
-        wait_for("the extender to be ready", lambda: self.get("/readyz")[0] == 200, timeout, 0.2)
 
     def kill(self) -> None:
         """SIGKILL: no lease release, no clean shutdown, whatever was in flight is lost."""
