@@ -29,6 +29,7 @@ def harness(
         h.extender = Extender(workdir, kubeconfig, port, webhook_port, serving.cert, serving.key)
         h.extender.start()
         h.install_webhooks(webhook_port)
+        h.install_admission_policy()
         ext = h.extender
         wait_for("the extender to see 100 nodes",
                  lambda: ext.metric("tessera_scheduler_nodes") == 100)  # fmt: skip

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import yaml
 
-from tessera.kube import PODS, Conflict, Kind, NotFound, Obj, Reflector, WatchEvent
+from tessera.kube import PODS, ApiError, Conflict, Kind, NotFound, Obj, Reflector, WatchEvent
 from tessera.kube.client import KubeClient
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
@@ -220,6 +220,8 @@ class Harness:
             "Role": "roles", "RoleBinding": "rolebindings",
             "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
             "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+            "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
         }[kind]  # fmt: skip
         namespaced = kind in ("ServiceAccount", "Role", "RoleBinding")
         k = Kind(api_version, kind, plural, namespaced)
@@ -265,6 +267,28 @@ class Harness:
                     "caBundle": bundle,
                 }
             self.apply(doc)
+
+    def install_admission_policy(self) -> None:
+        """deploy/admission-policy.yaml as is; returns once the API server enforces it."""
+        for doc in yaml.safe_load_all((DEPLOY / "admission-policy.yaml").read_text()):
+            self.apply(doc)
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "policy-probe"},
+                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+        self.admin.create(PODS, probe, "default")
+        forged = {"metadata": {"annotations": {"tessera.io/assignment": "{}"}}}
+
+        def enforced() -> bool:
+            try:
+                self.admin.merge_patch(PODS, "policy-probe", forged, "default")
+            except ApiError as exc:
+                return exc.status == 422 or "tessera.io/assignment" in exc.message
+            # Not enforced yet: undo (removal is allowed until it is).
+            undo = {"metadata": {"annotations": {"tessera.io/assignment": None}}}
+            self.admin.merge_patch(PODS, "policy-probe", undo, "default")
+            return False
+
+        wait_for("the admission policy to be enforced", enforced, 60, 0.5)
+        self.admin.delete(PODS, "policy-probe", "default")
 
     def ensure_default_service_account(self, namespace: str) -> None:
         sa = Kind("v1", "ServiceAccount", "serviceaccounts", True)

@@ -87,3 +87,25 @@ def test_extender_answers_garbage_with_4xx(harness: Harness, verb: str, body: by
     )
     assert 400 <= status < 500
     assert harness.extender.get("/healthz")[0] == 200  # still serving
+
+
+def test_assignment_cannot_be_forged_or_edited_after_bind(harness: Harness) -> None:
+    pod = harness.admin.create(PODS, _pod("sealed", {G: "1"}), "default")
+    assert pod["spec"]["schedulerName"] == "tessera-scheduler"
+
+    def bound() -> bool:
+        return bool(harness.admin.get(PODS, "sealed", "default")["spec"].get("nodeName"))
+
+    wait_for("the pod to be bound", bound, 60)
+    live = harness.admin.get(PODS, "sealed", "default")
+    assert "tessera.io/assignment" in live["metadata"]["annotations"]  # set by the Binding
+    for value in ('{"v":1,"node":"elsewhere","containers":[]}', None):
+        with pytest.raises(ApiError) as info:
+            harness.admin.merge_patch(
+                PODS, "sealed", {"metadata": {"annotations": {"tessera.io/assignment": value}}},
+                "default",
+            )  # fmt: skip
+        assert "tessera.io/assignment" in info.value.message
+    # Other edits still go through.
+    harness.admin.merge_patch(PODS, "sealed", {"metadata": {"labels": {"team": "a"}}}, "default")
+    harness.admin.delete(PODS, "sealed", "default")
