@@ -30,6 +30,11 @@ class _Handler(BaseHTTPRequestHandler):
     # Nagle on meet the client's delayed ACK and cost 40 ms per request on keep-alive.
     wbufsize = -1  # buffered; handle_one_request flushes after each response
     disable_nagle_algorithm = True
+    # A connection idle (or a client silent mid-request, or a TLS handshake stalled) for
+    # this long is closed, so a stuck client cannot pin a thread forever. Longer than Go's
+    # default idle-connection timeout (90 s): kube-scheduler closes its idle connections
+    # first, and never races a request against the server's close.
+    timeout = 120
     app: SchedulerApp
 
     def _send(self, r: Response) -> None:
