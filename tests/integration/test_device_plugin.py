@@ -214,6 +214,17 @@ def test_registers_and_lists_slots_with_health_and_numa(env: Env) -> None:
     assert len(env.node.patches) == 1
 
 
+def test_published_inventory_carries_the_slots_per_card(env: Env) -> None:
+    """Placement reads the slot count from the inventory: it must be the agent's flag."""
+    assert SLOTS != 16  # not the codec's default, so the assertion sees the flag
+    inv = decode_inventory(NODE, env.node.text or "", 0, 0)
+    assert [c.slots for c in inv.cards] == [SLOTS] * len(CARDS)
+    env.agent.stop()
+    env.new_agent(slots_per_card=3).start()
+    inv = decode_inventory(NODE, env.node.text or "", 0, 0)
+    assert [c.slots for c in inv.cards] == [3] * len(CARDS)
+
+
 def test_concurrent_pending_pods_with_different_slices_of_one_card(env: Env) -> None:
     # Six pods pending on the node at once, all bound before kubelet admits any, four of
     # them holding different slices of card 0. kubelet admits them in an order that is

@@ -13,7 +13,7 @@ from tessera.model.annotations import (
 
 CARDS = (
     Card("GPU-a", 0, "A100", 40960, 108, 0, (1,), True),
-    Card("GPU-b", 1, "A100", 40960, 108, 0, (0,), False),
+    Card("GPU-b", 1, "A100", 40960, 108, 0, (0,), False, slots=4),
 )
 
 
@@ -28,8 +28,18 @@ def test_inventory_encoding_is_stable_bytes() -> None:
     assert encode_inventory(CARDS) == encode_inventory(tuple(reversed(CARDS)))
     assert encode_inventory(CARDS[:1]) == (
         '{"cards":[{"healthy":true,"index":0,"memoryMiB":40960,"model":"A100",'
+        '"numa":0,"nvlink":[1],"slots":16,"smCount":108,"uuid":"GPU-a"}],"v":1}'
+    )
+
+
+def test_inventory_without_slots_reads_the_default() -> None:
+    """A v1 inventory written before the field: 16 slots, the agent's default."""
+    text = (
+        '{"cards":[{"healthy":true,"index":0,"memoryMiB":40960,"model":"A100",'
         '"numa":0,"nvlink":[1],"smCount":108,"uuid":"GPU-a"}],"v":1}'
     )
+    assert decode_inventory("n1", text, 1, 1).cards == (CARDS[0],)
+    assert CARDS[0].slots == 16
 
 
 def test_assignment_round_trip() -> None:
@@ -62,6 +72,16 @@ def test_assignment_round_trip() -> None:
             '{"v":1,"cards":[{"uuid":"x","index":true,"model":"T4","memoryMiB":1,"smCount":1,'
             '"numa":0,"nvlink":[],"healthy":true}]}',
             "'index' must be an integer",
+        ),
+        (
+            '{"v":1,"cards":[{"uuid":"x","index":0,"model":"T4","memoryMiB":1,"smCount":1,'
+            '"numa":0,"nvlink":[],"healthy":true,"slots":0}]}',
+            "'slots' must be >= 1",
+        ),
+        (
+            '{"v":1,"cards":[{"uuid":"x","index":0,"model":"T4","memoryMiB":1,"smCount":1,'
+            '"numa":0,"nvlink":[],"healthy":true,"slots":"4"}]}',
+            "'slots' must be an integer",
         ),
     ],
 )
@@ -105,3 +125,4 @@ def test_footprint_takes_max_of_init_and_sum_of_apps() -> None:
         ),
     )
     assert a.footprint() == {"u": (5000, 50, False)}
+    assert a.slots() == {"u": 2}  # max(2 app containers, 1 init container)

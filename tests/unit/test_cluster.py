@@ -227,3 +227,29 @@ def test_invariant_check_sees_drift_in_the_arrays() -> None:
     state._t.free_mem[state._rows["a"], 0] += 1  # simulate a bookkeeping bug
     problems = state.check_invariants()
     assert any("state says 12001 MiB" in p for p in problems)
+
+
+def test_a_card_takes_at_most_its_slots_in_containers() -> None:
+    """kubelet gives a card to at most ``slots`` containers (the agent's slot devices)."""
+    inv = NodeInventory("a", (Card("a-g0", 0, "T4", 16000, slots=2),), 8000, 64000)
+    state = ClusterState([inv])
+    best_effort = GpuRequest(count=1, memory_mib=100)
+    state.assign(pod("p0", best_effort), on("a", "a-g0", mem=100, cores=0))
+    state.assign(pod("p1", best_effort), on("a", "a-g0", mem=100, cores=0))
+    assert state.snapshot().cards_free("a")[0].slots == 0
+    with pytest.raises(PlacementError, match="has 0 slot"):
+        state.assign(pod("p2", best_effort), on("a", "a-g0", mem=100, cores=0))
+    assert state.check_invariants() == []
+    state.release("ns/p0")
+    assert state.snapshot().cards_free("a")[0].slots == 1
+
+
+def test_invariant_check_reports_a_card_over_its_slots() -> None:
+    """The agent restarted with a smaller --slots-per-card under running pods."""
+    state = ClusterState(
+        [NodeInventory("a", (Card("a-g0", 0, "T4", 16000, slots=2),), 8000, 64000)]
+    )
+    state.assign(pod("p", SHARE), on("a", "a-g0"))
+    state.assign(pod("q", SHARE), on("a", "a-g0"))
+    state.update_node(NodeInventory("a", (Card("a-g0", 0, "T4", 16000, slots=1),), 8000, 64000))
+    assert state.check_invariants() == ["card a-g0 on a: 2 containers booked, only 1 slots exist"]

@@ -1,7 +1,7 @@
 """Random requests, releases and node events through placement; invariants every step.
 
 Properties: whatever place() decides can be booked; after every step the state passes its
-invariant check (no card over memory, cores or exclusivity; no model/UUID constraint
+invariant check (no card over memory, cores, slots or exclusivity; no model/UUID constraint
 broken; CPU/memory not over; arrays in step with the bookings); place() fails exactly when
 filter_nodes finds no node, and then gives a reason per node.
 """
@@ -26,6 +26,7 @@ def inventories(draw: st.DrawFn, name: str) -> NodeInventory:
     n = draw(st.integers(0, 8))
     model = draw(st.sampled_from(MODELS))
     memory = draw(st.sampled_from([8000, 16000, 40000]))
+    slots = draw(st.sampled_from([1, 2, 3, 16]))
     cards = tuple(
         Card(
             uuid=f"{name}-g{i}",
@@ -35,6 +36,7 @@ def inventories(draw: st.DrawFn, name: str) -> NodeInventory:
             numa_node=i * 2 // max(n, 1),
             nvlink_peers=(i ^ 1,) if (i ^ 1) < n else (),
             healthy=draw(st.booleans()) or draw(st.booleans()),  # mostly healthy
+            slots=slots,  # small counts so the per-card container cap binds
         )
         for i in range(n)
     )

@@ -32,10 +32,14 @@ def node(
     cpu: int = 8000,
     model: str = "T4",
     healthy: bool = True,
+    slots: int = 16,
 ) -> NodeInventory:
     return NodeInventory(
         name=name,
-        cards=tuple(Card(f"{name}-g{i}", i, model, memory, healthy=healthy) for i in range(cards)),
+        cards=tuple(
+            Card(f"{name}-g{i}", i, model, memory, healthy=healthy, slots=slots)
+            for i in range(cards)
+        ),
         cpu_milli=cpu,
         memory_mib=64000,
     )
@@ -222,6 +226,58 @@ def test_two_gpu_containers_may_share_a_card_and_init_reuses_app_slices() -> Non
     card = state.snapshot().cards_free("a")[0]
     assert (card.memory_mib, card.cores_percent) == (2000, 10)  # max(init 14000, 12000)
     assert state.check_invariants() == []
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize(
+    ("request_", "count"),
+    [
+        (GpuRequest(count=1, memory_mib=100), 17),  # best effort: memory alone never binds
+        (GpuRequest(count=1, memory_mib=100, cores_percent=5), 20),
+    ],
+)
+def test_a_card_takes_no_more_containers_than_its_slots(
+    policy: str, request_: GpuRequest, count: int
+) -> None:
+    state = ClusterState([node("a", cards=1)])
+    for i in range(16):
+        book(state, gpu_pod(f"p{i}", cpu=0, **_fields(request_)), policy)
+    for i in range(16, count):
+        result = filter_nodes(state.snapshot(), gpu_pod(f"p{i}", cpu=0, **_fields(request_)))
+        assert result.reasons == {"a": "no card with a free slot"}
+    assert state.check_invariants() == []
+
+
+def _fields(gpu: GpuRequest) -> dict[str, object]:
+    return {"count": gpu.count, "memory_mib": gpu.memory_mib, "cores_percent": gpu.cores_percent}
+
+
+def test_slots_count_each_container_and_init_containers_like_the_footprint() -> None:
+    gpu = GpuRequest(count=1, memory_mib=100)
+    pod = PodRequest(
+        "ns",
+        "p",
+        (
+            ContainerRequest("setup", gpu, init=True),
+            ContainerRequest("one", gpu),
+            ContainerRequest("two", gpu),
+        ),
+    )
+    # Two slots: the app containers share the card, the init container takes no third.
+    d = place(ClusterState([node("a", cards=1, slots=2)]).snapshot(), pod, make_policy("binpack"))
+    assert d.assignment.slots() == {"a-g0": 2}
+    # One slot per card: each app container gets its own card.
+    state = ClusterState([node("b", cards=2, slots=1)])
+    d = place(state.snapshot(), pod, make_policy("binpack"))
+    state.assign(pod, d.assignment)
+    assert sorted(state.booking("ns/p").slots.values()) == [1, 1]  # type: ignore[union-attr]
+    assert filter_nodes(state.snapshot(), gpu_pod("q", count=1, memory_mib=100)).reasons == {
+        "b": "no card with a free slot"
+    }
+    single = ClusterState([node("c", cards=1, slots=1)]).snapshot()
+    assert filter_nodes(single, pod).reasons == {
+        "c": "cards cannot hold all GPU containers together"
+    }
 
 
 def test_gpu_containers_that_do_not_fit_together_fail_with_a_reason() -> None:

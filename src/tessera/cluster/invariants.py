@@ -24,11 +24,14 @@ def check(snap: Snapshot, bookings: Mapping[str, Booking]) -> list[str]:
     t = snap.tables
     # uuid -> (row, col)
     where: dict[str, tuple[int, int]] = {}
+    slots: dict[tuple[int, int], int] = {}
     for row, inv in enumerate(snap.inventories):
         if inv is None:
             continue
         for col, card in enumerate(inv.cards):
             where[card.uuid] = (row, col)
+            slots[row, col] = card.slots
+    used_slots: dict[tuple[int, int], int] = {}
     used_mem: dict[tuple[int, int], int] = {}
     used_cores: dict[tuple[int, int], int] = {}
     tenants: dict[tuple[int, int], list[str]] = {}
@@ -68,6 +71,7 @@ def check(snap: Snapshot, bookings: Mapping[str, Booking]) -> list[str]:
                 whole.setdefault(rc, []).append(key)
             used_mem[rc] = used_mem.get(rc, 0) + m
             used_cores[rc] = used_cores.get(rc, 0) + c
+            used_slots[rc] = used_slots.get(rc, 0) + b.slots.get(uuid, 0)
             tenants.setdefault(rc, []).append(key)
     for uuid, rc in sorted(where.items()):
         node = snap.names[rc[0]]
@@ -84,6 +88,13 @@ def check(snap: Snapshot, bookings: Mapping[str, Booking]) -> list[str]:
             problems.append(
                 f"{label}: state says {t.free_mem[rc]} MiB / {t.free_cores[rc]}% free, "
                 f"bookings say {t.card_mem[rc] - um} MiB / {100 - uc}%"
+            )
+        us, ns = used_slots.get(rc, 0), slots[rc]
+        if us > ns:
+            problems.append(f"{label}: {us} containers booked, only {ns} slots exist")
+        if t.free_slots[rc] != ns - us:
+            problems.append(
+                f"{label}: state says {t.free_slots[rc]} slots free, bookings say {ns - us}"
             )
         if t.tenants[rc] != len(holders) or bool(t.exclusive[rc]) != (rc in whole):
             problems.append(f"{label}: tenant count or exclusivity flag out of step")

@@ -47,6 +47,7 @@ class Tables:
     free_mem: IntArray  # [rows, cols] MiB
     free_cores: IntArray  # [rows, cols] percent
     tenants: IntArray  # [rows, cols] pods holding a slice
+    free_slots: IntArray  # [rows, cols] containers the card can still be given to
     exclusive: BoolArray  # [rows, cols] held whole by one pod
     numa: IntArray  # [rows, cols] NUMA node, -1 unknown
     nvlink: IntArray  # [rows, cols] bit j set: NVLink to the card in column j
@@ -72,6 +73,7 @@ class Tables:
             free_mem=ints(rows, cols),
             free_cores=ints(rows, cols),
             tenants=ints(rows, cols),
+            free_slots=ints(rows, cols),
             exclusive=np.zeros((rows, cols), dtype=np.bool_),
             numa=ints(rows, cols, fill=-1),
             nvlink=ints(rows, cols),
@@ -113,6 +115,7 @@ class CardFree:
     cores_percent: int
     tenants: int
     exclusive: bool
+    slots: int  # slots (containers) left on the card
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -153,6 +156,7 @@ class Snapshot:
                 cores_percent=int(t.free_cores[row, col]),
                 tenants=int(t.tenants[row, col]),
                 exclusive=bool(t.exclusive[row, col]),
+                slots=int(t.free_slots[row, col]),
             )
             for col, card in enumerate(self.node(name).cards)
         ]

@@ -42,6 +42,7 @@ class Booking:
     pod: PodRequest
     assignment: Assignment
     footprint: dict[str, tuple[int, int, bool]]
+    slots: dict[str, int]  # per card UUID: the slots (containers) the pod takes there
 
 
 class ClusterState:
@@ -149,7 +150,7 @@ class ClusterState:
         self._inventories[row] = inv
         self._fill_row(row, inv)
         for key in sorted(self._pods_on[inv.name]):
-            self._apply(self._bookings[key].footprint, inv.name, sign=+1, strict=False)
+            self._apply(self._bookings[key], inv.name, sign=+1, strict=False)
         self._apply_totals(row, self._pods_on[inv.name], sign=+1)
 
     def remove_node(self, name: str) -> None:
@@ -173,7 +174,7 @@ class ClusterState:
         t.card_valid[row] = t.healthy[row] = t.exclusive[row] = False
         t.model[row] = t.numa[row] = -1
         t.card_mem[row] = t.free_mem[row] = t.free_cores[row] = t.tenants[row] = 0
-        t.nvlink[row] = 0
+        t.free_slots[row] = t.nvlink[row] = 0
         t.gpu_free[row] = t.gpu_cards[row] = 0
         t.generation[row] = next(_GENERATIONS)
         self._free_rows.append(row)
@@ -185,9 +186,9 @@ class ClusterState:
 
         Raises PlacementError (reasons keyed by the node) and changes nothing when the
         booking would break an invariant: unknown node or card, a card on another node,
-        over a card's memory or cores, an exclusivity conflict, an unhealthy card, a model
-        or UUID the container refused, the wrong number of cards, or the node's CPU or
-        memory exceeded. A pod already booked raises SpecError.
+        over a card's memory, cores or slots (containers), an exclusivity conflict, an
+        unhealthy card, a model or UUID the container refused, the wrong number of cards,
+        or the node's CPU or memory exceeded. A pod already booked raises SpecError.
         """
         if pod.key in self._bookings:
             raise SpecError("pod", "already assigned; release it first", pod.key)
@@ -197,12 +198,16 @@ class ClusterState:
             raise PlacementError(
                 f"pod {pod.key} cannot be booked on {node}: {problem}", {node: problem}
             )
-        footprint = assignment.footprint()
         self._write()
-        booking = Booking(pod=pod, assignment=assignment, footprint=footprint)
+        booking = Booking(
+            pod=pod,
+            assignment=assignment,
+            footprint=assignment.footprint(),
+            slots=assignment.slots(),
+        )
         self._bookings[pod.key] = booking
         self._pods_on[node].add(pod.key)
-        self._apply(footprint, node, sign=+1, strict=True)
+        self._apply(booking, node, sign=+1, strict=True)
         self._apply_totals(self._rows[node], {pod.key}, sign=+1)
 
     def release(self, pod_key: str) -> bool:
@@ -212,7 +217,7 @@ class ClusterState:
             return False
         self._write()
         node = booking.assignment.node
-        self._apply(booking.footprint, node, sign=-1, strict=False)
+        self._apply(booking, node, sign=-1, strict=False)
         self._apply_totals(self._rows[node], {pod_key}, sign=-1)
         del self._bookings[pod_key]
         self._pods_on[node].discard(pod_key)
@@ -278,7 +283,7 @@ class ClusterState:
         t.card_valid[row] = t.healthy[row] = t.exclusive[row] = False
         t.model[row] = t.numa[row] = -1
         t.card_mem[row] = t.free_mem[row] = t.free_cores[row] = t.tenants[row] = 0
-        t.nvlink[row] = 0
+        t.free_slots[row] = t.nvlink[row] = 0
         column_of = {card.index: col for col, card in enumerate(inv.cards)}
         for col, card in enumerate(inv.cards):
             t.numa[row, col] = card.numa_node
@@ -293,14 +298,13 @@ class ClusterState:
             t.model[row, col] = self._model_id(card.model)
             t.card_mem[row, col] = t.free_mem[row, col] = card.memory_mib
             t.free_cores[row, col] = 100
+            t.free_slots[row, col] = card.slots
         self._row_totals(row)
 
-    def _apply(
-        self, footprint: dict[str, tuple[int, int, bool]], node: str, sign: int, strict: bool
-    ) -> None:
+    def _apply(self, booking: Booking, node: str, sign: int, strict: bool) -> None:
         t = self._t
         row = self._rows[node]
-        for uuid, (mem, cores, exclusive) in footprint.items():
+        for uuid, (mem, cores, exclusive) in booking.footprint.items():
             where = self._card_at.get(uuid)
             if where is None or where[0] != node:
                 assert not strict, uuid
@@ -312,6 +316,7 @@ class ClusterState:
             t.free_mem[row, col] -= sign * mem
             t.free_cores[row, col] -= sign * cores
             t.tenants[row, col] += sign
+            t.free_slots[row, col] -= sign * booking.slots[uuid]
         self._row_totals(row)
 
     def _row_totals(self, row: int) -> None:
@@ -369,10 +374,13 @@ class ClusterState:
                 card = inv.cards[where[1]]
                 if not gpu.allows(card):
                     return f"container {name}: card {s.uuid} (model {card.model}) not allowed"
+        slots = assignment.slots()
         for uuid, (mem, cores, exclusive) in assignment.footprint().items():
             col = self._card_at[uuid][1]
             if not t.healthy[row, col]:
                 return f"card {uuid} is unhealthy"
+            if slots[uuid] > t.free_slots[row, col]:
+                return f"card {uuid} has {t.free_slots[row, col]} slot(s) free, needs {slots[uuid]}"
             if t.exclusive[row, col]:
                 return f"card {uuid} is held whole by another pod"
             if exclusive:

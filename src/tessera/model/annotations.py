@@ -14,6 +14,7 @@ from typing import Any
 
 from tessera.errors import FormatError
 from tessera.model.types import (
+    DEFAULT_SLOTS,
     Assignment,
     Card,
     CardSlice,
@@ -142,6 +143,7 @@ def encode_inventory(cards: tuple[Card, ...] | list[Card]) -> str:
                     "numa": c.numa_node,
                     "nvlink": list(c.nvlink_peers),
                     "healthy": c.healthy,
+                    "slots": c.slots,
                 }
                 for c in sorted(cards, key=lambda c: c.index)
             ],
@@ -180,6 +182,10 @@ def decode_inventory(node: str, text: str, cpu_milli: int, memory_mib: int) -> N
         numa = _field(where, raw, "numa", int)
         if numa < -1:
             raise FormatError(where, f"field 'numa' must be >= -1, got {numa}")
+        # Absent from inventories written before it: the node agent's default.
+        slots = _field(where, raw, "slots", int) if "slots" in raw else DEFAULT_SLOTS
+        if slots < 1:
+            raise FormatError(where, f"field 'slots' must be >= 1, got {slots}")
         cards.append(
             Card(
                 uuid=uuid,
@@ -190,6 +196,7 @@ def decode_inventory(node: str, text: str, cpu_milli: int, memory_mib: int) -> N
                 numa_node=numa,
                 nvlink_peers=tuple(nvlink),
                 healthy=_field(where, raw, "healthy", bool),
+                slots=slots,
             )
         )
     return NodeInventory(name=node, cards=tuple(cards), cpu_milli=cpu_milli, memory_mib=memory_mib)

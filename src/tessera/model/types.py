@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 __all__ = [
+    "DEFAULT_SLOTS",
     "Assignment",
     "Card",
     "CardSlice",
@@ -20,6 +21,11 @@ __all__ = [
     "NodeInventory",
     "PodRequest",
 ]
+
+
+# The node agent's default ``--slots-per-card``: kubelet gives a card to at most this many
+# containers at once (each container takes one of the card's slot devices).
+DEFAULT_SLOTS = 16
 
 
 class ComputePolicy(enum.StrEnum):
@@ -42,6 +48,7 @@ class Card:
     numa_node: int = -1  # -1: unknown
     nvlink_peers: tuple[int, ...] = ()  # indices of cards on the same node joined by NVLink
     healthy: bool = True
+    slots: int = DEFAULT_SLOTS  # containers the node agent can give this card to, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,3 +195,17 @@ class Assignment:
             i = init.get(uuid, [0, 0])
             out[uuid] = (max(a[0], i[0]), max(a[1], i[1]), uuid in exclusive)
         return out
+
+    def slots(self) -> dict[str, int]:
+        """Per card UUID: the slots (containers) the pod takes there.
+
+        Conservative, like the footprint: max(init containers, app containers) on the card.
+        kubelet may hand an init container's slot on to an app container, never more.
+        """
+        app: dict[str, int] = {}
+        init: dict[str, int] = {}
+        for c in self.containers:
+            count = init if c.init else app
+            for s in c.slices:
+                count[s.uuid] = count.get(s.uuid, 0) + 1
+        return {u: max(app.get(u, 0), init.get(u, 0)) for u in app.keys() | init.keys()}

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tessera.model.types import Card
+from tessera.model.types import DEFAULT_SLOTS, Card
 from tessera.node.allocator import Allocator, PodResources
 from tessera.node.discovery import Discovery, NodeFacts
 from tessera.node.health import APPLICATION_XIDS, HealthTracker
@@ -39,7 +39,7 @@ class AgentConfig:
     plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
     endpoint: str = "tessera.sock"
     state_dir: Path = Path("/var/lib/tessera")
-    slots_per_card: int = 16
+    slots_per_card: int = DEFAULT_SLOTS
     isolation: Isolation = Isolation.HOOK
     visibility: Visibility = Visibility.ENV
     libvgpu: Path | None = None
@@ -82,11 +82,15 @@ class Agent:
     # --- state -----------------------------------------------------------------------
 
     def cards(self) -> tuple[Card, ...]:
-        """The node's cards with their current health (what the inventory says)."""
+        """The node's cards with their current health and the slots each is advertised as
+        (what the inventory says: placement puts at most that many containers on a card)."""
         assert self.facts is not None and self.tracker is not None
         from dataclasses import replace
 
-        return tuple(replace(c, healthy=self.tracker.healthy(c.uuid)) for c in self.facts.cards)
+        return tuple(
+            replace(c, healthy=self.tracker.healthy(c.uuid), slots=self.cfg.slots_per_card)
+            for c in self.facts.cards
+        )
 
     def _publish(self) -> None:
         if self.inventory is None:

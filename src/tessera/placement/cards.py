@@ -36,6 +36,7 @@ class _Held:
     init_cores: int = 0
     whole: bool = False  # an exclusive container of the pod sits here
     app_users: int = 0
+    init_users: int = 0
 
 
 def _order(c: ContainerRequest) -> tuple[int, int, int, int]:
@@ -62,6 +63,10 @@ def assign_cards(snap: Snapshot, pod: PodRequest, node: str, picker: CardPicker)
             free_mem.append(cf.memory_mib - base_mem)
             free_cores.append(cf.cores_percent - base_cores)
             if not card.healthy or cf.exclusive or not gpu.allows(card) or h.whole:
+                continue
+            # Slots the pod takes on the card, as Assignment.slots counts them.
+            users = max(h.app_users + (not c.init), h.init_users + c.init)
+            if users > cf.slots:
                 continue
             if gpu.exclusive:
                 if cf.tenants or (not c.init and (h.app_users or h.init_mem)):
@@ -94,6 +99,7 @@ def assign_cards(snap: Snapshot, pod: PodRequest, node: str, picker: CardPicker)
             mem, cores = _slice(gpu, cards[col].memory_mib)
             if c.init:
                 h.init_mem, h.init_cores = max(h.init_mem, mem), max(h.init_cores, cores)
+                h.init_users += 1
             else:
                 h.app_mem += mem
                 h.app_cores += cores

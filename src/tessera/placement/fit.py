@@ -1,8 +1,8 @@
 """Which nodes can take a pod, and for each one that cannot, why.
 
 The test runs over all candidate rows at once: per GPU container, a [rows, cards] mask
-of the cards that fit (healthy, allowed, not held whole, enough memory and cores, and no
-tenant at all for a whole-card request), then "at least ``count`` such cards" per row.
+of the cards that fit (healthy, allowed, not held whole, a free slot, enough memory and
+cores, and no tenant at all for a whole-card request), then "at least ``count`` such cards" per row.
 A pod with several GPU containers passes this per-container test first; the nodes that
 pass are then checked exactly by picking its cards (containers may share a card).
 
@@ -124,6 +124,7 @@ def card_fits(snap: Snapshot, rows: IntArray, gpu: GpuRequest) -> tuple[BoolArra
     need = memory_needed(t.card_mem[sel], gpu)
     ok = allowed_cards(snap, rows, gpu) & t.healthy[sel]  # a new array: safe to update
     ok &= ~t.exclusive[sel]
+    ok &= t.free_slots[sel] > 0  # kubelet gives a card to at most its slots' containers
     ok &= t.free_mem[sel] >= need
     if gpu.cores():
         ok &= t.free_cores[sel] >= gpu.cores()
@@ -171,6 +172,12 @@ def _capacity_reason(gpu: GpuRequest) -> str:
     return f"fewer than {gpu.count} {_describe(gpu).replace('card', 'cards', 1)}"
 
 
+def _slot_reason(gpu: GpuRequest) -> str:
+    if gpu.count == 1:
+        return "no card with a free slot"
+    return f"fewer than {gpu.count} cards with a free slot"
+
+
 def _model_reason(snap: Snapshot, row: int, *, gpu: GpuRequest) -> str:
     inv = snap.inventories[row]
     assert inv is not None
@@ -207,6 +214,8 @@ def reasons(snap: Snapshot, pod: PodRequest, rows: IntArray) -> dict[str, str]:
     checks.append((t.cpu_free[rows] >= pod.cpu_milli, "insufficient cpu"))
     checks.append((t.mem_free[rows] >= pod.memory_mib, "insufficient memory"))
     for g in gpus:
+        slotted = (allowed_cards(snap, rows, g) & healthy & (t.free_slots[rows] > 0)).sum(axis=1)
+        checks.append((slotted >= g.count, _slot_reason(g)))
         checks.append((card_fits(snap, rows, g)[0].sum(axis=1) >= g.count, _capacity_reason(g)))
     undecided = np.ones(rows.shape[0], dtype=np.bool_)
     for passes, reason in checks:
