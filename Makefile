@@ -6,28 +6,34 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
 .PHONY: demo test setup lint typecheck libvgpu testenv clean
 
-# uv comes from PyPI; it installs the locked environment into .venv.
-$(UV):
-	python3 -m pip install --user --quiet uv
+VENV := .venv
+BIN := $(VENV)/bin
 
-.venv/.synced: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --quiet
+# uv comes from PyPI; it installs the locked environment (requirements.lock, with
+# hashes) into .venv, then Tessera itself in editable mode.
+$(UV):
+	python3 -m pip install --user --quiet uv || python3 -m pip install --user --quiet --break-system-packages uv
+
+$(VENV)/.synced: requirements.lock pyproject.toml | $(UV)
+	test -x $(BIN)/python || $(UV) venv --quiet --python "$$(command -v python3)" $(VENV)
+	$(UV) pip sync --quiet --python $(BIN)/python requirements.lock
+	$(UV) pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $@
 
-setup: .venv/.synced
+setup: $(VENV)/.synced
 
 demo: setup
 	mkdir -p out
-	$(UV) run --frozen tessera simulate --plot out/simulate.png --json out/simulate.json
+	$(BIN)/tessera simulate --plot out/simulate.png --json out/simulate.json
 
 lint: setup
-	$(UV) run --frozen ruff check src tests bench
-	$(UV) run --frozen mypy
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
 
 # The local control plane the e2e tests run against: built from Go modules on the first
 # run (minutes), reused from ~/.cache/tessera afterwards (docs/testenv.md).
 testenv: setup
-	$(UV) run --frozen python -m tessera.testenv.build
+	$(BIN)/python -m tessera.testenv.build
 
 # The in-container limiter, its fake driver and its C tests, normal and under ASan/UBSan
 # (pytest runs the C test cases: tests/integration/test_libvgpu.py).
@@ -35,7 +41,7 @@ libvgpu:
 	$(MAKE) -C libvgpu all asan
 
 test: setup lint testenv libvgpu
-	$(UV) run --frozen pytest
+	$(BIN)/pytest
 
 clean:
 	rm -rf .venv out build

@@ -1,7 +1,7 @@
 """Extender latency per verb, HTTP included, at 1,000 and 5,000 nodes.
 
-    uv run python bench/extender.py                      # 1000 and 5000 nodes
-    uv run python bench/extender.py --nodes 5000 --pods 400
+    .venv/bin/python bench/extender.py                      # 1000 and 5000 nodes
+    .venv/bin/python bench/extender.py --nodes 5000 --pods 400
 
 The real ``tessera scheduler`` app behind its real HTTP server (threaded stdlib, HTTP/1.1
 keep-alive, as kube-scheduler connects), over an in-memory API (FakeKube) holding

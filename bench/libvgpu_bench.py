@@ -1,6 +1,6 @@
 """libvgpu without a GPU: hook overhead per call and compute-share accuracy, on the fake driver.
 
-    uv run python bench/libvgpu_bench.py [--quick]
+    .venv/bin/python bench/libvgpu_bench.py [--quick]
 
 Builds libvgpu (make -C libvgpu all), then
 

@@ -1,7 +1,7 @@
 """Node agent figures, against the test kubelet over the real device plugin protocol.
 
-    uv run python bench/node_agent.py                    # defaults below
-    uv run python bench/node_agent.py --pods 100 --rounds 20
+    .venv/bin/python bench/node_agent.py                    # defaults below
+    .venv/bin/python bench/node_agent.py --pods 100 --rounds 20
 
 Prints:
 

@@ -1,7 +1,7 @@
 """Placement decision latency: filter + score + card pick for one pod.
 
-    uv run python bench/placement.py            # 1,000 / 5,000 / 10,000 nodes × 8 cards
-    uv run python bench/placement.py --nodes 5000 --policy fragmentation --decisions 300
+    .venv/bin/python bench/placement.py            # 1,000 / 5,000 / 10,000 nodes × 8 cards
+    .venv/bin/python bench/placement.py --nodes 5000 --policy fragmentation --decisions 300
 
 The cluster is filled to a realistic occupancy first (each node to a target drawn
 uniformly from 30-100% of its GPU, with pods shaped like the Alibaba 2023 trace). Then

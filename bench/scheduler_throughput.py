@@ -1,7 +1,7 @@
 """Pods per second through the real kube-scheduler, with the Tessera extender and without.
 
-    uv run python bench/scheduler_throughput.py                 # 1000 pods, 500 nodes
-    uv run python bench/scheduler_throughput.py --pods 2000 --nodes 1000
+    .venv/bin/python bench/scheduler_throughput.py                 # 1000 pods, 500 nodes
+    .venv/bin/python bench/scheduler_throughput.py --pods 2000 --nodes 1000
 
 One test control plane (testenv: etcd, kube-apiserver, kube-scheduler, kwok) with
 ``--nodes`` kwok nodes of 8 cards. Two runs of ``--pods`` pods asking for one whole card

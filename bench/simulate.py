@@ -1,7 +1,7 @@
 """Placement quality on the Alibaba 2023 trace (openb), against the published anchors.
 
-    uv run python bench/simulate.py                       # 5 policies x 10 seeds, 130%
-    uv run python bench/simulate.py --seeds 1 --policy fragmentation --jobs 1
+    .venv/bin/python bench/simulate.py                       # 5 policies x 10 seeds, 130%
+    .venv/bin/python bench/simulate.py --seeds 1 --policy fragmentation --jobs 1
 
 Replays the published protocol (README of the data folder; seeds 42..51) through
 ``tessera simulate``'s own code, then prints per policy the mean ± std allocation ratio
@@ -12,7 +12,7 @@ its CPU time (steadier when other work shares the machine; with --jobs > 1 the
 experiments also share the cores). Writes every result to out/bench-simulate.json.
 Needs the trace beside the checkout (../shared/data/alibaba-gpu-v2023) or --data.
 
-    uv run python bench/simulate.py --diagnose fragmentation --seeds 1
+    .venv/bin/python bench/simulate.py --diagnose fragmentation --seeds 1
 
 replays one seed of one policy and shows where the GPU left idle at the end sits: on
 free cards (and whether their node still has CPU and memory for a task) or as leftovers

@@ -1,6 +1,6 @@
 """Regenerate the Python code of the kubelet APIs from the checked-in ``.proto`` files.
 
-    uv run python -m tessera.node.deviceplugin.generate
+    .venv/bin/python -m tessera.node.deviceplugin.generate
 
 Runs grpcio-tools' protoc with ``src/`` as the include root, so the generated modules
 import each other as ``tessera.node.deviceplugin.v1beta1...`` (a package import, not a
