@@ -28,6 +28,7 @@ def test_scheduler_config_forces_connection_and_no_leader_election() -> None:
     assert cfg["clientConnection"]["kubeconfig"] == "/k"
     assert cfg["leaderElection"]["leaderElect"] is False
     assert cfg["percentageOfNodesToScore"] == 10
+    assert cfg["clientConnection"]["qps"] == 1000
     assert base["leaderElection"]["leaderElect"] is True  # caller's dict untouched
 
 
@@ -52,3 +53,8 @@ def test_https_extender_gets_tls_config() -> None:
     e = extender("https://127.0.0.1:9443", ca_file=Path("/ca.crt"))
     assert e["enableHTTPS"] is True
     assert e["tlsConfig"] == {"caFile": "/ca.crt"}
+
+
+def test_scheduler_client_limits_can_be_set_by_the_caller() -> None:
+    cfg = scheduler_config({"clientConnection": {"qps": 50, "burst": 100}}, Path("/k"))
+    assert cfg["clientConnection"] == {"kubeconfig": "/k", "qps": 50, "burst": 100}

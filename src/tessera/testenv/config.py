@@ -43,15 +43,21 @@ def scheduler_config(base: Mapping[str, Any] | None, kubeconfig_path: Path) -> d
     """``base`` (a KubeSchedulerConfiguration as a dict, may be None) completed for the env.
 
     The env owns the connection and leader election: ``clientConnection.kubeconfig`` is
-    set to ``kubeconfig_path`` and ``leaderElection.leaderElect`` to false; everything
-    else (profiles, extenders, percentageOfNodesToScore ...) is the caller's.
+    set to ``kubeconfig_path`` and ``leaderElection.leaderElect`` to false; the client
+    limit defaults to 1000 QPS (burst 2000) unless given; everything else (profiles,
+    extenders, percentageOfNodesToScore ...) is the caller's.
     """
     cfg: dict[str, Any] = copy.deepcopy(dict(base or {}))
     kind = cfg.setdefault("kind", "KubeSchedulerConfiguration")
     if kind != "KubeSchedulerConfiguration":
         raise ValueError(f"scheduler config: kind must be KubeSchedulerConfiguration, got {kind!r}")
     cfg.setdefault("apiVersion", SCHEDULER_API)
-    cfg.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig_path)
+    conn = cfg.setdefault("clientConnection", {})
+    conn["kubeconfig"] = str(kubeconfig_path)
+    # kube-scheduler's default client limit (50 QPS) would cap binding at ~50 pods/s;
+    # a test env should measure the scheduler and extender, not that limit.
+    conn.setdefault("qps", 1000)
+    conn.setdefault("burst", 2000)
     cfg.setdefault("leaderElection", {})["leaderElect"] = False
     return cfg
 
