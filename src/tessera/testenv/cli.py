@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -111,9 +111,9 @@ def status(state_dir: StateDir = None) -> None:
         raise typer.Exit(1)
     from kubernetes import client
 
-    api = env.api_client()
+    api: Any = env.api_client()  # the client is only partly typed
     try:
-        core = client.CoreV1Api(api)
+        core: Any = client.CoreV1Api(api)
         count, ready = env.ready_nodes(core, label_selector="")
         resp = core.list_pod_for_all_namespaces(_preload_content=False)
         phases: dict[str, int] = {}

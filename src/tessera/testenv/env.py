@@ -488,9 +488,9 @@ class TestEnv:
         from kubernetes import client
 
         manifests = [node_manifest(n, names) for n in nodes]
-        api = self.api_client(pool_size=workers)
+        api: Any = self.api_client(pool_size=workers)  # the client is only partly typed
         try:
-            core = client.CoreV1Api(api)
+            core: Any = client.CoreV1Api(api)
 
             def create(body: dict[str, Any]) -> str:
                 core.create_node(body)
