@@ -180,6 +180,33 @@ def test_snapshot_is_cheap_and_never_moves() -> None:
     assert not first.tables.free_mem.flags.writeable
 
 
+def test_copy_on_write_reuses_free_tables_and_never_moves_a_held_view() -> None:
+    """The arrays of a snapshot nobody holds are reused (only changed rows copied); the
+    arrays of one still held, or a slice of them, are never written."""
+    state = ClusterState([node("a"), node("b"), node("c")])
+    held = state.snapshot()
+    held_slice = held.tables.free_mem[1:]  # a view outliving nothing but itself
+    state.assign(pod("p", SHARE), on("a", "a-g0"))
+    state.snapshot()  # dropped at once, like a scheduling cycle's
+    state.assign(pod("q", SHARE), on("b", "b-g1"))
+    state.snapshot()
+    state.release("ns/p")
+    state.assign(pod("r", SHARE), on("c", "c-g0"))
+    assert [c.memory_mib for c in held.cards_free("a")] == [16000, 16000]
+    assert held_slice[:2].tolist() == [[16000, 16000], [16000, 16000]]
+    del held
+    reused = state._t
+    state.snapshot()
+    state.assign(pod("s", SHARE), on("a", "a-g1"))
+    state.snapshot()
+    state.assign(pod("t", SHARE), on("b", "b-g0"))
+    assert state._t is reused or state._t in state._spares  # ping-pong, no fresh copies
+    now = state.snapshot()
+    free = {n: [c.memory_mib for c in now.cards_free(n)] for n in "abc"}
+    assert free == {"a": [16000, 12000], "b": [12000, 12000], "c": [12000, 16000]}
+    assert state.check_invariants() == []
+
+
 def test_row_generation_changes_only_where_something_changed() -> None:
     state = ClusterState([node("a"), node("b")])
     s1 = state.snapshot()

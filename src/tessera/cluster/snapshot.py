@@ -12,6 +12,7 @@ fooled by a reused row or by another ClusterState.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,22 @@ class Tables:
 
     def copy(self) -> Tables:
         return Tables(**{k: v.copy() for k, v in self.fields().items()})
+
+    def same_shape(self, other: Tables) -> bool:
+        return self.card_valid.shape == other.card_valid.shape
+
+    def unreferenced(self) -> bool:
+        """Whether no view of these arrays is alive (no snapshot, nor a slice of one, can
+        see a write to them). Every view of an array holds a reference to it; the
+        attribute and ``getrefcount``'s own argument are the two references left when
+        there is none."""
+        return all(sys.getrefcount(getattr(self, f.name)) <= 2 for f in dataclasses.fields(self))
+
+    def copy_rows_from(self, other: Tables, rows: IntArray) -> None:
+        """Make ``rows`` of every array equal to ``other``'s (same shapes)."""
+        if rows.shape[0]:
+            for f in dataclasses.fields(self):
+                getattr(self, f.name)[rows] = getattr(other, f.name)[rows]
 
     def resized(self, rows: int, cols: int) -> Tables:
         """A copy with at least ``rows`` rows and ``cols`` columns; new slots are empty."""

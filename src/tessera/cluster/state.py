@@ -1,8 +1,10 @@
 """ClusterState: the nodes, their cards and what each placed pod holds.
 
 Updated incrementally by events (node added, pod bound, pod gone). ``snapshot()`` is O(1):
-the snapshot shares the arrays, and the state copies them before its next write
-(copy-on-write), so a scheduling cycle reads a view that never moves under it.
+the snapshot shares the arrays, and the state takes a private copy before its next write
+(copy-on-write), so a scheduling cycle reads a view that never moves under it. The copy
+reuses the arrays of an earlier snapshot nobody holds any more and copies only the rows
+written since (each row carries a generation), so it costs O(rows changed), not O(R·C).
 
 Every write either succeeds whole or raises and changes nothing.
 """
@@ -51,6 +53,7 @@ class ClusterState:
     def __init__(self, nodes: Iterable[NodeInventory] = ()) -> None:
         self._t = Tables.empty(0, 0)
         self._shared = False  # a snapshot holds views of self._t: copy before writing
+        self._spares: list[Tables] = []  # tables of earlier snapshots, reused when free
         self._names: list[str] = []
         self._rows: dict[str, int] = {}
         self._inventories: list[NodeInventory | None] = []
@@ -250,9 +253,31 @@ class ClusterState:
     def _write(self) -> None:
         """Called before every mutation: un-share the arrays and bump the generation."""
         if self._shared:
-            self._t = self._t.copy()
+            self._t = self._unshared()
             self._shared = False
         self._generation += 1
+
+    def _unshared(self) -> Tables:
+        """A private copy of the tables a snapshot holds, for the writes to come.
+
+        The tables of an earlier snapshot that nobody holds any more are brought up to
+        date and reused: only the rows whose generation differs are copied (every write
+        to a row gives it a generation never used before, so equal generations mean
+        equal rows). A full copy only when no such tables are free.
+        """
+        current = self._t
+        spare = None
+        while self._spares:
+            candidate = self._spares.pop()
+            if candidate.same_shape(current) and candidate.unreferenced():
+                spare = candidate
+                break
+        self._spares.append(current)  # reusable once its snapshots are gone
+        del self._spares[:-2]
+        if spare is None:
+            return current.copy()
+        spare.copy_rows_from(current, np.flatnonzero(spare.generation != current.generation))
+        return spare
 
     def _grow_rows(self) -> int:
         row = len(self._names)

@@ -48,6 +48,11 @@ __all__ = [
 ]
 
 
+# What the per-card functions index the tables with: rows ([R] -> [R, cols] results), or
+# (row, column) pairs shaped [P, 1] each (-> [P, 1] results), one fitting card per pair.
+Cells = IntArray | tuple[IntArray, IntArray]
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class MixArrays:
     """The frozen mix as arrays over classes [M] (and models [K + 1], last = no card)."""
@@ -110,11 +115,11 @@ class CardState:
     held_whole: BoolArray
 
     @staticmethod
-    def of(t: Tables, rows: IntArray) -> CardState:
+    def of(t: Tables, rows: Cells) -> CardState:
         return CardState(t.free_mem[rows], t.free_cores[rows], t.tenants[rows], t.exclusive[rows])
 
 
-def _idle(t: Tables, rows: IntArray, s: CardState) -> FloatArray:
+def _idle(t: Tables, rows: Cells, s: CardState) -> FloatArray:
     """[rows, cols] idle share of each card: the scarcer of free memory and free cores."""
     mem = np.maximum(t.card_mem[rows], 1)
     share = np.minimum(s.free_cores / 100.0, s.free_mem / mem)
@@ -122,13 +127,13 @@ def _idle(t: Tables, rows: IntArray, s: CardState) -> FloatArray:
     return np.where(usable, np.maximum(share, 0.0), 0.0)
 
 
-def _need_mem(t: Tables, rows: IntArray, k: MixArrays) -> IntArray:
+def _need_mem(t: Tables, rows: Cells, k: MixArrays) -> IntArray:
     """[rows, cols, classes]: MiB class m takes on card c."""
     return k.mem_fixed + t.card_mem[rows][:, :, None] * k.mem_percent // 100
 
 
 def _fits(
-    t: Tables, rows: IntArray, s: CardState, k: MixArrays, need: IntArray | None = None
+    t: Tables, rows: Cells, s: CardState, k: MixArrays, need: IntArray | None = None
 ) -> BoolArray:
     """[rows, cols, classes]: class m fits card c as it stands in ``s``."""
     ok = k.allowed[t.model[rows]]  # model -1 picks the last row: never allowed
@@ -150,14 +155,21 @@ class Measure(Protocol):
     """A per-node fragmentation measure in the shape growth() needs: per-card features
     that add up over a node's cards, and the node's value from their sums."""
 
-    def card_features(self, t: Tables, rows: IntArray, s: CardState, k: MixArrays) -> FloatArray:
+    def card_features(self, t: Tables, rows: Cells, s: CardState, k: MixArrays) -> FloatArray:
         """[rows, cols, classes, features]."""
+        ...
+
+    def node_terms(
+        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
+    ) -> FloatArray:
+        """Per class, before weighting by the mix: ``sums``: [..., classes, features];
+        ``idle``, ``cpu``, ``mem``: [...] -> [..., classes]. Element by element."""
         ...
 
     def node_value(
         self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
     ) -> FloatArray:
-        """``sums``: [..., classes, features]; ``idle``, ``cpu``, ``mem``: [...] -> [...]."""
+        """``node_terms(...) @ k.weight``: [...]."""
         ...
 
 
@@ -165,7 +177,7 @@ class PublishedMeasure:
     """FGD's measure (module docstring): per class, the idle share of the cards it does not
     fit, or all idle GPU when the node cannot run it at all; weighted by the mix."""
 
-    def card_features(self, t: Tables, rows: IntArray, s: CardState, k: MixArrays) -> FloatArray:
+    def card_features(self, t: Tables, rows: Cells, s: CardState, k: MixArrays) -> FloatArray:
         ok = _fits(t, rows, s, k) | (k.count == 0)  # CPU-only work leaves no share unusable
         idle = _idle(t, rows, s)[:, :, None]
         return np.stack([idle * ~ok, ok.astype(np.float64)], axis=-1)
@@ -173,8 +185,13 @@ class PublishedMeasure:
     def node_value(
         self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
     ) -> FloatArray:
+        return np.asarray(self.node_terms(sums, idle, cpu, mem, k) @ k.weight)
+
+    def node_terms(
+        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
+    ) -> FloatArray:
         fits = (cpu[..., None] >= k.cpu) & (mem[..., None] >= k.mem) & (sums[..., 1] >= k.count)
-        return np.asarray(np.where(fits, sums[..., 0], idle[..., None]) @ k.weight)
+        return np.asarray(np.where(fits, sums[..., 0], idle[..., None]))
 
 
 class PackingMeasure:
@@ -184,7 +201,7 @@ class PackingMeasure:
     with eight idle cards and CPU for one whole-card task strands seven), and for
     multi-card classes whole groups of ``count`` cards."""
 
-    def card_features(self, t: Tables, rows: IntArray, s: CardState, k: MixArrays) -> FloatArray:
+    def card_features(self, t: Tables, rows: Cells, s: CardState, k: MixArrays) -> FloatArray:
         need = np.maximum(_need_mem(t, rows, k), 1)
         ok = _fits(t, rows, s, k, need)
         needf = need.astype(np.float32)
@@ -201,6 +218,11 @@ class PackingMeasure:
     def node_value(
         self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
     ) -> FloatArray:
+        return np.asarray(self.node_terms(sums, idle, cpu, mem, k) @ k.weight)
+
+    def node_terms(
+        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
+    ) -> FloatArray:
         usable_gpu, copies = sums[..., 0], sums[..., 1]
         per_copy = np.divide(usable_gpu, copies, out=np.zeros_like(usable_gpu), where=copies > 0)
         count = np.maximum(k.count, 1)
@@ -212,8 +234,7 @@ class PackingMeasure:
             groups, np.where(k.mem > 0, mem[..., None] // np.maximum(k.mem, 1), groups)
         )
         unusable = np.maximum(idle[..., None] - groups * count * per_copy, 0.0)
-        unusable = np.where(k.count > 0, unusable, 0.0)  # CPU-only work uses no GPU
-        return np.asarray(unusable @ k.weight)
+        return np.asarray(np.where(k.count > 0, unusable, 0.0))  # CPU-only work uses no GPU
 
 
 def frag_rows(
@@ -227,7 +248,7 @@ def frag_rows(
     return measure.node_value(sums, idle, cpu, mem, k), idle
 
 
-def _request_after(t: Tables, rows: IntArray, gpu: GpuRequest) -> CardState:
+def _request_after(t: Tables, rows: Cells, gpu: GpuRequest) -> CardState:
     """Every card of ``rows`` as it would be if ``gpu`` took one slice of it."""
     s = CardState.of(t, rows)
     if gpu.exclusive:
@@ -278,19 +299,29 @@ def growth(
     no_col = np.full(rows.shape[0], -1, dtype=np.int64)
     if gpu is None:
         return measure.node_value(sums, total, cpu, mem, k) - f_before, no_col
-    after = _request_after(t, rows, gpu)
-    idle_a = _idle(t, rows, after)
-    d_feats = measure.card_features(t, rows, after, k) - feats  # change if card c is taken
-    d_idle = idle_a - idle
     if gpu.count == 1:
-        f_after = measure.node_value(
-            sums[:, None] + d_feats, total[:, None] + d_idle, cpu[:, None], mem[:, None], k
-        )  # [R, C]
+        # Only the fitting (row, card) pairs: the others would be masked out anyway. Each
+        # pair is indexed as a [P, 1] "row" so the per-card functions run unchanged.
+        ri, ci = np.nonzero(card_ok)
+        at = (rows[ri][:, None], ci[:, None].astype(np.int64))
+        after = _request_after(t, at, gpu)
+        d_feats = measure.card_features(t, at, after, k)[:, 0] - feats[ri, ci]  # [P, M, F]
+        d_idle = _idle(t, at, after)[:, 0] - idle[ri, ci]
+        terms = np.zeros((*card_ok.shape, k.weight.shape[0]))
+        terms[ri, ci] = measure.node_terms(
+            sums[ri] + d_feats, total[ri] + d_idle, cpu[ri], mem[ri], k
+        )
+        # Weighted over the [R, C] grid, not the pairs: a BLAS product's rounding depends
+        # on the shape, and the choice between equal cards on the last bit.
+        f_after = terms @ k.weight  # [R, C]
         delta = np.where(card_ok, f_after - f_before[:, None], np.inf)
         # Equal growth: the tighter card, so that big free shares stay whole.
         col = np.argmin(delta - 1e-9 * (1.0 - idle), axis=1)
         return delta[np.arange(rows.shape[0]), col], col
     # Several cards: the ``count`` tightest fitting ones.
+    after = _request_after(t, rows, gpu)
+    d_feats = measure.card_features(t, rows, after, k) - feats  # change if card c is taken
+    d_idle = _idle(t, rows, after) - idle
     order = np.argsort(np.where(card_ok, idle, np.inf), axis=1, kind="stable")
     taken = np.zeros_like(card_ok)
     np.put_along_axis(taken, order[:, : gpu.count], True, axis=1)

@@ -164,6 +164,8 @@ class FragmentationCards:
         card_ok = np.zeros((1, t.card_valid.shape[1]), dtype=np.bool_)
         card_ok[0, list(candidates)] = True
         # The pod's CPU and memory do not change which card is best: they are the same
-        # for every card of the node.
-        _, col = growth(t, rows, card_ok, 0, 0, gpu, k, self._nodes.measure)
+        # for every card of the node. The row's card features as it stands are the ones
+        # the node scorer cached (the same values, not computed again).
+        feats = self._nodes._features(snap, rows, k)
+        _, col = growth(t, rows, card_ok, 0, 0, gpu, k, self._nodes.measure, feats)
         return [int(col[0])]
