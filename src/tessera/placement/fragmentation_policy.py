@@ -113,10 +113,17 @@ class FragmentationNodes:
             # Bound the work of one decision (kube-scheduler scores a share of the nodes
             # for the same reason): refresh the busiest stale rows; the rest sit this
             # decision out and are refreshed when next chosen.
-            busy = gpu_used_fraction(snap, demand.rows[stale])
-            order = np.argsort(-busy, kind="stable")
-            skipped = stale[order[self.max_refresh :]]
-            stale = np.sort(stale[order[: self.max_refresh]])
+            # The max_refresh busiest, the earlier row first among equals (what a stable
+            # sort would keep), found by a partition instead of sorting every stale row.
+            m = self.max_refresh
+            idle = -gpu_used_fraction(snap, demand.rows[stale])
+            cut = np.partition(idle, m - 1)[m - 1]
+            chosen = np.flatnonzero(idle < cut)
+            ties = np.flatnonzero(idle == cut)[: m - chosen.shape[0]]
+            keep = np.zeros(stale.shape[0], dtype=np.bool_)
+            keep[chosen] = keep[ties] = True
+            skipped = stale[~keep]
+            stale = stale[keep]
         if stale.shape[0]:
             rows = demand.rows[stale]
             feats = self._features(snap, rows, k)
