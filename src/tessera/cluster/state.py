@@ -196,18 +196,18 @@ class ClusterState:
         if pod.key in self._bookings:
             raise SpecError("pod", "already assigned; release it first", pod.key)
         node = assignment.node
-        problem = self._refuse(pod, assignment)
-        if problem:
-            raise PlacementError(
-                f"pod {pod.key} cannot be booked on {node}: {problem}", {node: problem}
-            )
-        self._write()
         booking = Booking(
             pod=pod,
             assignment=assignment,
             footprint=assignment.footprint(),
             slots=assignment.slots(),
         )
+        problem = self._refuse(booking)
+        if problem:
+            raise PlacementError(
+                f"pod {pod.key} cannot be booked on {node}: {problem}", {node: problem}
+            )
+        self._write()
         self._bookings[pod.key] = booking
         self._pods_on[node].add(pod.key)
         self._apply(booking, node, sign=+1, strict=True)
@@ -362,8 +362,9 @@ class ClusterState:
             t.cpu_free[row] -= sign * pod.cpu_milli
             t.mem_free[row] -= sign * pod.memory_mib
 
-    def _refuse(self, pod: PodRequest, assignment: Assignment) -> str:
-        """Why booking ``assignment`` would break an invariant; "" when it would not."""
+    def _refuse(self, booking: Booking) -> str:
+        """Why ``booking`` would break an invariant; "" when it would not."""
+        pod, assignment = booking.pod, booking.assignment
         node = assignment.node
         if node not in self._rows:
             return "node not in the cluster state"
@@ -399,8 +400,8 @@ class ClusterState:
                 card = inv.cards[where[1]]
                 if not gpu.allows(card):
                     return f"container {name}: card {s.uuid} (model {card.model}) not allowed"
-        slots = assignment.slots()
-        for uuid, (mem, cores, exclusive) in assignment.footprint().items():
+        slots = booking.slots
+        for uuid, (mem, cores, exclusive) in booking.footprint.items():
             col = self._card_at[uuid][1]
             if not t.healthy[row, col]:
                 return f"card {uuid} is unhealthy"
