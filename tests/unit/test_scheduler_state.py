@@ -122,3 +122,60 @@ def test_annotation_without_binding_is_held_until_scheduled_again() -> None:
         assert w.app.state.cluster.check_invariants() == []
     finally:
         w.close()
+
+
+def test_a_watch_event_from_before_the_bind_does_not_free_the_cards() -> None:
+    # No reflector runs here: the test plays the watch itself, late, as a loaded
+    # watch connection does -- the pod's ADDED event arrives after its bind returned.
+    from tessera.kube import FakeKube
+    from tessera.scheduler.bind import bind_pod
+    from tessera.scheduler.filter import filter_pod
+    from tessera.scheduler.placer import Placer
+    from tessera.scheduler.state import SchedulerState
+    from tessera.scheduler.wire import BindingArgs, ExtenderArgs
+
+    kube = FakeKube()
+    state, placer = SchedulerState(), Placer()
+    state.apply_node(kube.create(NODES, node_obj("n1", 1)))
+
+    def schedule(name: str) -> str:
+        pod = kube.create(PODS, pod_obj(name, gpu=1, memory=30000), "default")
+        out = filter_pod(state, placer, ExtenderArgs(pod=pod, node_names=["n1"]))
+        if not out.node_names:
+            return ""
+        uid = pod["metadata"]["uid"]
+        bind_pod(state, placer, kube, BindingArgs(name, "default", uid, "n1"))
+        state.apply_pod(pod)  # the stale ADDED event: unbound, no annotation
+        return "n1"
+
+    assert schedule("a") == "n1"
+    assert state.held("default/a") is not None
+    # The only card (40960 MiB) still holds a's 30000 MiB: b must not fit.
+    assert schedule("b") == ""
+    # The bound event confirms the reservation; the booking stays.
+    state.apply_pod(kube.get(PODS, "a", "default"))
+    assert "default/a" not in state.reservations
+    assert state.held("default/a") is not None
+    assert state.cluster.check_invariants() == []
+
+
+def test_a_relist_that_predates_a_reservation_keeps_it_until_it_expires() -> None:
+    from tessera.kube import FakeKube
+    from tessera.scheduler.filter import filter_pod
+    from tessera.scheduler.placer import Placer
+    from tessera.scheduler.state import SchedulerState
+    from tessera.scheduler.wire import ExtenderArgs
+
+    now = [0.0]
+    kube = FakeKube()
+    state = SchedulerState(reservation_ttl_s=30, clock=lambda: now[0])
+    placer = Placer()
+    state.apply_node(kube.create(NODES, node_obj("n1", 1)))
+    listed = list(kube.list(PODS).items)  # the re-list is taken before the pod exists
+    pod = kube.create(PODS, pod_obj("a", gpu=1, memory=30000), "default")
+    assert filter_pod(state, placer, ExtenderArgs(pod=pod, node_names=["n1"])).node_names
+    state.replace_pods(listed)
+    assert state.held("default/a") is not None  # not dropped by the older list
+    now[0] = 31.0
+    assert state.expire_reservations() == 1  # a pod that never shows up frees its cards
+    assert state.held("default/a") is None

@@ -103,8 +103,7 @@ def bind_pod(state: SchedulerState, placer: Placer, api: KubeApi, args: BindingA
                 state.release(key)
         reason = "conflict" if isinstance(exc, Conflict) else "api"
         raise BindError(reason, f"pod {key} on {args.node}: {exc}") from None
-    with state.lock:
-        res = state.reservations.get(key)
-        if res is not None and res.assignment == assignment:
-            state.reservations.pop(key)  # confirmed; the booking stays
+    # The reservation stays until the watch shows the pod bound with this assignment
+    # (SchedulerState.apply_pod confirms it): the watch may still deliver events from
+    # before the bind, and an unbound pod without a reservation would be released.
     return assignment

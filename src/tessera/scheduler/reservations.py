@@ -8,8 +8,11 @@ the scheduler's bind for the first pod has not arrived yet. That is the schedule
 
 A reservation ends in one of three ways:
 
-* confirmed: the pod's ``tessera.io/assignment`` came back through the watch (or bind
-  succeeded); the booking stays and the record goes;
+* confirmed: the pod came back through the watch bound with its
+  ``tessera.io/assignment``; the booking stays and the record goes. A successful bind
+  alone does not confirm it: the watch may still deliver the pod's events from before
+  the bind, and without the record such an event would read as "unbound, no annotation"
+  and free the cards;
 * released: bind failed, the pod was deleted, or it is being scheduled again;
 * expired: ``ttl_s`` passed without a bind (the scheduler chose not to go on, e.g. a
   later plugin rejected the node); reservations being bound never expire.

@@ -340,8 +340,16 @@ class SchedulerState:
     def replace_pods(self, items: list[Obj]) -> None:
         present = {(_pod_key(o), str((o.get("metadata") or {}).get("uid") or "")) for o in items}
         for key, held in list(self._held.items()):
-            if (key, held.uid) not in present:
-                self.release(key)
+            if (key, held.uid) in present:
+                continue
+            res = self.reservations.get(key)
+            if res is not None and res.uid == held.uid:
+                # Reserved after the list was taken (the scheduler offered us the pod, so it
+                # existed): keep it; the watch confirms it, and if the pod is gone after all,
+                # the reservation expires instead of holding the cards for ever.
+                res.binding = False
+                continue
+            self.release(key)
         for key in [k for k, info in self.pods.items() if (k, info.uid) not in present]:
             del self.pods[key]
         for obj in items:
