@@ -22,8 +22,6 @@ Nothing here is asserted: tests prove behaviour, this prints speed.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -31,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import describe
 from rich.console import Console
 from rich.table import Table
 
@@ -49,18 +48,6 @@ from tests.integration.kubelet_double import KContainer, KPod, KubeletDouble  # 
 
 NODE = "bench-node"
 RES = "tessera.io/gpu"
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 class Timed:
@@ -157,7 +144,7 @@ def main() -> int:
             kubelet.run(kp)
         wall = time.perf_counter() - t0
 
-        t1 = Table(title=f"Allocate path, {args.pods} pods pending on one node ({machine()})")
+        t1 = Table(title=f"Allocate path, {args.pods} pods pending on one node ({describe()})")
         for col in ("call", "n", "p50 ms", "p99 ms", "max ms"):
             t1.add_column(col, justify="right" if col != "call" else "left")
         for name in ("GetPreferredAllocation", "Allocate", "PreStartContainer"):

@@ -24,6 +24,7 @@ import statistics
 import time
 from collections import deque
 
+from _machine import cpu_model
 from rich.console import Console
 from rich.table import Table
 
@@ -145,17 +146,6 @@ def run(n_nodes: int, policy_name: str, decisions: int, seed: int) -> dict[str, 
         "snapshot_p50": statistics.median(snap_ms),
         "book_p50": statistics.median(book_ms) if book_ms else float("nan"),
     }
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
+from _machine import describe
 from rich.console import Console
 from rich.table import Table
 
@@ -43,18 +43,6 @@ from tessera.simulate.trace import TraceTask, read_tasks_csv
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data" / "alibaba-gpu-v2023"
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def diagnose(
@@ -184,9 +172,9 @@ def main() -> int:
     console.print(failures_table(summaries))
     console.print(
         f"{len(results)} experiments, {results[0].arrived_tasks} arrivals each (seed "
-        f"{seeds[0]}), jobs={args.jobs}, {wall:.0f} s wall; {machine()}"
+        f"{seeds[0]}), jobs={args.jobs}, {wall:.0f} s wall; {describe()}"
     )
-    meta = {"arrival": args.arrival, "seeds": seeds, "policies": policies, "machine": machine()}
+    meta = {"arrival": args.arrival, "seeds": seeds, "policies": policies, "machine": describe()}
     write_json(args.json, results, {**meta, "cluster": nodes_csv.name, "workload": tasks_csv.name})
     return 0
 
