@@ -14,6 +14,7 @@ Nothing here touches the API server.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -82,11 +83,7 @@ def filter_pod(
         return FilterOutcome(list(args.node_names))
     meta = args.pod.get("metadata", {})
     uid = str(meta.get("uid") or "")
-    if request.uid != uid:
-        request = PodRequest(
-            request.namespace, request.name, request.containers,
-            request.cpu_milli, request.memory_mib, request.placement, uid,
-        )  # fmt: skip
+    request = dataclasses.replace(request, uid=uid)
     with state.lock:
         state.expire_reservations()
         state.release(request.key)  # being scheduled (again): whatever it held is stale

@@ -23,6 +23,7 @@ API writes in parallel; there is no per-node lock and no lock around I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -302,7 +303,7 @@ class SchedulerState:
         assignment: Assignment | None = None
         if isinstance(text, str):
             try:
-                assignment = decode_assignment(key, text)
+                assignment = keys.decode_assignment(key, text)
             except FormatError as exc:
                 self.problems["bad-assignment"] += 1
                 log.warning("%s", exc)
@@ -328,7 +329,7 @@ class SchedulerState:
             if held is not None and held.uid == uid and held.assignment == assignment:
                 return
             base = request or request_from_assignment(key, assignment, None)
-            base = _with_uid(base, uid)
+            base = dataclasses.replace(base, uid=uid)
             self.hold(key, uid, base, assignment)
         elif (
             held is not None and held.uid == uid and not node_name and key not in self.reservations
@@ -354,24 +355,6 @@ class SchedulerState:
             del self.pods[key]
         for obj in items:
             self.apply_pod(obj)
-
-
-def decode_assignment(key: str, text: str) -> Assignment:
-    return keys.decode_assignment(key, text)
-
-
-def _with_uid(request: PodRequest, uid: str) -> PodRequest:
-    if request.uid == uid:
-        return request
-    return PodRequest(
-        namespace=request.namespace,
-        name=request.name,
-        containers=request.containers,
-        cpu_milli=request.cpu_milli,
-        memory_mib=request.memory_mib,
-        placement=request.placement,
-        uid=uid,
-    )
 
 
 def _inventory(name: str, text: str, alloc: dict[str, Any]) -> NodeInventory:

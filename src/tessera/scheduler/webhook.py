@@ -77,6 +77,17 @@ def _answer(
     ).encode()
 
 
+def _refuse(api_version: str, uid: str, message: str) -> AdmissionResult:
+    """Refuse a GPU pod with ``message`` (it names the field and the rule)."""
+    return AdmissionResult(_answer(api_version, uid, False, message), False, False, True, message)
+
+
+def _allow(
+    api_version: str, uid: str, gpu: bool, patch: list[Any] | None = None
+) -> AdmissionResult:
+    return AdmissionResult(_answer(api_version, uid, True, patch=patch), True, bool(patch), gpu)
+
+
 class Webhook:
     def __init__(
         self,
@@ -89,7 +100,7 @@ class Webhook:
         self.compat = compat or Compat()
         self._gpu_names = frozenset(gpu_resource_names(self.names, self.compat))
 
-    def _parse(self, pod: Mapping[str, Any], namespace_hint: str = "") -> PodRequest | None:
+    def _parse(self, pod: Mapping[str, Any]) -> PodRequest | None:
         return parse_pod(pod, names=self.names, compat=self.compat)
 
     # --- mutate -------------------------------------------------------------------------
@@ -97,19 +108,14 @@ class Webhook:
     def mutate(self, body: bytes) -> AdmissionResult:
         uid, operation, pod, api_version = _review(body)
         if operation not in ("CREATE", ""):
-            return AdmissionResult(_answer(api_version, uid, True), True, False, False)
+            return _allow(api_version, uid, gpu=False)
         try:
             request = self._parse(pod)
         except SpecError as exc:
-            return AdmissionResult(
-                _answer(api_version, uid, False, str(exc)), False, False, True, str(exc)
-            )
+            return _refuse(api_version, uid, str(exc))
         if request is None:
-            return AdmissionResult(_answer(api_version, uid, True), True, False, False)
-        patch = self._patch(pod, request)
-        return AdmissionResult(
-            _answer(api_version, uid, True, patch=patch), True, bool(patch), True
-        )
+            return _allow(api_version, uid, gpu=False)
+        return _allow(api_version, uid, gpu=True, patch=self._patch(pod, request))
 
     def _canonical(self, gpu: GpuRequest) -> dict[str, str]:
         n = self.names
@@ -177,22 +183,18 @@ class Webhook:
     def validate(self, body: bytes) -> AdmissionResult:
         uid, operation, pod, api_version = _review(body)
         if operation not in ("CREATE", ""):
-            return AdmissionResult(_answer(api_version, uid, True), True, False, False)
+            return _allow(api_version, uid, gpu=False)
         try:
             request = self._parse(pod)
         except SpecError as exc:
-            return AdmissionResult(
-                _answer(api_version, uid, False, str(exc)), False, False, True, str(exc)
-            )
+            return _refuse(api_version, uid, str(exc))
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if isinstance(annotations, dict) and keys.ASSIGNMENT in annotations:
             message = (
                 f"metadata.annotations[{keys.ASSIGNMENT}]: is written by the Tessera scheduler "
                 "when it binds the pod; a new pod must not carry it"
             )
-            return AdmissionResult(
-                _answer(api_version, uid, False, message), False, False, True, message
-            )
+            return _refuse(api_version, uid, message)
         if (
             request is not None
             and (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name
@@ -201,7 +203,5 @@ class Webhook:
                 "spec.schedulerName: a pod asking for GPU resources must use "
                 f"{self.scheduler_name!r} (the mutating webhook sets it; is it installed?)"
             )
-            return AdmissionResult(
-                _answer(api_version, uid, False, message), False, False, True, message
-            )
-        return AdmissionResult(_answer(api_version, uid, True), True, False, request is not None)
+            return _refuse(api_version, uid, message)
+        return _allow(api_version, uid, gpu=request is not None)
