@@ -11,13 +11,13 @@ UUIDs derived from the node name and index, so the same file always yields the s
 
 from __future__ import annotations
 
-import csv
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.errors import SpecError
+from tessera.model.csvrows import int_column, rows
 from tessera.model.types import Card, NodeInventory
 
 __all__ = [
@@ -119,37 +119,21 @@ def make_cards(
     )
 
 
-def _int(row: dict[str, str], column: str, where: str, minimum: int) -> int:
-    raw = (row.get(column) or "").strip()
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SpecError(f"{where}: column {column}", "must be an integer", raw) from None
-    if value < minimum:
-        raise SpecError(f"{where}: column {column}", f"must be >= {minimum}", value)
-    return value
-
-
 REQUIRED_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
 
 def parse_nodes_csv(lines: Iterable[str], source: str = "nodes") -> list[NodeInventory]:
     """Parse node-list CSV text; errors name the source, line and column."""
-    reader = csv.DictReader(lines)
-    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise SpecError(source, f"missing column(s) {', '.join(missing)}")
     nodes: list[NodeInventory] = []
     seen: set[str] = set()
-    for row in reader:
-        where = f"{source} line {reader.line_num}"
+    for where, row in rows(lines, source, REQUIRED_COLUMNS):
         name = (row.get("sn") or "").strip()
         if not name:
             raise SpecError(f"{where}: column sn", "must not be empty")
         if name in seen:
             raise SpecError(f"{where}: column sn", "duplicate node name", name)
         seen.add(name)
-        count = _int(row, "gpu", where, 0)
+        count = int_column(row, "gpu", where, 0)
         model = (row.get("model") or "").strip()
         override = (row.get("gpu_memory_mib") or "").strip()
         try:
@@ -157,7 +141,7 @@ def parse_nodes_csv(lines: Iterable[str], source: str = "nodes") -> list[NodeInv
                 name,
                 count,
                 model,
-                memory_mib=_int(row, "gpu_memory_mib", where, 1) if override else None,
+                memory_mib=int_column(row, "gpu_memory_mib", where, 1) if override else None,
                 nvlink=(row.get("nvlink") or "").strip() or None,
             )
         except SpecError as exc:
@@ -166,8 +150,8 @@ def parse_nodes_csv(lines: Iterable[str], source: str = "nodes") -> list[NodeInv
             NodeInventory(
                 name=name,
                 cards=cards,
-                cpu_milli=_int(row, "cpu_milli", where, 0),
-                memory_mib=_int(row, "memory_mib", where, 0),
+                cpu_milli=int_column(row, "cpu_milli", where, 0),
+                memory_mib=int_column(row, "memory_mib", where, 0),
             )
         )
     return nodes

@@ -15,12 +15,12 @@ empty means any model. The mapping to a :class:`PodRequest` is:
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.errors import SpecError
+from tessera.model.csvrows import int_column, rows
 from tessera.model.types import ContainerRequest, GpuRequest, PodRequest
 
 __all__ = [
@@ -54,25 +54,12 @@ class TraceTask:
         return self.num_gpu * self.gpu_milli
 
 
-def _int(row: dict[str, str], column: str, where: str, minimum: int, maximum: int | None) -> int:
-    raw = (row.get(column) or "").strip()
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SpecError(f"{where}: column {column}", "must be an integer", raw) from None
-    if value < minimum:
-        raise SpecError(f"{where}: column {column}", f"must be >= {minimum}", value)
-    if maximum is not None and value > maximum:
-        raise SpecError(f"{where}: column {column}", f"must be <= {maximum}", value)
-    return value
-
-
 def _task(row: dict[str, str], where: str) -> TraceTask:
     name = (row.get("name") or "").strip()
     if not name:
         raise SpecError(f"{where}: column name", "must not be empty")
-    num_gpu = _int(row, "num_gpu", where, 0, None)
-    gpu_milli = _int(row, "gpu_milli", where, 0, MILLI_PER_CARD)
+    num_gpu = int_column(row, "num_gpu", where, 0)
+    gpu_milli = int_column(row, "gpu_milli", where, 0, MILLI_PER_CARD)
     column = f"{where}: column gpu_milli"
     if num_gpu == 0 and gpu_milli != 0:
         raise SpecError(column, "must be 0 when num_gpu is 0", gpu_milli)
@@ -87,8 +74,8 @@ def _task(row: dict[str, str], where: str) -> TraceTask:
     spec = frozenset(m.strip() for m in (row.get("gpu_spec") or "").split("|") if m.strip())
     return TraceTask(
         name=name,
-        cpu_milli=_int(row, "cpu_milli", where, 0, None),
-        memory_mib=_int(row, "memory_mib", where, 0, None),
+        cpu_milli=int_column(row, "cpu_milli", where, 0),
+        memory_mib=int_column(row, "memory_mib", where, 0),
         num_gpu=num_gpu,
         gpu_milli=gpu_milli,
         gpu_spec=spec,
@@ -97,14 +84,9 @@ def _task(row: dict[str, str], where: str) -> TraceTask:
 
 def parse_tasks_csv(lines: Iterable[str], source: str = "tasks") -> list[TraceTask]:
     """Parse task-list CSV text; errors name the source, line and column."""
-    reader = csv.DictReader(lines)
-    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise SpecError(source, f"missing column(s) {', '.join(missing)}")
     tasks: list[TraceTask] = []
     seen: set[str] = set()
-    for row in reader:
-        where = f"{source} line {reader.line_num}"
+    for where, row in rows(lines, source, REQUIRED_COLUMNS):
         task = _task(row, where)
         if task.name in seen:
             raise SpecError(f"{where}: column name", "duplicate task name", task.name)
