@@ -8,36 +8,19 @@ CN, the groups are its O values; ``system:masters`` bypasses RBAC.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tessera import pki
 
 __all__ = ["CertPair", "CertificateAuthority"]
 
 _VALIDITY = dt.timedelta(days=30)
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _write(path: Path, data: bytes, private: bool = False) -> None:
-    path.write_bytes(data)
-    if private:
-        path.chmod(0o600)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,36 +45,10 @@ class CertificateAuthority:
             assert isinstance(loaded, ec.EllipticCurvePrivateKey)
             self._key = loaded
             return
-        self._key = _key()
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tessera-testenv-ca")])
-        now = dt.datetime.now(dt.UTC)
-        self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self._key, hashes.SHA256())
-        )
-        _write(key_path, _key_pem(self._key), private=True)
-        _write(self.cert_path, self._cert.public_bytes(serialization.Encoding.PEM))
+        self._key = pki.new_key()
+        self._cert = pki.self_signed_ca(pki.common_name("tessera-testenv-ca"), self._key, _VALIDITY)
+        pki.write_private(key_path, pki.key_pem(self._key))
+        self.cert_path.write_bytes(pki.cert_pem(self._cert))
 
     @property
     def pem(self) -> bytes:
@@ -109,7 +66,7 @@ class CertificateAuthority:
     ) -> CertPair:
         """Issue ``name.crt``/``name.key``: a client cert for ``common_name`` in ``groups``,
         and/or a serving cert for ``hosts`` (IP addresses or DNS names)."""
-        key = _key()
+        key = pki.new_key()
         attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
         usages = []
@@ -117,40 +74,20 @@ class CertificateAuthority:
             usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         if server:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-        now = dt.datetime.now(dt.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attrs))
-            .issuer_name(self._cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        )
-        if hosts:
-            sans: list[x509.GeneralName] = []
-            for h in hosts:
-                try:
-                    sans.append(x509.IPAddress(ipaddress.ip_address(h)))
-                except ValueError:
-                    sans.append(x509.DNSName(h))
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = builder.sign(self._key, hashes.SHA256())
+        cert = pki.sign_leaf(self._cert, self._key, x509.Name(attrs), key, _VALIDITY, usages, hosts)
         pair = CertPair(cert=self.directory / f"{name}.crt", key=self.directory / f"{name}.key")
-        _write(pair.key, _key_pem(key), private=True)
-        _write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
+        pki.write_private(pair.key, pki.key_pem(key))
+        pair.cert.write_bytes(pki.cert_pem(cert))
         return pair
 
 
 def write_signing_key(directory: Path) -> CertPair:
     """An ECDSA key pair for signing service-account tokens (``sa.key``, ``sa.pub``)."""
-    key = _key()
+    key = pki.new_key()
     pair = CertPair(cert=directory / "sa.pub", key=directory / "sa.key")
-    _write(pair.key, _key_pem(key), private=True)
+    pki.write_private(pair.key, pki.key_pem(key))
     pub = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    _write(pair.cert, pub)
+    pair.cert.write_bytes(pub)
     return pair
