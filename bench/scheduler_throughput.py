@@ -16,7 +16,18 @@ One test control plane (testenv: etcd, kube-apiserver, kube-scheduler, kwok) wit
 All pods of a run are created first, while the scheduler runs a profile no pod names
 (so creation speed does not count); then kube-scheduler restarts with the run's profile,
 and the rate is (pods - 1) / (last bind - first bind), bind times taken from a watch.
-Prints both rates and their ratio. Nothing is asserted.
+After each run its pods are deleted, so every run starts from the same cluster (1,000
+running pods cost kwok and the API server ~0.2 of a core, which would tax the later
+run). ``--rounds`` rounds of one run each, in alternating order; the machine is noisy,
+so the table gives the medians, every round's rates, and the CPU each process spent
+per pod (from /proc). Nothing is asserted.
+
+``--layout``: with ``shared`` (the default) every process may use every CPU, so the
+extender's CPU is taken from the API server and kube-scheduler -- on a 2-core machine
+that, not the extender's latency, sets the rate. ``split`` keeps the control plane
+(etcd, API server, controller manager, kube-scheduler, kwok, this process) on the first
+half of the CPUs in both runs and the extender on the other half, as when it runs in its
+own pod on another node.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import contextlib
 import http.client
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,7 +101,29 @@ def pod(name: str, scheduler: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run(env: TestEnv, api: KubeClient, ns: str, pods: int, config: dict[str, Any]) -> float:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU each process has used so far (/proc/PID/stat fields 14 and 15)."""
+    out = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+def run(
+    env: TestEnv,
+    api: KubeClient,
+    ns: str,
+    pods: int,
+    config: dict[str, Any],
+    extra: dict[str, int],
+) -> tuple[float, dict[str, float]]:
+    """The run's rate, and the CPU seconds per pod each process spent on it. The run's
+    pods are deleted at the end, so every run starts from the same cluster."""
     api.create(Kind("v1", "Namespace", "namespaces", False), {"metadata": {"name": ns}})
     sa = Kind("v1", "ServiceAccount", "serviceaccounts", True)
     with contextlib.suppress(Conflict):
@@ -100,14 +134,33 @@ def run(env: TestEnv, api: KubeClient, ns: str, pods: int, config: dict[str, Any
         list(pool.map(lambda i: api.create(PODS, pod(f"p-{i:05d}", scheduler), ns), range(pods)))
     watch = BindTimes(api, ns)
     env.restart_scheduler(config)
+    pids = {name: proc.pid for name, proc in env.processes.items()}
+    pids.update(extra, bench=os.getpid())
+    before = cpu_seconds(pids)
     deadline = time.monotonic() + 600
     while len(watch.times) < pods and time.monotonic() < deadline:
         time.sleep(0.05)
+    after = cpu_seconds(pids)
     watch.r.stop()
+    cpu = {n: (after[n] - before[n]) / pods for n in after if n in before}
     times = sorted(watch.times.values())
     if len(times) < pods:
         raise SystemExit(f"{ns}: only {len(times)} of {pods} pods bound in 600 s")
-    return (len(times) - 1) / (times[-1] - times[0])
+    clear(env, api, ns)
+    return (len(times) - 1) / (times[-1] - times[0]), cpu
+
+
+def clear(env: TestEnv, api: KubeClient, ns: str) -> None:
+    """Delete the namespace's pods at once and wait until they are gone: running pods
+    cost kwok and the API server CPU, which would slow whichever run came later."""
+    env.restart_scheduler(PARKED)
+    # deletecollection with grace 0: the pods go at once (no kubelet here to confirm).
+    api._request("DELETE", PODS.path(ns), {"gracePeriodSeconds": "0"})
+    deadline = time.monotonic() + 120
+    while api.list(PODS, ns).items:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{ns}: pods still there 120 s after deleting them")
+        time.sleep(0.5)
 
 
 def main() -> None:
@@ -117,68 +170,167 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=1000)
     ap.add_argument("--nodes", type=int, default=500)
     ap.add_argument(
-        "--qps", type=float, default=0,
+        "--rounds", type=int, default=3,
+        help="rounds of one stock and one Tessera run each, in alternating order",
+    )  # fmt: skip
+    ap.add_argument(
+        "--layout", choices=["shared", "split"], default="shared",
+        help="shared: every process on every CPU; split: the extender on half the CPUs, "
+        "everything else on the other half (see the module docstring)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--qps", type=float, default=500,
         help="kube-scheduler clientConnection.qps for both runs (0: its default, 50)",
     )  # fmt: skip
     args = ap.parse_args()
+    extender_cpus = split_cpus() if args.layout == "split" else None
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
     port = free_port()
     env = TestEnv.start(work / "env", binaries=ensure_binaries(["etcd", "kubernetes", "kwok"]),
                         scheduler_config=PARKED)  # fmt: skip
     ext: subprocess.Popen[bytes] | None = None
+    rates: dict[str, list[float]] = {"stock": [], "tessera": []}
+    cpus: dict[str, list[dict[str, float]]] = {"stock": [], "tessera": []}
     try:
         env.create_gpu_nodes(synthetic_nodes(args.nodes, 8, "A100", prefix="gpu"))
         api = KubeClient.from_kubeconfig(str(env.kubeconfig))
+        client = {"qps": args.qps, "burst": int(args.qps * 2)} if args.qps else {}
         stock: dict[str, Any] = {
             "profiles": [{"schedulerName": "stock"}],
             "percentageOfNodesToScore": 100,
+            "clientConnection": dict(client),
         }
-        client = {"qps": args.qps, "burst": int(args.qps * 2)} if args.qps else {}
-        stock["clientConnection"] = dict(client)
-        stock_rate = run(env, api, "stock", args.pods, stock)
-
-        log = (work / "extender.log").open("wb")
-        ext = subprocess.Popen(
-            [sys.executable, "-m", "tessera.cli", "scheduler", f"--kubeconfig={env.kubeconfig}",
-             "--host=127.0.0.1", f"--port={port}", "--webhook-port=0", "--no-leader-elect",
-             "--log-level=WARNING"],
-            stdout=log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
-        )  # fmt: skip
-
-        for _ in range(300):
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                c.request("GET", "/readyz")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
         tessera = yaml.safe_load((REPO / "deploy" / "kube-scheduler-config.yaml").read_text())
         tessera.pop("leaderElection", None)
         tessera["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
         tessera["clientConnection"] = dict(client)
-        tessera_rate = run(env, api, "tessera", args.pods, tessera)
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        c.request("GET", "/metrics")
-        verbs = _verb_means(c.getresponse().read().decode())
+        verbs: dict[str, tuple[int, float]] = {}
+        for r in range(args.rounds):
+            order = ["stock", "tessera"] if r % 2 == 0 else ["tessera", "stock"]
+            for name in order:
+                if name == "stock":
+                    rate, cpu = run(env, api, f"stock-{r}", args.pods, stock, {})
+                else:
+                    # Its own process per run, started before the run's window and
+                    # stopped after: it watches every pod, so it must not tax the stock runs.
+                    ext = start_extender(env, port, work / f"extender-{r}.log", extender_cpus)
+                    rate, cpu = run(env, api, f"tessera-{r}", args.pods, tessera,
+                                    {"tessera scheduler": ext.pid})  # fmt: skip
+                    verbs = _add_verbs(verbs, _read_verbs(port))
+                    ext.terminate()
+                    ext.wait(15)
+                    ext = None
+                rates[name].append(rate)
+                cpus[name].append(cpu)
+                print(f"round {r + 1}/{args.rounds}: {name} {rate:.1f} pods/s", flush=True)
     finally:
         if ext is not None:
             ext.terminate()
             ext.wait(15)
         env.stop()
+    report(args, rates, cpus, verbs)
+
+
+def split_cpus() -> set[int]:
+    """Keep this process -- and so every control-plane process it starts -- on the first
+    half of the CPUs; return the second half, for the extender."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--layout split needs at least 2 CPUs")
+    half = len(cpus) // 2
+    os.sched_setaffinity(0, cpus[:half])  # children inherit it
+    return set(cpus[half:])
+
+
+def start_extender(
+    env: TestEnv, port: int, log_path: Path, cpus: set[int] | None = None
+) -> subprocess.Popen[bytes]:
+    def pin() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)  # in the child, before exec: all its threads
+
+    ext = subprocess.Popen(
+        [sys.executable, "-m", "tessera.cli", "scheduler", f"--kubeconfig={env.kubeconfig}",
+         "--host=127.0.0.1", f"--port={port}", "--webhook-port=0", "--no-leader-elect",
+         "--log-level=WARNING"],
+        stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")), preexec_fn=pin,
+    )  # fmt: skip
+    _wait_ready(port)
+    return ext
+
+
+def _read_verbs(port: int) -> dict[str, tuple[int, float]]:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    c.request("GET", "/metrics")
+    return _verb_means(c.getresponse().read().decode())
+
+
+def _add_verbs(
+    a: dict[str, tuple[int, float]], b: dict[str, tuple[int, float]]
+) -> dict[str, tuple[int, float]]:
+    """Call counts and mean times of two runs together."""
+    out = dict(a)
+    for verb, (n, mean) in b.items():
+        n0, mean0 = out.get(verb, (0, 0.0))
+        out[verb] = (n0 + n, (n0 * mean0 + n * mean) / max(n0 + n, 1))
+    return out
+
+
+def _wait_ready(port: int) -> None:
+    for _ in range(300):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/readyz")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("the extender did not become ready in 60 s")
+
+
+def report(
+    args: argparse.Namespace,
+    rates: dict[str, list[float]],
+    cpus: dict[str, list[dict[str, float]]],
+    verbs: dict[str, tuple[int, float]],
+) -> None:
     qps = f"qps {args.qps:g}" if args.qps else "default qps"
     table = Table(title=f"kube-scheduler throughput, {args.pods} whole-card pods on {args.nodes} "
-                  f"kwok nodes, {qps} ({os.cpu_count()} CPUs, {platform.machine()})")  # fmt: skip
+                  f"kwok nodes, {qps}, {args.rounds} rounds, {args.layout} CPUs "
+                  f"({os.cpu_count()} CPUs, {platform.machine()})")  # fmt: skip
     table.add_column("run")
-    table.add_column("pods/s", justify="right")
-    table.add_row("stock kube-scheduler (extended resource)", f"{stock_rate:.1f}")
-    table.add_row("with the Tessera extender (filter + bind)", f"{tessera_rate:.1f}")
-    table.add_row("ratio", f"{tessera_rate / stock_rate:.0%}")
+    table.add_column("pods/s, median", justify="right")
+    table.add_column("each round", justify="right")
+    stock, tessera = (statistics.median(rates[n]) for n in ("stock", "tessera"))
+    for name, label in (("stock", "stock kube-scheduler (extended resource)"),
+                        ("tessera", "with the Tessera extender (filter + bind)")):  # fmt: skip
+        row = ", ".join(f"{x:.0f}" for x in rates[name])
+        table.add_row(label, f"{statistics.median(rates[name]):.1f}", row)
+    pairs = zip(rates["stock"], rates["tessera"], strict=True)
+    per_round = ", ".join(f"{t / s:.0%}" for s, t in pairs)
+    table.add_row("ratio", f"{tessera / stock:.0%}", per_round)
     for verb, (count, mean) in sorted(verbs.items()):
         table.add_row(f"  extender {verb}: {count} calls, mean in handler", f"{mean * 1000:.1f} ms")
     Console().print(table)
+    cpu_table = Table(title="CPU per pod, ms, median of the rounds "
+                      "(from the scheduler's start until the last bind)")  # fmt: skip
+    cpu_table.add_column("process")
+    cpu_table.add_column("stock", justify="right")
+    cpu_table.add_column("tessera", justify="right")
+
+    def median_of(name: str, process: str) -> float:
+        values = [c[process] for c in cpus[name] if process in c]
+        return statistics.median(values) if values else 0.0
+
+    processes = {p for c in cpus["stock"] + cpus["tessera"] for p in c}
+    for process in sorted(processes, key=lambda p: -median_of("tessera", p)):
+        cpu_table.add_row(process, f"{median_of('stock', process) * 1000:.2f}",
+                          f"{median_of('tessera', process) * 1000:.2f}")  # fmt: skip
+    totals = [statistics.median(sum(c.values()) for c in cpus[n]) for n in ("stock", "tessera")]
+    cpu_table.add_row("total", *(f"{t * 1000:.2f}" for t in totals))
+    Console().print(cpu_table)
 
 
 def _verb_means(text: str) -> dict[str, tuple[int, float]]:

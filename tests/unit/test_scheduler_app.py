@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tessera.kube import PODS
+from tessera.scheduler import http as http_server
 from tessera.scheduler.http import serve
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 
@@ -125,6 +129,48 @@ def test_real_socket_keeps_alive_and_answers_400(world: World) -> None:
             resp.read()
         conn.request("GET", "/healthz")
         assert conn.getresponse().read() == b"ok"
+        conn.close()
+    finally:
+        server.stop()
+
+
+def test_real_socket_binds_off_the_loop_and_refuses_oversized_bodies(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bind (which waits on the API) runs on the pool while the loop keeps answering;
+    a body over the limit gets 413 and nothing is placed."""
+    monkeypatch.setattr(http_server, "MAX_BODY", 4096)
+    threads: list[str] = []
+    real_bind = world.kube.bind
+
+    def bind(*args: Any, **kwargs: Any) -> None:
+        threads.append(threading.current_thread().name)
+        real_bind(*args, **kwargs)
+
+    monkeypatch.setattr(world.kube, "bind", bind)
+    server = serve(world.app, "127.0.0.1", 0)
+    try:
+        pod = world.create(pod_obj("p"))
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("POST", "/filter", body=json.dumps({"Pod": pod, "NodeNames": ["n1"]}))
+        node = json.loads(conn.getresponse().read())["NodeNames"][0]
+        meta = pod["metadata"]
+        args = {
+            "PodName": "p",
+            "PodNamespace": meta["namespace"],
+            "PodUID": meta["uid"],
+            "Node": node,
+        }
+        conn.request("POST", "/bind", body=json.dumps(args))
+        assert json.loads(conn.getresponse().read()) == {"Error": ""}
+        assert world.kube.get(PODS, "p", meta["namespace"])["spec"]["nodeName"] == node
+        assert len(threads) == 1 and threads[0].startswith("tessera-bind")
+        big = json.dumps({"Pod": world.create(pod_obj("q")), "NodeNames": ["n1"] * 1000})
+        conn.request("POST", "/filter", body=big)
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 413
+        assert world.app.state.reservations.get(f"{meta['namespace']}/q") is None
         conn.close()
     finally:
         server.stop()
