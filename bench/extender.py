@@ -3,7 +3,7 @@
     .venv/bin/python bench/extender.py                      # 1000 and 5000 nodes
     .venv/bin/python bench/extender.py --nodes 5000 --pods 400
 
-The real ``tessera scheduler`` app behind its real HTTP server (threaded stdlib, HTTP/1.1
+The real ``tessera scheduler`` app behind its real HTTP server (aiohttp, HTTP/1.1
 keep-alive, as kube-scheduler connects), over an in-memory API (FakeKube) holding
 ``--nodes`` nodes of 8 cards (mixed models). A client on one kept-alive connection
 plays kube-scheduler: for each pod, filter with every node name (nodeCacheCapable),

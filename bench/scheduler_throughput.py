@@ -28,6 +28,9 @@ that, not the extender's latency, sets the rate. ``split`` keeps the control pla
 (etcd, API server, controller manager, kube-scheduler, kwok, this process) on the first
 half of the CPUs in both runs and the extender on the other half, as when it runs in its
 own pod on another node.
+
+``--extender null`` runs bench/null_extender.py instead of ``tessera scheduler``: the same
+protocol, HTTP stack and watches, no decisions -- the most any Python extender could get.
 """
 
 from __future__ import annotations
@@ -174,6 +177,10 @@ def main() -> None:
         help="rounds of one stock and one Tessera run each, in alternating order",
     )  # fmt: skip
     ap.add_argument(
+        "--extender", choices=["tessera", "null"], default="tessera",
+        help="null: bench/null_extender.py, which decides nothing -- the floor of an extender hop",
+    )  # fmt: skip
+    ap.add_argument(
         "--layout", choices=["shared", "split"], default="shared",
         help="shared: every process on every CPU; split: the extender on half the CPUs, "
         "everything else on the other half (see the module docstring)",
@@ -213,10 +220,12 @@ def main() -> None:
                 else:
                     # Its own process per run, started before the run's window and
                     # stopped after: it watches every pod, so it must not tax the stock runs.
-                    ext = start_extender(env, port, work / f"extender-{r}.log", extender_cpus)
+                    ext = start_extender(env, port, work / f"extender-{r}.log", extender_cpus,
+                                         null=args.extender == "null")  # fmt: skip
                     rate, cpu = run(env, api, f"tessera-{r}", args.pods, tessera,
-                                    {"tessera scheduler": ext.pid})  # fmt: skip
-                    verbs = _add_verbs(verbs, _read_verbs(port))
+                                    {"extender": ext.pid})  # fmt: skip
+                    if args.extender == "tessera":
+                        verbs = _add_verbs(verbs, _read_verbs(port))
                     ext.terminate()
                     ext.wait(15)
                     ext = None
@@ -243,16 +252,21 @@ def split_cpus() -> set[int]:
 
 
 def start_extender(
-    env: TestEnv, port: int, log_path: Path, cpus: set[int] | None = None
+    env: TestEnv, port: int, log_path: Path, cpus: set[int] | None = None, null: bool = False
 ) -> subprocess.Popen[bytes]:
     def pin() -> None:
         if cpus is not None:
             os.sched_setaffinity(0, cpus)  # in the child, before exec: all its threads
 
+    if null:
+        argv = [sys.executable, str(REPO / "bench" / "null_extender.py"), str(env.kubeconfig),
+                str(port)]  # fmt: skip
+    else:
+        argv = [sys.executable, "-m", "tessera.cli", "scheduler", f"--kubeconfig={env.kubeconfig}",
+                "--host=127.0.0.1", f"--port={port}", "--webhook-port=0", "--no-leader-elect",
+                "--log-level=WARNING"]  # fmt: skip
     ext = subprocess.Popen(
-        [sys.executable, "-m", "tessera.cli", "scheduler", f"--kubeconfig={env.kubeconfig}",
-         "--host=127.0.0.1", f"--port={port}", "--webhook-port=0", "--no-leader-elect",
-         "--log-level=WARNING"],
+        argv,
         stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
         env=dict(os.environ, PYTHONPATH=str(REPO / "src")), preexec_fn=pin,
     )  # fmt: skip
@@ -304,8 +318,9 @@ def report(
     table.add_column("pods/s, median", justify="right")
     table.add_column("each round", justify="right")
     stock, tessera = (statistics.median(rates[n]) for n in ("stock", "tessera"))
-    for name, label in (("stock", "stock kube-scheduler (extended resource)"),
-                        ("tessera", "with the Tessera extender (filter + bind)")):  # fmt: skip
+    ours = ("with the Tessera extender (filter + bind)" if args.extender == "tessera"
+            else "with the null extender (bench/null_extender.py)")  # fmt: skip
+    for name, label in (("stock", "stock kube-scheduler (extended resource)"), ("tessera", ours)):
         row = ", ".join(f"{x:.0f}" for x in rates[name])
         table.add_row(label, f"{statistics.median(rates[name]):.1f}", row)
     pairs = zip(rates["stock"], rates["tessera"], strict=True)
@@ -318,7 +333,7 @@ def report(
                       "(from the scheduler's start until the last bind)")  # fmt: skip
     cpu_table.add_column("process")
     cpu_table.add_column("stock", justify="right")
-    cpu_table.add_column("tessera", justify="right")
+    cpu_table.add_column("with extender", justify="right")
 
     def median_of(name: str, process: str) -> float:
         values = [c[process] for c in cpus[name] if process in c]
