@@ -4,7 +4,7 @@
     .venv/bin/python bench/scheduler_throughput.py --pods 2000 --nodes 1000
 
 One test control plane (testenv: etcd, kube-apiserver, kube-scheduler, kwok) with
-``--nodes`` kwok nodes of 8 cards. Two runs of ``--pods`` pods asking for one whole card
+``--nodes`` kwok nodes of 8 cards. Runs of ``--pods`` pods asking for one whole card
 (``tessera.io/gpu: 1``):
 
 * **stock**: kube-scheduler without extender; it places the pods by the extended
@@ -18,7 +18,7 @@ All pods of a run are created first, while the scheduler runs a profile no pod n
 and the rate is (pods - 1) / (last bind - first bind), bind times taken from a watch.
 After each run its pods are deleted, so every run starts from the same cluster (1,000
 running pods cost kwok and the API server ~0.2 of a core, which would tax the later
-run). ``--rounds`` rounds of one run each, in alternating order; the machine is noisy,
+run). ``--rounds`` rounds of one run of each kind, in rotating order; the machine is noisy,
 so the table gives the medians, every round's rates, and the CPU each process spent
 per pod (from /proc). Nothing is asserted.
 
@@ -26,11 +26,13 @@ per pod (from /proc). Nothing is asserted.
 extender's CPU is taken from the API server and kube-scheduler -- on a 2-core machine
 that, not the extender's latency, sets the rate. ``split`` keeps the control plane
 (etcd, API server, controller manager, kube-scheduler, kwok, this process) on the first
-half of the CPUs in both runs and the extender on the other half, as when it runs in its
+half of the CPUs in every run and the extender on the other half, as when it runs in its
 own pod on another node.
 
 ``--extender null`` runs bench/null_extender.py instead of ``tessera scheduler``: the same
 protocol, HTTP stack and watches, no decisions -- the most any Python extender could get.
+``--extender both`` runs stock, Tessera and null in every round, so all three compare in
+one run.
 """
 
 from __future__ import annotations
@@ -174,11 +176,12 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=500)
     ap.add_argument(
         "--rounds", type=int, default=3,
-        help="rounds of one stock and one Tessera run each, in alternating order",
+        help="rounds of one run of each kind, the order rotating from round to round",
     )  # fmt: skip
     ap.add_argument(
-        "--extender", choices=["tessera", "null"], default="tessera",
-        help="null: bench/null_extender.py, which decides nothing -- the floor of an extender hop",
+        "--extender", choices=["tessera", "null", "both"], default="tessera",
+        help="which extender runs beside stock; null: bench/null_extender.py, which decides "
+        "nothing -- the floor of an extender hop; both: tessera and null in every round",
     )  # fmt: skip
     ap.add_argument(
         "--layout", choices=["shared", "split"], default="shared",
@@ -187,17 +190,18 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument(
         "--qps", type=float, default=500,
-        help="kube-scheduler clientConnection.qps for both runs (0: its default, 50)",
+        help="kube-scheduler clientConnection.qps in every run (0: its default, 50)",
     )  # fmt: skip
     args = ap.parse_args()
+    kinds = ["stock", *(["tessera", "null"] if args.extender == "both" else [args.extender])]
     extender_cpus = split_cpus() if args.layout == "split" else None
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
     port = free_port()
     env = TestEnv.start(work / "env", binaries=ensure_binaries(["etcd", "kubernetes", "kwok"]),
                         scheduler_config=PARKED)  # fmt: skip
     ext: subprocess.Popen[bytes] | None = None
-    rates: dict[str, list[float]] = {"stock": [], "tessera": []}
-    cpus: dict[str, list[dict[str, float]]] = {"stock": [], "tessera": []}
+    rates: dict[str, list[float]] = {k: [] for k in kinds}
+    cpus: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
     try:
         env.create_gpu_nodes(synthetic_nodes(args.nodes, 8, "A100", prefix="gpu"))
         api = KubeClient.from_kubeconfig(str(env.kubeconfig))
@@ -207,31 +211,31 @@ def main() -> None:
             "percentageOfNodesToScore": 100,
             "clientConnection": dict(client),
         }
-        tessera = yaml.safe_load((REPO / "deploy" / "kube-scheduler-config.yaml").read_text())
-        tessera.pop("leaderElection", None)
-        tessera["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
-        tessera["clientConnection"] = dict(client)
+        extended = yaml.safe_load((REPO / "deploy" / "kube-scheduler-config.yaml").read_text())
+        extended.pop("leaderElection", None)
+        extended["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
+        extended["clientConnection"] = dict(client)
         verbs: dict[str, tuple[int, float]] = {}
         for r in range(args.rounds):
-            order = ["stock", "tessera"] if r % 2 == 0 else ["tessera", "stock"]
-            for name in order:
-                if name == "stock":
+            order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
+            for kind in order:
+                if kind == "stock":
                     rate, cpu = run(env, api, f"stock-{r}", args.pods, stock, {})
                 else:
                     # Its own process per run, started before the run's window and
-                    # stopped after: it watches every pod, so it must not tax the stock runs.
-                    ext = start_extender(env, port, work / f"extender-{r}.log", extender_cpus,
-                                         null=args.extender == "null")  # fmt: skip
-                    rate, cpu = run(env, api, f"tessera-{r}", args.pods, tessera,
+                    # stopped after: it watches every pod, so it must not tax other runs.
+                    log_path = work / f"{kind}-{r}.log"
+                    ext = start_extender(env, port, log_path, extender_cpus, null=kind == "null")
+                    rate, cpu = run(env, api, f"{kind}-{r}", args.pods, extended,
                                     {"extender": ext.pid})  # fmt: skip
-                    if args.extender == "tessera":
+                    if kind == "tessera":
                         verbs = _add_verbs(verbs, _read_verbs(port))
                     ext.terminate()
                     ext.wait(15)
                     ext = None
-                rates[name].append(rate)
-                cpus[name].append(cpu)
-                print(f"round {r + 1}/{args.rounds}: {name} {rate:.1f} pods/s", flush=True)
+                rates[kind].append(rate)
+                cpus[kind].append(cpu)
+                print(f"round {r + 1}/{args.rounds}: {kind} {rate:.1f} pods/s", flush=True)
     finally:
         if ext is not None:
             ext.terminate()
@@ -304,6 +308,13 @@ def _wait_ready(port: int) -> None:
     raise SystemExit("the extender did not become ready in 60 s")
 
 
+LABELS = {
+    "stock": "stock kube-scheduler (extended resource)",
+    "tessera": "with the Tessera extender (filter + bind)",
+    "null": "with the null extender (bench/null_extender.py)",
+}
+
+
 def report(
     args: argparse.Namespace,
     rates: dict[str, list[float]],
@@ -317,33 +328,33 @@ def report(
     table.add_column("run")
     table.add_column("pods/s, median", justify="right")
     table.add_column("each round", justify="right")
-    stock, tessera = (statistics.median(rates[n]) for n in ("stock", "tessera"))
-    ours = ("with the Tessera extender (filter + bind)" if args.extender == "tessera"
-            else "with the null extender (bench/null_extender.py)")  # fmt: skip
-    for name, label in (("stock", "stock kube-scheduler (extended resource)"), ("tessera", ours)):
-        row = ", ".join(f"{x:.0f}" for x in rates[name])
-        table.add_row(label, f"{statistics.median(rates[name]):.1f}", row)
-    pairs = zip(rates["stock"], rates["tessera"], strict=True)
-    per_round = ", ".join(f"{t / s:.0%}" for s, t in pairs)
-    table.add_row("ratio", f"{tessera / stock:.0%}", per_round)
+    for kind, values in rates.items():
+        row = ", ".join(f"{x:.0f}" for x in values)
+        table.add_row(LABELS[kind], f"{statistics.median(values):.1f}", row)
+    stock = statistics.median(rates["stock"])
+    for kind in [k for k in rates if k != "stock"]:
+        pairs = zip(rates["stock"], rates[kind], strict=True)
+        per_round = ", ".join(f"{t / s:.0%}" for s, t in pairs)
+        table.add_row(f"ratio, {kind} / stock", f"{statistics.median(rates[kind]) / stock:.0%}",
+                      per_round)  # fmt: skip
     for verb, (count, mean) in sorted(verbs.items()):
         table.add_row(f"  extender {verb}: {count} calls, mean in handler", f"{mean * 1000:.1f} ms")
     Console().print(table)
     cpu_table = Table(title="CPU per pod, ms, median of the rounds "
                       "(from the scheduler's start until the last bind)")  # fmt: skip
     cpu_table.add_column("process")
-    cpu_table.add_column("stock", justify="right")
-    cpu_table.add_column("with extender", justify="right")
+    for kind in rates:
+        cpu_table.add_column(kind, justify="right")
 
-    def median_of(name: str, process: str) -> float:
-        values = [c[process] for c in cpus[name] if process in c]
+    def median_of(kind: str, process: str) -> float:
+        values = [c[process] for c in cpus[kind] if process in c]
         return statistics.median(values) if values else 0.0
 
-    processes = {p for c in cpus["stock"] + cpus["tessera"] for p in c}
-    for process in sorted(processes, key=lambda p: -median_of("tessera", p)):
-        cpu_table.add_row(process, f"{median_of('stock', process) * 1000:.2f}",
-                          f"{median_of('tessera', process) * 1000:.2f}")  # fmt: skip
-    totals = [statistics.median(sum(c.values()) for c in cpus[n]) for n in ("stock", "tessera")]
+    last = list(rates)[-1]
+    processes = {p for runs in cpus.values() for c in runs for p in c}
+    for process in sorted(processes, key=lambda p: -median_of(last, p)):
+        cpu_table.add_row(process, *(f"{median_of(k, process) * 1000:.2f}" for k in rates))
+    totals = [statistics.median(sum(c.values()) for c in cpus[k]) for k in rates]
     cpu_table.add_row("total", *(f"{t * 1000:.2f}" for t in totals))
     Console().print(cpu_table)
 
