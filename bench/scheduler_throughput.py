@@ -151,14 +151,13 @@ def run(
     times = sorted(watch.times.values())
     if len(times) < pods:
         raise SystemExit(f"{ns}: only {len(times)} of {pods} pods bound in 600 s")
-    clear(env, api, ns)
+    clear(api, ns)
     return (len(times) - 1) / (times[-1] - times[0]), cpu
 
 
-def clear(env: TestEnv, api: KubeClient, ns: str) -> None:
+def clear(api: KubeClient, ns: str) -> None:
     """Delete the namespace's pods at once and wait until they are gone: running pods
     cost kwok and the API server CPU, which would slow whichever run came later."""
-    env.restart_scheduler(PARKED)
     # deletecollection with grace 0: the pods go at once (no kubelet here to confirm).
     api._request("DELETE", PODS.path(ns), {"gracePeriodSeconds": "0"})
     deadline = time.monotonic() + 120
