@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -174,3 +176,40 @@ def test_real_socket_binds_off_the_loop_and_refuses_oversized_bodies(
         conn.close()
     finally:
         server.stop()
+
+
+def test_stop_does_not_wait_for_ever_on_a_bind_stuck_in_the_api(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bind whose API write hangs gets the shutdown timeout, then stop() returns."""
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck_bind(*args: Any, **kwargs: Any) -> None:
+        entered.set()
+        release.wait(30)
+
+    monkeypatch.setattr(world.kube, "bind", stuck_bind)
+    server = http_server.Server(world.app, "127.0.0.1", 0, shutdown_timeout_s=0.5)
+    server.start()
+    pod = world.create(pod_obj("p"))
+    node = world.filter(pod)["NodeNames"][0]
+    meta = pod["metadata"]
+    args = {"PodName": "p", "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn.request("POST", "/bind", body=json.dumps(args))
+            conn.getresponse().read()
+        conn.close()
+
+    caller = threading.Thread(target=client)
+    caller.start()
+    try:
+        assert entered.wait(5)
+        start = time.monotonic()
+        server.stop()
+        assert time.monotonic() - start < 5
+    finally:
+        release.set()
+        caller.join(10)

@@ -51,15 +51,23 @@ class Server:
         port: int,
         tls: ssl.SSLContext | None = None,
         blocking_threads: int = 32,
+        shutdown_timeout_s: float = 10.0,
     ) -> None:
         self.app = app
         self._loop = asyncio.new_event_loop()
         self._pool = ThreadPoolExecutor(blocking_threads, thread_name_prefix="tessera-bind")
         web_app = web.Application(client_max_size=MAX_BODY)
         web_app.router.add_route("*", "/{tail:.*}", self._handle)
+        # On stop, requests in flight get shutdown_timeout_s to finish: a bind waiting on
+        # a stuck API server must not hold the process (kube-scheduler gave up after 5 s).
         self._runner = web.AppRunner(
-            web_app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_S
+            web_app,
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=KEEPALIVE_S,
+            shutdown_timeout=shutdown_timeout_s,
         )
+        self._shutdown_timeout_s = shutdown_timeout_s
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, host, port, ssl_context=tls)
         self._loop.run_until_complete(site.start())
@@ -86,7 +94,8 @@ class Server:
     def stop(self) -> None:
         """Close the socket and the open connections, then the loop and the pool."""
         if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(15)
+            cleanup = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            cleanup.result(self._shutdown_timeout_s + 5)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(15)
         else:
