@@ -11,11 +11,12 @@ valid between refreshes instead of changing with every pod.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tessera.model.types import GpuRequest, PodRequest
+from tessera.model.types import ComputePolicy, GpuRequest, PodRequest
 
 __all__ = ["RequestClass", "WorkloadMix"]
 
@@ -26,7 +27,7 @@ class RequestClass:
 
     cpu_milli: int
     memory_mib: int
-    gpu: GpuRequest | None  # the largest GPU request, its compute policy dropped
+    gpu: GpuRequest | None  # the largest GPU request, its UUIDs and compute policy dropped
 
     @staticmethod
     def of(pod: PodRequest) -> RequestClass:
@@ -34,14 +35,12 @@ class RequestClass:
 
         gpu = primary_request(pod)
         if gpu is not None:
-            gpu = GpuRequest(
-                count=gpu.count,
-                memory_mib=gpu.memory_mib,
-                memory_percent=gpu.memory_percent,
-                cores_percent=gpu.cores_percent,
-                exclusive=gpu.exclusive,
-                models=gpu.models,
-                models_exclude=gpu.models_exclude,
+            # One pod's card UUIDs and its compute policy do not make a class.
+            gpu = dataclasses.replace(
+                gpu,
+                uuids=frozenset(),
+                uuids_exclude=frozenset(),
+                policy=ComputePolicy.FIXED_SHARE,
             )
         return RequestClass(pod.cpu_milli, pod.memory_mib, gpu)
 
