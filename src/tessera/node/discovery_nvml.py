@@ -53,7 +53,9 @@ def sysfs_pci_address(bus_id: str) -> str:
 class NvmlDiscovery:
     def __init__(self, nvml: ModuleType | Any = None, sysfs: str | Path = "/sys") -> None:
         if nvml is None:
-            import pynvml as nvml  # nvidia-ml-py; imported only on GPU nodes
+            import pynvml  # nvidia-ml-py; imported only on GPU nodes
+
+            nvml = pynvml
         self._nvml = nvml
         self._sysfs = Path(sysfs)
         self._events: Any = None

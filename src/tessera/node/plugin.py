@@ -19,8 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -35,6 +36,7 @@ from tessera.node.pods import EventSink
 __all__ = ["API_VERSION", "KUBELET_SOCKET", "DevicePluginServer", "device_list"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
@@ -77,7 +79,7 @@ def _response(edits: ContainerEdits) -> pb.ContainerAllocateResponse:
     )
 
 
-class _Servicer(pbg.DevicePluginServicer):
+class _Servicer(pbg.DevicePluginServicer):  # type: ignore[misc]  # untyped generated base
     def __init__(self, owner: DevicePluginServer) -> None:
         self.o = owner
 
@@ -104,8 +106,11 @@ class _Servicer(pbg.DevicePluginServicer):
         for r in request.container_requests:
             ids = self.o._guard(
                 context,
-                lambda r=r: self.o.allocator.preferred(
-                    list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size
+                partial(
+                    self.o.allocator.preferred,
+                    list(r.available_deviceIDs),
+                    list(r.must_include_deviceIDs),
+                    r.allocation_size,
                 ),
             )
             out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
@@ -116,7 +121,7 @@ class _Servicer(pbg.DevicePluginServicer):
         for r in request.container_requests:
             t0 = time.perf_counter()
             _, edits = self.o._guard(
-                context, lambda r=r: self.o.allocator.allocate(list(r.devices_ids))
+                context, partial(self.o.allocator.allocate, list(r.devices_ids))
             )
             self.o.allocate_seconds.append(time.perf_counter() - t0)
             out.append(_response(edits))
@@ -186,7 +191,7 @@ class DevicePluginServer:
         with self._cond:
             self._cond.notify_all()
 
-    def _guard(self, context: Any, fn: Callable[[], Any]) -> Any:
+    def _guard(self, context: Any, fn: Callable[[], _T]) -> _T:
         try:
             return fn()
         except AllocationError as exc:
@@ -202,6 +207,7 @@ class DevicePluginServer:
             context.abort(
                 grpc.StatusCode.INTERNAL, f"tessera node agent: {type(exc).__name__}: {exc}"
             )
+        raise AssertionError("grpc's context.abort returns only by raising")
 
     # --- lifecycle -------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ def main() -> int:
             f"--grpc_python_out={SRC}",
             str(proto.relative_to(SRC)),
         ]
-        rc = protoc.main(args)
+        rc = int(protoc.main(args))
         if rc != 0:
             print(f"protoc failed on {proto.name} (exit {rc})", file=sys.stderr)
             return rc
