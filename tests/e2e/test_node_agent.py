@@ -16,8 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from tessera.node.layout import CONTAINER_ETC_DIR
 from tessera.node.limits import decode_limits, limits_for
 from tessera.testenv import TestEnv
 from tessera.testenv.process import free_port
+from tests.e2e.wait import wait_for
 from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
 
 pytestmark = pytest.mark.e2e
@@ -44,17 +44,6 @@ NODE = "gpu-agent-0"
 RES = "tessera.io/gpu"
 SLOTS = 16
 NS = "default"
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
 
 
 class Proc:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from tessera.model.annotations import INVENTORY, decode_inventory
 from tessera.model.clusterspec import synthetic_nodes
 from tessera.testenv import TestEnv, extender
 from tessera.testenv.process import pid_alive, port_in_use
+from tests.e2e.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -35,17 +36,6 @@ def core(testenv: TestEnv) -> Iterator[client.CoreV1Api]:
         yield client.CoreV1Api(api)
     finally:
         api.close()
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def cpu_pod(name: str, **spec: Any) -> dict[str, Any]:

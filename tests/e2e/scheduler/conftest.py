@@ -8,7 +8,8 @@ import pytest
 
 from tessera.testenv import Binaries, TestEnv
 from tessera.testenv.process import free_port
-from tests.e2e.scheduler.harness import Extender, Harness, gpu_nodes, scheduler_config, wait_for
+from tests.e2e.scheduler.harness import Extender, Harness, gpu_nodes, scheduler_config
+from tests.e2e.wait import wait_for
 
 
 @pytest.fixture(scope="package")

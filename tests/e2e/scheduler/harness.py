@@ -13,8 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,24 +23,14 @@ from tessera.kube.client import KubeClient
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tessera.testenv import TestEnv
+from tests.e2e.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"
 MODELS = ("A100", "T4", "V100M32", "H100", "A10")
 NAMESPACE = "tessera-system"
 
-__all__ = ["DEPLOY", "Extender", "Harness", "PodView", "gpu_nodes", "wait_for"]
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
+__all__ = ["DEPLOY", "Extender", "Harness", "PodView", "gpu_nodes"]
 
 
 def gpu_nodes(count: int = 100, cards: int = 8) -> list[NodeInventory]:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from tessera.kube import PODS, ApiError
-from tests.e2e.scheduler.harness import Harness, wait_for
+from tests.e2e.scheduler.harness import Harness
+from tests.e2e.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from tessera.testenv.process import free_port
-from tests.e2e.scheduler.harness import Extender, Harness, wait_for
+from tests.e2e.scheduler.harness import Extender, Harness
+from tests.e2e.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

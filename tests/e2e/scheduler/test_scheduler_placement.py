@@ -25,8 +25,9 @@ from tests.e2e.scheduler.checks import (
     fits_now,
     request_of,
 )
-from tests.e2e.scheduler.harness import Harness, PodView, unschedulable, wait_for
+from tests.e2e.scheduler.harness import Harness, PodView, unschedulable
 from tests.e2e.scheduler.workload import mixed_pods
+from tests.e2e.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
