@@ -174,10 +174,7 @@ class ClusterState:
         t = self._t
         t.present[row] = False
         t.cpu_free[row] = t.mem_free[row] = t.cpu_total[row] = t.mem_total[row] = 0
-        t.card_valid[row] = t.healthy[row] = t.exclusive[row] = False
-        t.model[row] = t.numa[row] = -1
-        t.card_mem[row] = t.free_mem[row] = t.free_cores[row] = t.tenants[row] = 0
-        t.free_slots[row] = t.nvlink[row] = 0
+        self._clear_cards(row)
         t.gpu_free[row] = t.gpu_cards[row] = 0
         t.generation[row] = next(_GENERATIONS)
         self._free_rows.append(row)
@@ -299,16 +296,21 @@ class ClusterState:
             self._models.append(model)
         return self._model_ids[model]
 
+    def _clear_cards(self, row: int) -> None:
+        """Every card column of ``row`` empty: no card, nothing free, nothing held."""
+        t = self._t
+        t.card_valid[row] = t.healthy[row] = t.exclusive[row] = False
+        t.model[row] = t.numa[row] = -1
+        t.card_mem[row] = t.free_mem[row] = t.free_cores[row] = t.tenants[row] = 0
+        t.free_slots[row] = t.nvlink[row] = 0
+
     def _fill_row(self, row: int, inv: NodeInventory) -> None:
         t = self._t
         self._meta = None
         t.present[row] = True
         t.cpu_total[row] = t.cpu_free[row] = inv.cpu_milli
         t.mem_total[row] = t.mem_free[row] = inv.memory_mib
-        t.card_valid[row] = t.healthy[row] = t.exclusive[row] = False
-        t.model[row] = t.numa[row] = -1
-        t.card_mem[row] = t.free_mem[row] = t.free_cores[row] = t.tenants[row] = 0
-        t.free_slots[row] = t.nvlink[row] = 0
+        self._clear_cards(row)
         column_of = {card.index: col for col, card in enumerate(inv.cards)}
         for col, card in enumerate(inv.cards):
             t.numa[row, col] = card.numa_node
