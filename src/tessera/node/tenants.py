@@ -47,8 +47,8 @@ class AllocationTenants:
 
     def __call__(self) -> Iterable[Tenant]:
         out: list[Tenant] = []
-        live: set[str] = set()
-        for rec in self.allocations():
+        records = self.allocations()
+        for rec in records:
             d = self.layout.alloc_dir(rec.alloc_id)
             limits = self._read_limits(rec.alloc_id)
             if limits is None:
@@ -61,9 +61,8 @@ class AllocationTenants:
                     self._warned.add(rec.alloc_id)
                     log.warning("coordinator skips %s/%s: %s", rec.pod_key, rec.container, exc)
                 continue
-            live.add(rec.alloc_id)
             out.append(Tenant(rec.alloc_id, limits, region, d / "allowance" / "allowance"))
-        for gone in set(self._limits) - {r.alloc_id for r in self.allocations()}:
+        for gone in set(self._limits) - {r.alloc_id for r in records}:
             self._limits.pop(gone, None)
             self._warned.discard(gone)
         return out
