@@ -3,21 +3,19 @@
     python bench/null_extender.py KUBECONFIG PORT
 
 It speaks the same protocol as ``tessera scheduler`` on the same stack (aiohttp, binds
-through ``KubeClient`` on a thread pool of the same size), and watches pods and nodes
-as Tessera does, but filter places by counting -- the n-th pod goes to the (n // 8)-th
-offered node in name order, which is where binpack puts the benchmark's one-card pods on
-its 8-card nodes -- and bind writes a fixed annotation. What it costs the control plane
-is the cost of an extender hop itself; the gap between it and ``tessera scheduler`` is
+through the same ``AioBinder`` on the loop), and watches pods and nodes as Tessera
+does, but filter places by counting -- the n-th pod goes to the (n // 8)-th offered
+node in name order, which is where binpack puts the benchmark's one-card pods on its
+8-card nodes -- and bind writes a fixed annotation. What it costs the control plane is
+the cost of an extender hop itself; the gap between it and ``tessera scheduler`` is
 Tessera's own work. Not for use outside the benchmark.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
@@ -25,6 +23,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from tessera.kube import NODES, PODS, Obj, Reflector, WatchEvent
+from tessera.kube.binder import AioBinder
 from tessera.kube.client import KubeClient
 
 
@@ -43,7 +42,7 @@ def main() -> None:
     api = KubeClient.from_kubeconfig(kubeconfig)
     for kind in (PODS, NODES):
         Reflector(api, kind, _Ignore()).start()
-    pool = ThreadPoolExecutor(32)
+    binder = AioBinder(api)
     turn = itertools.count()
 
     async def filter_(request: web.Request) -> web.Response:
@@ -52,11 +51,8 @@ def main() -> None:
 
     async def bind(request: web.Request) -> web.Response:
         b = json.loads(await request.read())
-        await asyncio.get_running_loop().run_in_executor(
-            pool,
-            lambda: api.bind(
-                b["PodNamespace"], b["PodName"], b["PodUID"], b["Node"], {"bench/null": "1"}
-            ),
+        await binder.bind(
+            b["PodNamespace"], b["PodName"], b["PodUID"], b["Node"], {"bench/null": "1"}
         )
         return web.json_response({"Error": ""})
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tessera.kube import PODS
+from tessera.kube import PODS, Conflict, Unavailable
 from tessera.scheduler import http as http_server
 from tessera.scheduler.http import serve
 from tests.unit._scheduler_world import World, node_obj, pod_obj
@@ -139,8 +139,8 @@ def test_real_socket_keeps_alive_and_answers_400(world: World) -> None:
 def test_real_socket_binds_off_the_loop_and_refuses_oversized_bodies(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """bind (which waits on the API) runs on the pool while the loop keeps answering;
-    a body over the limit gets 413 and nothing is placed."""
+    """Without a binder given, bind's API write runs on the ThreadedBinder's pool; a
+    body over the limit gets 413 and nothing is placed."""
     monkeypatch.setattr(http_server, "MAX_BODY", 4096)
     threads: list[str] = []
     real_bind = world.kube.bind
@@ -213,3 +213,79 @@ def test_stop_does_not_wait_for_ever_on_a_bind_stuck_in_the_api(
     finally:
         release.set()
         caller.join(10)
+
+
+class _RecordingBinder:
+    """A Binder that writes to the FakeKube from the loop, or raises ``error``."""
+
+    def __init__(self, world: World, error: BaseException | None = None) -> None:
+        self.world, self.error = world, error
+        self.threads: list[str] = []
+        self.closed = False
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None:
+        self.threads.append(threading.current_thread().name)
+        if self.error is not None:
+            raise self.error
+        self.world.kube.bind(namespace, name, uid, node, annotations)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _bind_over_socket(world: World, port: int, name: str) -> tuple[int, Any]:
+    pod = world.create(pod_obj(name))
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("POST", "/filter", body=json.dumps({"Pod": pod, "NodeNames": ["n1"]}))
+    node = json.loads(conn.getresponse().read())["NodeNames"][0]
+    meta = pod["metadata"]
+    args = {"PodName": name, "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+    conn.request("POST", "/bind", body=json.dumps(args))
+    resp = conn.getresponse()
+    out = (resp.status, json.loads(resp.read()))
+    conn.close()
+    return out
+
+
+def test_a_given_binder_writes_from_the_loop_and_is_closed_on_stop(world: World) -> None:
+    binder = _RecordingBinder(world)
+    server = serve(world.app, "127.0.0.1", 0, binder=binder)
+    try:
+        assert _bind_over_socket(world, server.port, "p") == (200, {"Error": ""})
+        stored = world.kube.get(PODS, "p", "default")
+        assert stored["spec"]["nodeName"] == "n1"
+        assert binder.threads == [f"tessera-http-{server.port}"]  # no hop to a thread
+        assert world.app.state.held("default/p") is not None
+    finally:
+        server.stop()
+    assert binder.closed
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "reason"),
+    [
+        (Conflict(409, "Conflict", "pod p is already assigned"), 200, "conflict"),
+        (Unavailable(0, "Unavailable", "connection refused"), 200, "api"),
+        (RuntimeError("a bug in the transport"), 500, "internal"),
+    ],
+)
+def test_a_failed_write_releases_the_cards_and_says_why(
+    world: World, error: BaseException, status: int, reason: str
+) -> None:
+    server = serve(world.app, "127.0.0.1", 0, binder=_RecordingBinder(world, error))
+    try:
+        code, out = _bind_over_socket(world, server.port, "p")
+    finally:
+        server.stop()
+    assert code == status
+    message = out["Error"]
+    assert ("internal error: RuntimeError" if status == 500 else str(error)) in message
+    assert world.app.state.held("default/p") is None
+    assert "default/p" not in world.app.state.reservations
+    assert not world.kube.get(PODS, "p", "default")["spec"].get("nodeName")
+    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
+    assert f'tessera_scheduler_failures_total{{reason="{reason}",verb="bind"}} 1.0' in metrics
+    # The cards are free for the next pod.
+    assert world.schedule(world.create(pod_obj("q", gpu=2))) == "n1"

@@ -128,7 +128,7 @@ def test_a_watch_event_from_before_the_bind_does_not_free_the_cards() -> None:
     # No reflector runs here: the test plays the watch itself, late, as a loaded
     # watch connection does -- the pod's ADDED event arrives after its bind returned.
     from tessera.kube import FakeKube
-    from tessera.scheduler.bind import bind_pod
+    from tessera.scheduler.bind import begin_bind
     from tessera.scheduler.filter import filter_pod
     from tessera.scheduler.placer import Placer
     from tessera.scheduler.state import SchedulerState
@@ -144,7 +144,8 @@ def test_a_watch_event_from_before_the_bind_does_not_free_the_cards() -> None:
         if not out.node_names:
             return ""
         uid = pod["metadata"]["uid"]
-        bind_pod(state, placer, kube, BindingArgs(name, "default", uid, "n1"))
+        pending = begin_bind(state, placer, kube, BindingArgs(name, "default", uid, "n1"))
+        kube.bind("default", name, uid, "n1", pending.annotations)
         state.apply_pod(pod)  # the stale ADDED event: unbound, no annotation
         return "n1"
 

@@ -9,6 +9,7 @@ and nowhere else.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
@@ -21,7 +22,7 @@ from tessera.kube.errors import ApiError, Unavailable, error_from_status
 from tessera.kube.kinds import PODS, Kind
 from tessera.kube.port import ListResult, Obj, WatchEvent
 
-__all__ = ["KubeClient"]
+__all__ = ["KubeClient", "binding_body"]
 
 _WATCH_TYPES = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"}
 
@@ -66,6 +67,39 @@ class KubeClient:
             config_file=path, context=context, client_configuration=configuration
         )
         return cls(configuration)
+
+    # --- what another transport needs (kube/binder.py) --------------------------------
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS settings of the urllib3 pool as an ``SSLContext`` (None for http://)."""
+        cfg = self._config
+        if not self._host.startswith("https://"):
+            return None
+        cadata = cfg.ca_cert_data
+        if isinstance(cadata, bytes):
+            cadata = cadata.decode()  # PEM text; ssl takes bytes as DER
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert, cadata=cadata)
+        if not cfg.verify_ssl:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif cfg.assert_hostname is False:
+            ctx.check_hostname = False
+        if cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        return ctx
+
+    def server_hostname(self) -> str | None:
+        """The name to verify the server's certificate against, when not the host's."""
+        name = self._config.tls_server_name
+        return str(name) if name else None
+
+    def headers(self, content_type: str | None = None) -> dict[str, str]:
+        """Accept, User-Agent and the current bearer token (refreshed when it has a hook)."""
+        return self._headers(content_type)
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -208,16 +242,25 @@ class KubeClient:
         node: str,
         annotations: dict[str, str] | None = None,
     ) -> None:
-        meta: Obj = {"name": name, "namespace": namespace, "uid": uid}
-        if annotations:
-            meta["annotations"] = dict(annotations)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": meta,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        self._request("POST", PODS.path(namespace, name) + "/binding", body=body)
+        path, body = binding_body(namespace, name, uid, node, annotations)
+        self._request("POST", path, body=body)
+
+
+def binding_body(
+    namespace: str, name: str, uid: str, node: str, annotations: dict[str, str] | None
+) -> tuple[str, Obj]:
+    """The path and body of a pods/binding create: the UID is a precondition, and the
+    annotations are merged onto the pod in the same write (see port.py)."""
+    meta: Obj = {"name": name, "namespace": namespace, "uid": uid}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": meta,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    return PODS.path(namespace, name) + "/binding", body
 
 
 def _watch_event(line: bytes) -> WatchEvent:

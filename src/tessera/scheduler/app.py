@@ -1,8 +1,10 @@
 """The scheduler process: state + reflectors + verbs + webhook + leader election.
 
-``SchedulerApp.handle(method, path, body)`` is the whole HTTP surface as a pure
-function of the request (the socket server in ``http.py`` only moves bytes), so tests
-drive it without a socket:
+``SchedulerApp.handle(method, path, body)`` is the whole HTTP surface as a function of
+the request (the socket server in ``http.py`` only moves bytes), so tests drive it
+without a socket. ``dispatch`` is the same, except that a bind comes back as a
+``BindWrite`` -- decided and reserved, its one API write not yet done -- so the server
+can do that write without holding its event loop and then call ``bind_done``:
 
 ==========================  ===========================================================
 POST /filter                ExtenderArgs -> ExtenderFilterResult
@@ -26,11 +28,12 @@ import logging
 import time
 from dataclasses import dataclass
 
+from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import NODES, PODS
 from tessera.kube.port import KubeApi
 from tessera.kube.reflector import Reflector
-from tessera.scheduler.bind import BindError, bind_pod
+from tessera.scheduler.bind import BindError, PendingBind, begin_bind, write_failed
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.filter import filter_pod
 from tessera.scheduler.leader import LeaderElector
@@ -41,6 +44,7 @@ from tessera.scheduler.reasons import summarise
 from tessera.scheduler.state import SchedulerState
 from tessera.scheduler.webhook import Webhook
 from tessera.scheduler.wire import (
+    BindingArgs,
     WireError,
     decode_binding_args,
     decode_extender_args,
@@ -49,7 +53,7 @@ from tessera.scheduler.wire import (
     encode_priorities,
 )
 
-__all__ = ["Response", "SchedulerApp"]
+__all__ = ["BindWrite", "Response", "SchedulerApp"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,19 @@ class Response:
     status: int
     body: bytes
     content_type: str = JSON
+
+
+@dataclass(frozen=True, slots=True)
+class BindWrite:
+    """A bind waiting for its API write: ``api.bind(*call)``, then ``bind_done``."""
+
+    pending: PendingBind
+    started: float  # perf_counter when the request came: the verb's time includes the write
+
+    @property
+    def call(self) -> tuple[str, str, str, str, dict[str, str]]:
+        a = self.pending.args
+        return a.pod_namespace, a.pod_name, a.pod_uid, a.node, self.pending.annotations
 
 
 def _error(status: int, message: str) -> Response:
@@ -150,6 +167,17 @@ class SchedulerApp:
     # --- HTTP surface ---------------------------------------------------------------------
 
     def handle(self, method: str, path: str, body: bytes) -> Response:
+        """Answer a request, doing a bind's API write in this thread."""
+        out = self.dispatch(method, path, body)
+        if isinstance(out, Response):
+            return out
+        try:
+            self.api.bind(*out.call)
+        except Exception as exc:
+            return self.bind_done(out, exc)
+        return self.bind_done(out)
+
+    def dispatch(self, method: str, path: str, body: bytes) -> Response | BindWrite:
         route = path.split("?", 1)[0].rstrip("/") or "/"
         if method == "GET":
             if route == "/healthz":
@@ -176,12 +204,14 @@ class SchedulerApp:
         if handler is None:
             return Response(404, b"not found", "text/plain")
         start = time.perf_counter()
+        out: Response | PendingBind | None = None
         try:
             if verb in ("filter", "prioritize", "bind") and not self.leading():
                 self.metrics.failures.labels(verb, "standby").inc()
                 holder = self.leader.holder if self.leader else ""
                 return _error(503, f"standby replica; the leader is {holder!r}")
-            return handler(body)
+            out = handler(body)
+            return BindWrite(out, start) if isinstance(out, PendingBind) else out
         except WireError as exc:
             self.metrics.failures.labels(verb, "bad-request").inc()
             return _error(400, str(exc))
@@ -190,7 +220,30 @@ class SchedulerApp:
             self.metrics.failures.labels(verb, "internal").inc()
             return _error(500, f"internal error: {type(exc).__name__}")
         finally:
-            self.metrics.verb_seconds.labels(verb).observe(time.perf_counter() - start)
+            if not isinstance(out, PendingBind):  # timed when its write is done
+                self.metrics.verb_seconds.labels(verb).observe(time.perf_counter() - start)
+
+    def bind_done(self, write: BindWrite, error: BaseException | None = None) -> Response:
+        """The answer to a bind whose API write ended (``error``: how it failed)."""
+        pending = write.pending
+        try:
+            if error is None:
+                self.metrics.placements.inc()
+                return Response(200, encode_binding_result())
+            if not isinstance(error, ApiError):  # a bug in the write: release, answer 500
+                log.error("bind %s: the write failed", pending.args.key, exc_info=error)
+                write_failed(self.state, pending, ApiError(0, "Internal", repr(error)))
+                self.metrics.failures.labels("bind", "internal").inc()
+                return _error(500, f"internal error: {type(error).__name__}")
+            return self._bind_refused(pending.args, write_failed(self.state, pending, error))
+        finally:
+            self.metrics.verb_seconds.labels("bind").observe(time.perf_counter() - write.started)
+
+    def _bind_refused(self, args: BindingArgs, exc: BindError) -> Response:
+        """The scheduler gets the reason in the result's Error and retries the pod."""
+        self.metrics.failures.labels("bind", exc.reason).inc()
+        log.info("bind %s -> %s failed: %s", args.key, args.node, exc)
+        return Response(200, encode_binding_result(str(exc)))
 
     def _filter(self, body: bytes) -> Response:
         args = decode_extender_args(body)
@@ -210,16 +263,12 @@ class SchedulerApp:
         args = decode_extender_args(body)
         return Response(200, encode_priorities(prioritize_pod(self.state, self.placer, args)))
 
-    def _bind(self, body: bytes) -> Response:
+    def _bind(self, body: bytes) -> Response | PendingBind:
         args = decode_binding_args(body)
         try:
-            bind_pod(self.state, self.placer, self.api, args)
+            return begin_bind(self.state, self.placer, self.api, args)
         except BindError as exc:
-            self.metrics.failures.labels("bind", exc.reason).inc()
-            log.info("bind %s -> %s failed: %s", args.key, args.node, exc)
-            return Response(200, encode_binding_result(str(exc)))
-        self.metrics.placements.inc()
-        return Response(200, encode_binding_result())
+            return self._bind_refused(args, exc)
 
     def _mutate(self, body: bytes) -> Response:
         result = self.webhook.mutate(body)

@@ -12,13 +12,22 @@
    node agent, a restarted extender -- ever sees a bound pod without its assignment, or
    an assignment on a pod that was never bound.
 3. If the write fails: release the reservation and return the error to the scheduler,
-   which retries the pod.
+   which retries the pod. If it succeeds, the reservation stays until the watch shows
+   the pod bound with this assignment (``SchedulerState.apply_pod`` confirms it): the
+   watch may still deliver events from before the bind, and an unbound pod without a
+   reservation would be released.
+
+``begin_bind`` is step 1 and ``write_failed`` step 3; the caller does the write between
+them, so the HTTP server can wait for it without holding its event loop
+(``SchedulerApp.dispatch``).
 
 Binds of different pods run their API writes in parallel; the only thing they share is
 the in-memory state, where a card is booked before its bind's write.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from tessera.errors import PlacementError, SpecError
 from tessera.kube.errors import ApiError, Conflict
@@ -31,7 +40,7 @@ from tessera.scheduler.placer import Placer
 from tessera.scheduler.state import SchedulerState
 from tessera.scheduler.wire import BindingArgs
 
-__all__ = ["BindError", "bind_pod"]
+__all__ = ["BindError", "PendingBind", "begin_bind", "write_failed"]
 
 
 class BindError(Exception):
@@ -77,8 +86,23 @@ def _reserve(
         return assignment
 
 
-def bind_pod(state: SchedulerState, placer: Placer, api: KubeApi, args: BindingArgs) -> Assignment:
-    """Bind as the module docstring says; raises BindError (nothing left half-done)."""
+@dataclass(frozen=True, slots=True)
+class PendingBind:
+    """A bind decided and reserved, waiting for its one API write."""
+
+    args: BindingArgs
+    assignment: Assignment
+    annotations: dict[str, str]
+
+
+def begin_bind(
+    state: SchedulerState, placer: Placer, api: KubeApi, args: BindingArgs
+) -> PendingBind:
+    """Step 1 of the module docstring: the assignment to write, reserved.
+
+    Raises BindError (nothing reserved). Reads the pod from the API only when the state
+    has neither seen it nor reserved for it (a bind reaching a restarted extender).
+    """
     key = args.key
     pod: Obj | None = None
     with state.lock:
@@ -91,19 +115,15 @@ def bind_pod(state: SchedulerState, placer: Placer, api: KubeApi, args: BindingA
         if args.pod_uid and pod.get("metadata", {}).get("uid") != args.pod_uid:
             raise BindError("gone", f"pod {key} ({args.pod_uid}) no longer exists")
     assignment = _reserve(state, placer, args, pod)
-    text = keys.encode_assignment(assignment)
-    try:
-        api.bind(
-            args.pod_namespace, args.pod_name, args.pod_uid, args.node, {keys.ASSIGNMENT: text}
-        )
-    except ApiError as exc:
-        with state.lock:
-            res = state.reservations.get(key)
-            if res is not None and res.assignment == assignment:
-                state.release(key)
-        reason = "conflict" if isinstance(exc, Conflict) else "api"
-        raise BindError(reason, f"pod {key} on {args.node}: {exc}") from None
-    # The reservation stays until the watch shows the pod bound with this assignment
-    # (SchedulerState.apply_pod confirms it): the watch may still deliver events from
-    # before the bind, and an unbound pod without a reservation would be released.
-    return assignment
+    return PendingBind(args, assignment, {keys.ASSIGNMENT: keys.encode_assignment(assignment)})
+
+
+def write_failed(state: SchedulerState, pending: PendingBind, exc: ApiError) -> BindError:
+    """Step 3: the write failed; release the reservation (if still this bind's)."""
+    key = pending.args.key
+    with state.lock:
+        res = state.reservations.get(key)
+        if res is not None and res.assignment == pending.assignment:
+            state.release(key)
+    reason = "conflict" if isinstance(exc, Conflict) else "api"
+    return BindError(reason, f"pod {key} on {pending.args.node}: {exc}")

@@ -59,6 +59,7 @@ def scheduler(
     import threading
 
     from tessera.errors import SpecError
+    from tessera.kube.binder import AioBinder
     from tessera.kube.client import KubeClient
     from tessera.model.podspec import Compat
     from tessera.placement.policies import make_policy
@@ -96,7 +97,8 @@ def scheduler(
     api = KubeClient.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
     app = SchedulerApp(config, api)
     app.start()
-    servers = [serve(app, host, port)]
+    binder = AioBinder(api)  # one session per server loop (see kube/binder.py)
+    servers = [serve(app, host, port, binder=binder)]
     if webhook_port:
         if tls_cert is not None and tls_key is not None:
             cert = ServingCert(tls_cert, tls_key)
@@ -106,7 +108,7 @@ def scheduler(
             logging.getLogger("tessera.scheduler").info(
                 "webhook certificate generated in %s (caBundle: ca.crt)", directory
             )
-        servers.append(serve(app, host, webhook_port, server_context(cert)))
+        servers.append(serve(app, host, webhook_port, server_context(cert), binder))
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -7,12 +7,12 @@ Python; with a do-nothing extender it alone held kube-scheduler to ~63 % of its 
 rate on a 2-core machine, against ~75 % on aiohttp (C parser, every connection on one
 loop). The measurement is in docs/benchmarks.md.
 
-What runs where:
-
-* ``bind`` waits on the API server, so it runs on a bounded thread pool (as many
-  threads as the API client has connections: more would only wait for one);
-* everything else -- filter, prioritize, the webhook, the probes, /metrics -- is
-  sub-millisecond CPU and runs on the loop itself, with no thread hop.
+What runs where: everything -- filter, prioritize, the webhook, the probes, /metrics,
+and bind's decision -- is sub-millisecond CPU and runs on the loop itself, with no
+thread hop. The one thing that waits is bind's API write: the loop hands it to a
+``Binder`` (kube/binder.py) and serves other requests until it ends. ``tessera
+scheduler`` gives an ``AioBinder`` (the write on this loop, through aiohttp's client);
+without one, a ``ThreadedBinder`` runs the app's ``KubeApi.bind`` on a thread pool.
 
 Bodies over ``MAX_BODY`` get 413 (aiohttp's ``client_max_size``). A connection idle
 for ``KEEPALIVE_S`` is closed; that is longer than Go's idle-connection timeout (90 s),
@@ -26,19 +26,18 @@ import asyncio
 import logging
 import ssl
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from tessera.scheduler.app import Response, SchedulerApp
+from tessera.kube.binder import Binder, ThreadedBinder
+from tessera.scheduler.app import BindWrite, Response, SchedulerApp
 
-__all__ = ["BLOCKING_ROUTES", "MAX_BODY", "Server", "serve"]
+__all__ = ["MAX_BODY", "Server", "serve"]
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024 * 1024  # 5,000 full Node objects fit; names-only bodies are ~100 KB
 KEEPALIVE_S = 120.0
-BLOCKING_ROUTES = frozenset({"/bind"})  # they wait on the API server: off the loop
 
 
 class Server:
@@ -50,12 +49,12 @@ class Server:
         host: str,
         port: int,
         tls: ssl.SSLContext | None = None,
-        blocking_threads: int = 32,
+        binder: Binder | None = None,
         shutdown_timeout_s: float = 10.0,
     ) -> None:
         self.app = app
+        self.binder = binder if binder is not None else ThreadedBinder(app.api)
         self._loop = asyncio.new_event_loop()
-        self._pool = ThreadPoolExecutor(blocking_threads, thread_name_prefix="tessera-bind")
         web_app = web.Application(client_max_size=MAX_BODY)
         web_app.router.add_route("*", "/{tail:.*}", self._handle)
         # On stop, requests in flight get shutdown_timeout_s to finish: a bind waiting on
@@ -79,32 +78,44 @@ class Server:
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
         path = request.raw_path
-        if request.method == "POST" and path.split("?", 1)[0].rstrip("/") in BLOCKING_ROUTES:
-            r: Response = await self._loop.run_in_executor(
-                self._pool, self.app.handle, request.method, path, body
-            )
-        else:
-            r = self.app.handle(request.method, path, body)
+        out = self.app.dispatch(request.method, path, body)
+        r = out if isinstance(out, Response) else await self._write(out)
         log.debug("%s %s %s -> %d", request.remote, request.method, path, r.status)
         return web.Response(status=r.status, body=r.body, headers={"Content-Type": r.content_type})
+
+    async def _write(self, write: BindWrite) -> Response:
+        try:
+            await self.binder.bind(*write.call)
+        except Exception as exc:
+            return self.app.bind_done(write, exc)
+        return self.app.bind_done(write)
 
     def start(self) -> None:
         self._thread.start()
 
+    async def _cleanup(self) -> None:
+        await self._runner.cleanup()
+        await self.binder.close()
+
     def stop(self) -> None:
-        """Close the socket and the open connections, then the loop and the pool."""
+        """Close the socket and the open connections, then the binder and the loop."""
         if self._thread.is_alive():
-            cleanup = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            cleanup = asyncio.run_coroutine_threadsafe(self._cleanup(), self._loop)
             cleanup.result(self._shutdown_timeout_s + 5)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(15)
         else:
-            self._loop.run_until_complete(self._runner.cleanup())
+            self._loop.run_until_complete(self._cleanup())
         self._loop.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def serve(app: SchedulerApp, host: str, port: int, tls: ssl.SSLContext | None = None) -> Server:
-    server = Server(app, host, port, tls)
+def serve(
+    app: SchedulerApp,
+    host: str,
+    port: int,
+    tls: ssl.SSLContext | None = None,
+    binder: Binder | None = None,
+) -> Server:
+    server = Server(app, host, port, tls, binder)
     server.start()
     return server

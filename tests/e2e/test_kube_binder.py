@@ -1,0 +1,90 @@
+"""Both binders against the real API server: the pods/binding write the extender's HTTP
+server waits on. Same contract as ``KubeApi.bind``: node and annotations in one write,
+``Conflict`` for a bound or replaced pod, ``Unavailable`` when nothing answers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import pytest
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from tessera.kube import PODS, Conflict, Unavailable
+from tessera.kube.binder import AioBinder, Binder, ThreadedBinder
+from tessera.kube.client import KubeClient
+from tessera.testenv import TestEnv
+from tessera.testenv.process import free_port
+
+pytestmark = pytest.mark.e2e
+
+BINDERS: dict[str, Callable[[KubeClient], Binder]] = {
+    "aio": AioBinder,
+    "threaded": ThreadedBinder,
+}
+
+
+@pytest.fixture
+def api(testenv: TestEnv) -> Iterator[KubeClient]:
+    yield KubeClient.from_kubeconfig(str(testenv.kubeconfig))
+
+
+def _unscheduled_pod(api: KubeClient, name: str) -> str:
+    pod = {
+        "metadata": {"name": name},
+        # No scheduler serves this name: the pod waits for the binder.
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
+    }
+    return str(api.create(PODS, pod, "default")["metadata"]["uid"])
+
+
+def _binds(binder: Binder, *calls: tuple[str, str, str, dict[str, str]]) -> list[object]:
+    """Run the binds one after another on one loop; each one's result or error."""
+
+    async def go() -> list[object]:
+        out: list[object] = []
+        try:
+            for name, uid, node, annotations in calls:
+                try:
+                    await binder.bind("default", name, uid, node, annotations)
+                    out.append(None)
+                except Exception as exc:
+                    out.append(exc)
+        finally:
+            await binder.close()
+        return out
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind", sorted(BINDERS))
+def test_binder_writes_node_and_annotation_in_one_binding(api: KubeClient, kind: str) -> None:
+    name = f"bind-{kind}"
+    uid = _unscheduled_pod(api, name)
+    _unscheduled_pod(api, f"{name}-2")
+    try:
+        first, again, stale = _binds(
+            BINDERS[kind](api),
+            (name, uid, "node-a", {"tessera.io/assignment": "x"}),
+            (name, uid, "node-b", {}),  # already bound
+            (f"{name}-2", uid, "node-a", {}),  # another pod's UID: the pod was replaced
+        )
+        assert first is None
+        stored = api.get(PODS, name, "default")
+        assert stored["spec"]["nodeName"] == "node-a"
+        assert stored["metadata"]["annotations"]["tessera.io/assignment"] == "x"
+        assert isinstance(again, Conflict) and "already assigned" in str(again)
+        assert isinstance(stale, Conflict)
+        assert not api.get(PODS, f"{name}-2", "default")["spec"].get("nodeName")
+    finally:
+        for n in (name, f"{name}-2"):
+            api.delete(PODS, n, "default")
+
+
+def test_aio_binder_says_unavailable_when_nothing_listens(testenv: TestEnv) -> None:
+    cfg = k8s_client.Configuration()
+    k8s_config.load_kube_config(config_file=str(testenv.kubeconfig), client_configuration=cfg)
+    cfg.host = f"https://127.0.0.1:{free_port()}"  # the same TLS settings, nobody there
+    (result,) = _binds(AioBinder(KubeClient(cfg)), ("p", "uid", "n", {}))
+    assert isinstance(result, Unavailable) and "binding" in str(result)
