@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
+import pytest
+
 from tessera.model.types import CardSlice, ComputePolicy, ContainerAssignment
+from tessera.node.coordinator import Coordinator
 from tessera.node.layout import AllocRecord, Layout
 from tessera.node.limits import encode_limits, limits_for
 from tessera.node.tenants import AllocationTenants
@@ -38,8 +42,22 @@ def test_tenants_follow_the_allocations_and_their_limits_files(tmp_path: Path) -
     assert {t.name: t for t in tenants()}["a"].limits.cards[0].cores_percent == 45
 
 
-def test_a_garbled_region_leaves_only_that_tenant_out(tmp_path: Path) -> None:
+def test_a_garbled_region_leaves_only_that_tenant_out_of_the_tick(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One read of each region per tick: a tenant whose region does not decode gets no
+    allowance written (libvgpu falls back to its floor) and is warned about once; the
+    others are decided as usual, and the tenant is back once its region reads again."""
     layout = Layout(tmp_path)
     recs = [write(layout, "a", 30), write(layout, "b", 20)]
-    (layout.alloc_dir("b") / "usage" / "region").write_bytes(b"garbage")
-    assert [t.name for t in AllocationTenants(layout, lambda: recs)()] == ["a"]
+    region_b = layout.alloc_dir("b") / "usage" / "region"
+    region_b.write_bytes(b"garbage")
+    coordinator = Coordinator(AllocationTenants(layout, lambda: recs))
+    with caplog.at_level(logging.WARNING):
+        assert sorted(coordinator.tick()) == ["a"]
+        assert sorted(coordinator.tick()) == ["a"]
+    warnings = [r.getMessage() for r in caplog.records if "tenant b" in r.getMessage()]
+    assert len(warnings) == 1 and "usage region" in warnings[0]
+    assert not (layout.alloc_dir("b") / "allowance" / "allowance").exists()
+    region_b.write_bytes(encode_region())
+    assert sorted(coordinator.tick()) == ["a", "b"]

@@ -24,11 +24,17 @@ node), the coordinator estimates that overlap, k = Σ charged / utilisation, dec
 real percent (each tenant's charged use divided by k) and writes allowances multiplied by
 k, so that what libvgpu charges matches what the coordinator meant.
 
+A tenant whose usage region cannot be read or does not decode (a container may write
+anything into its own region, at any moment) is skipped for that tick with a warning:
+its allowance file is not rewritten, so libvgpu falls back to its floor once the file is
+3 s old, and the other tenants are decided as usual.
+
 The node agent hosts the loop (``Coordinator.run``); tests drive ``tick`` directly.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -39,7 +45,7 @@ from pathlib import Path
 from tessera.errors import FormatError
 from tessera.model.types import ComputePolicy
 from tessera.node.limits import MAX_CARDS, Limits, parse_int, parse_lines
-from tessera.node.usage import read_region
+from tessera.node.usage import CardTotals, read_region
 
 __all__ = [
     "Coordinator",
@@ -50,6 +56,8 @@ __all__ = [
     "encode_allowance",
     "write_allowance",
 ]
+
+log = logging.getLogger(__name__)
 
 HEADROOM = 5  # percent a lender keeps above what it uses
 SATURATED = 0.8  # using this fraction of its reservation means it wants its floor back
@@ -181,6 +189,19 @@ class Coordinator:
         self._wall_ms = wall_ms
         self._seen: dict[tuple[str, int], _Seen] = {}
         self._overlap: dict[str, float] = {}
+        self._unreadable: set[str] = set()  # tenants warned about, until they read again
+
+    def _totals(self, tenant: Tenant) -> tuple[CardTotals, ...] | None:
+        """The tenant's per-card counters, or None (warned once) when its region is bad."""
+        try:
+            totals = read_region(tenant.region).cards
+        except (OSError, FormatError) as exc:
+            if tenant.name not in self._unreadable:
+                self._unreadable.add(tenant.name)
+                log.warning("coordinator skips tenant %s: usage region: %s", tenant.name, exc)
+            return None
+        self._unreadable.discard(tenant.name)
+        return totals
 
     def _overlap_of(self, uuid: str, charged: float) -> float:
         """Smoothed k = charged / utilisation of a card (1 without a utilisation source)."""
@@ -198,10 +219,12 @@ class Coordinator:
         by_card: dict[str, list[tuple[Tenant, int, TenantCard]]] = {}
         live: set[tuple[str, int]] = set()
         for tenant in self._tenants():
-            totals = read_region(tenant.region).cards
+            totals = self._totals(tenant)
             for card in tenant.limits.cards:
                 key = (tenant.name, card.ordinal)
-                live.add(key)
+                live.add(key)  # an unreadable tenant keeps its counters for the next tick
+                if totals is None:
+                    continue
                 t = totals[card.ordinal]
                 prev = self._seen.get(key)
                 if prev is None:
@@ -224,6 +247,7 @@ class Coordinator:
                 by_card.setdefault(card.uuid.lower(), []).append((tenant, card.ordinal, tc))
         for key in set(self._seen) - live:
             del self._seen[key]
+        self._unreadable &= {name for name, _ in live}
 
         written: dict[str, dict[int, int]] = {}
         files: dict[str, tuple[Tenant, dict[int, int]]] = {}

@@ -3,9 +3,9 @@
 The node agent hosts ``coordinator.Coordinator`` (the libvgpu issue's) and gives it, every
 tick, the containers it has allocated: their limits (read from the limits file it wrote,
 re-read only when the file changes, e.g. corrected at PreStartContainer) and the host
-paths of their usage region and allowance file. A tenant whose region does not decode
-(a container may write anything into its own region) is left out of that tick with a
-warning, so one container cannot stop the coordinator for the others.
+paths of their usage region and allowance file. The coordinator reads each region once
+per tick and skips (with a warning) a tenant whose region does not decode, so one
+container cannot stop the coordinator for the others.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from tessera.errors import FormatError
 from tessera.node.coordinator import Coordinator, Tenant
 from tessera.node.layout import AllocRecord, Layout
 from tessera.node.limits import Limits, decode_limits
-from tessera.node.usage import read_region
 
 __all__ = ["AllocationTenants", "CoordinatorHost"]
 
@@ -30,7 +29,6 @@ class AllocationTenants:
         self.layout = layout
         self.allocations = allocations
         self._limits: dict[str, tuple[int, Limits]] = {}  # alloc id -> (mtime ns, limits)
-        self._warned: set[str] = set()
 
     def _read_limits(self, alloc_id: str) -> Limits | None:
         path = self.layout.alloc_dir(alloc_id) / "etc" / "limits"
@@ -54,17 +52,9 @@ class AllocationTenants:
             if limits is None:
                 continue
             region = d / "usage" / "region"
-            try:
-                read_region(region)
-            except (OSError, FormatError) as exc:
-                if rec.alloc_id not in self._warned:
-                    self._warned.add(rec.alloc_id)
-                    log.warning("coordinator skips %s/%s: %s", rec.pod_key, rec.container, exc)
-                continue
             out.append(Tenant(rec.alloc_id, limits, region, d / "allowance" / "allowance"))
         for gone in set(self._limits) - {r.alloc_id for r in records}:
             self._limits.pop(gone, None)
-            self._warned.discard(gone)
         return out
 
 
