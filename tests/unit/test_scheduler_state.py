@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from tessera.kube import NODES, PODS
 from tessera.model.annotations import INVENTORY
@@ -180,3 +181,58 @@ def test_a_relist_that_predates_a_reservation_keeps_it_until_it_expires() -> Non
     now[0] = 31.0
     assert state.expire_reservations() == 1  # a pod that never shows up frees its cards
     assert state.held("default/a") is None
+
+
+def test_a_retry_while_the_bind_is_still_writing_keeps_the_cards() -> None:
+    """kube-scheduler gives up on a bind after its httpTimeout and schedules the pod again
+    while the extender's first write is still queued. The retry must not place the pod a
+    second time: its bind would win, the first write would then fail with Conflict and
+    release the cards of a bound pod, and another pod would get them."""
+    from tessera.kube import ApiError, FakeKube
+    from tessera.scheduler.bind import begin_bind, write_failed
+    from tessera.scheduler.filter import filter_pod
+    from tessera.scheduler.placer import Placer
+    from tessera.scheduler.state import SchedulerState
+    from tessera.scheduler.wire import BindingArgs, ExtenderArgs
+
+    kube = FakeKube()
+    state, placer = SchedulerState(), Placer()
+    state.apply_node(kube.create(NODES, node_obj("n1", 1)))
+
+    def start(name: str) -> tuple[dict[str, Any], Any]:
+        """filter, then a bind whose write has not happened yet."""
+        pod = kube.create(PODS, pod_obj(name, gpu=1, memory=30000), "default")
+        assert filter_pod(state, placer, ExtenderArgs(pod=pod, node_names=["n1"])).node_names
+        args = BindingArgs(name, "default", pod["metadata"]["uid"], "n1")
+        return pod, begin_bind(state, placer, kube, args)
+
+    def write(pending: Any) -> None:
+        a = pending.args
+        try:
+            kube.bind(a.pod_namespace, a.pod_name, a.pod_uid, a.node, pending.annotations)
+        except ApiError as exc:
+            write_failed(state, pending, exc)
+
+    def offered(pod: dict[str, Any]) -> list[str]:
+        return filter_pod(state, placer, ExtenderArgs(pod=pod, node_names=["n1"])).node_names
+
+    a, first = start("a")
+    retry = filter_pod(state, placer, ExtenderArgs(pod=a, node_names=["n1"]))
+    if retry.node_names:  # what kube-scheduler does with an offered node: bind (it wins)
+        write(begin_bind(state, placer, kube, first.args))
+    write(first)  # lands late
+    b = kube.create(PODS, pod_obj("b", gpu=1, memory=30000), "default")
+    assert offered(b) == []  # the only card holds a's 30000 MiB
+    assert retry.node_names == [] and "still in flight" in retry.failed["n1"]
+    state.apply_pod(kube.get(PODS, "a", "default"))  # the watch confirms a
+    assert offered(b) == []
+    assert state.held("default/a") == first.assignment
+    assert state.cluster.check_invariants() == []
+
+    # A first write that fails releases the cards, and the retry after it places the pod.
+    kube.delete(PODS, "a", "default")
+    state.apply_pod(a, deleted=True)
+    c, failing = start("c")
+    kube.fail_next("bind", ApiError(500, "InternalError", "etcd timeout"))
+    write(failing)
+    assert offered(c) == ["n1"]

@@ -86,6 +86,14 @@ def filter_pod(
     request = dataclasses.replace(request, uid=uid)
     with state.lock:
         state.expire_reservations()
+        res = state.reservations.get(request.key)
+        if res is not None and res.binding and res.uid == uid:
+            # kube-scheduler gave up on a bind (its httpTimeout) that is still writing or
+            # not yet seen by the watch. Releasing its cards now could hand them to another
+            # pod while the write lands; wait for the outcome instead (the retry after it
+            # finds the pod bound, or the reservation released by the failed write).
+            why = f"a bind of this pod to {res.node} is still in flight; retry after it"
+            return FilterOutcome([], dict.fromkeys(args.node_names, why), request=request)
         state.release(request.key)  # being scheduled (again): whatever it held is stale
         placer.observe(uid, request)
         policy = placer.policy(request)
