@@ -6,6 +6,8 @@
 * ``FakeKube`` (fake.py): the same contract in memory, for unit tests.
 * ``Reflector`` (reflector.py): list + watch into a handler, re-listing on 410 Gone.
 * ``EventRecorder`` (events.py): core/v1 Events on an object, deduplicated.
+* ``AioBinder`` / ``ThreadedBinder`` (binder.py): the pods/binding write awaited from an
+  event loop (the extender's bind), through aiohttp or a thread pool.
 * Errors (errors.py): ``ApiError`` and its ``NotFound`` / ``Conflict`` / ``Gone`` /
   ``Unavailable``.
 
