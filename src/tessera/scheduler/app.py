@@ -33,7 +33,13 @@ from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import NODES, PODS
 from tessera.kube.port import KubeApi
 from tessera.kube.reflector import Reflector
-from tessera.scheduler.bind import BindError, PendingBind, begin_bind, write_failed
+from tessera.scheduler.bind import (
+    BindError,
+    PendingBind,
+    begin_bind,
+    release_pending,
+    write_failed,
+)
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.filter import filter_pod
 from tessera.scheduler.leader import LeaderElector
@@ -232,7 +238,7 @@ class SchedulerApp:
                 return Response(200, encode_binding_result())
             if not isinstance(error, ApiError):  # a bug in the write: release, answer 500
                 log.error("bind %s: the write failed", pending.args.key, exc_info=error)
-                write_failed(self.state, pending, ApiError(0, "Internal", repr(error)))
+                release_pending(self.state, pending)
                 self.metrics.failures.labels("bind", "internal").inc()
                 return _error(500, f"internal error: {type(error).__name__}")
             return self._bind_refused(pending.args, write_failed(self.state, pending, error))

@@ -40,7 +40,7 @@ from tessera.scheduler.placer import Placer
 from tessera.scheduler.state import SchedulerState
 from tessera.scheduler.wire import BindingArgs
 
-__all__ = ["BindError", "PendingBind", "begin_bind", "write_failed"]
+__all__ = ["BindError", "PendingBind", "begin_bind", "release_pending", "write_failed"]
 
 
 class BindError(Exception):
@@ -118,12 +118,17 @@ def begin_bind(
     return PendingBind(args, assignment, {keys.ASSIGNMENT: keys.encode_assignment(assignment)})
 
 
-def write_failed(state: SchedulerState, pending: PendingBind, exc: ApiError) -> BindError:
-    """Step 3: the write failed; release the reservation (if still this bind's)."""
+def release_pending(state: SchedulerState, pending: PendingBind) -> None:
+    """Step 3's release: drop the bind's reservation (if it is still this bind's)."""
     key = pending.args.key
     with state.lock:
         res = state.reservations.get(key)
         if res is not None and res.assignment == pending.assignment:
             state.release(key)
+
+
+def write_failed(state: SchedulerState, pending: PendingBind, exc: ApiError) -> BindError:
+    """Step 3: the write failed; release the reservation and say why."""
+    release_pending(state, pending)
     reason = "conflict" if isinstance(exc, Conflict) else "api"
-    return BindError(reason, f"pod {key} on {pending.args.node}: {exc}")
+    return BindError(reason, f"pod {pending.args.key} on {pending.args.node}: {exc}")
