@@ -236,3 +236,23 @@ def test_a_retry_while_the_bind_is_still_writing_keeps_the_cards() -> None:
     kube.fail_next("bind", ApiError(500, "InternalError", "etcd timeout"))
     write(failing)
     assert offered(c) == ["n1"]
+
+
+def test_a_pod_already_bound_is_not_placed_again() -> None:
+    """kube-scheduler's cache may not have seen a bind yet and schedule the pod again;
+    the booking of a bound pod must not be released for it."""
+    w = World([node_obj("n1", 1)])
+    try:
+        a = w.create(pod_obj("a", gpu=1, memory=30000))
+        assert w.schedule(a) == "n1"
+        _eventually(lambda: "default/a" not in w.app.state.reservations)  # the watch has it
+        assert w.app.state.pods["default/a"].node_name == "n1"
+        out = w.filter(a)
+        if out["NodeNames"]:  # what kube-scheduler does with an offered node: bind
+            assert "already assigned" in w.bind(a, out["NodeNames"][0])["Error"]
+        assert w.filter(w.create(pod_obj("b", gpu=1, memory=30000)))["NodeNames"] == []
+        assert out["NodeNames"] == [] and "already bound to n1" in out["FailedNodes"]["n1"]
+        assert w.app.state.held("default/a") is not None
+        assert w.app.state.cluster.check_invariants() == []
+    finally:
+        w.close()

@@ -71,6 +71,25 @@ def _unknown_reasons(state: SchedulerState, unknown: list[str]) -> dict[str, str
     }
 
 
+def _bound_or_binding(state: SchedulerState, key: str, uid: str) -> str:
+    """Why the pod must not be placed again, or "" -- lock held.
+
+    kube-scheduler may schedule a pod again that is bound already (its cache has not
+    seen the bind) or whose bind it gave up on (its httpTimeout) while the write is
+    still queued here. Releasing the cards and placing the pod again would let a second
+    bind race the first; the loser fails with Conflict and releases the cards of a bound
+    pod to the next one. So the booking stays, and the retry after the outcome finds the
+    pod bound (kube-scheduler drops it) or its cards released by the failed write.
+    """
+    info = state.pods.get(key)
+    if info is not None and info.uid == uid and info.node_name:
+        return f"the pod is already bound to {info.node_name}"
+    res = state.reservations.get(key)
+    if res is not None and res.binding and res.uid == uid:
+        return f"a bind of this pod to {res.node} is still in flight; retry after it"
+    return ""
+
+
 def filter_pod(
     state: SchedulerState, placer: Placer, args: ExtenderArgs, *, narrow: bool = True
 ) -> FilterOutcome:
@@ -86,13 +105,8 @@ def filter_pod(
     request = dataclasses.replace(request, uid=uid)
     with state.lock:
         state.expire_reservations()
-        res = state.reservations.get(request.key)
-        if res is not None and res.binding and res.uid == uid:
-            # kube-scheduler gave up on a bind (its httpTimeout) that is still writing or
-            # not yet seen by the watch. Releasing its cards now could hand them to another
-            # pod while the write lands; wait for the outcome instead (the retry after it
-            # finds the pod bound, or the reservation released by the failed write).
-            why = f"a bind of this pod to {res.node} is still in flight; retry after it"
+        why = _bound_or_binding(state, request.key, uid)
+        if why:
             return FilterOutcome([], dict.fromkeys(args.node_names, why), request=request)
         state.release(request.key)  # being scheduled (again): whatever it held is stale
         placer.observe(uid, request)
