@@ -136,6 +136,20 @@ def test_real_socket_keeps_alive_and_answers_400(world: World) -> None:
         server.stop()
 
 
+def _bind_over_socket(world: World, port: int, name: str) -> tuple[int, Any]:
+    pod = world.create(pod_obj(name))
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("POST", "/filter", body=json.dumps({"Pod": pod, "NodeNames": ["n1"]}))
+    node = json.loads(conn.getresponse().read())["NodeNames"][0]
+    meta = pod["metadata"]
+    args = {"PodName": name, "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+    conn.request("POST", "/bind", body=json.dumps(args))
+    resp = conn.getresponse()
+    out = (resp.status, json.loads(resp.read()))
+    conn.close()
+    return out
+
+
 def test_real_socket_binds_off_the_loop_and_refuses_oversized_bodies(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,27 +166,16 @@ def test_real_socket_binds_off_the_loop_and_refuses_oversized_bodies(
     monkeypatch.setattr(world.kube, "bind", bind)
     server = serve(world.app, "127.0.0.1", 0)
     try:
-        pod = world.create(pod_obj("p"))
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
-        conn.request("POST", "/filter", body=json.dumps({"Pod": pod, "NodeNames": ["n1"]}))
-        node = json.loads(conn.getresponse().read())["NodeNames"][0]
-        meta = pod["metadata"]
-        args = {
-            "PodName": "p",
-            "PodNamespace": meta["namespace"],
-            "PodUID": meta["uid"],
-            "Node": node,
-        }
-        conn.request("POST", "/bind", body=json.dumps(args))
-        assert json.loads(conn.getresponse().read()) == {"Error": ""}
-        assert world.kube.get(PODS, "p", meta["namespace"])["spec"]["nodeName"] == node
+        assert _bind_over_socket(world, server.port, "p") == (200, {"Error": ""})
+        assert world.kube.get(PODS, "p", "default")["spec"]["nodeName"] == "n1"
         assert len(threads) == 1 and threads[0].startswith("tessera-bind")
         big = json.dumps({"Pod": world.create(pod_obj("q")), "NodeNames": ["n1"] * 1000})
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         conn.request("POST", "/filter", body=big)
         resp = conn.getresponse()
         resp.read()
         assert resp.status == 413
-        assert world.app.state.reservations.get(f"{meta['namespace']}/q") is None
+        assert world.app.state.reservations.get("default/q") is None
         conn.close()
     finally:
         server.stop()
@@ -233,20 +236,6 @@ class _RecordingBinder:
 
     async def close(self) -> None:
         self.closed = True
-
-
-def _bind_over_socket(world: World, port: int, name: str) -> tuple[int, Any]:
-    pod = world.create(pod_obj(name))
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    conn.request("POST", "/filter", body=json.dumps({"Pod": pod, "NodeNames": ["n1"]}))
-    node = json.loads(conn.getresponse().read())["NodeNames"][0]
-    meta = pod["metadata"]
-    args = {"PodName": name, "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
-    conn.request("POST", "/bind", body=json.dumps(args))
-    resp = conn.getresponse()
-    out = (resp.status, json.loads(resp.read()))
-    conn.close()
-    return out
 
 
 def test_a_given_binder_writes_from_the_loop_and_is_closed_on_stop(world: World) -> None:
