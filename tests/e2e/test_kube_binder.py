@@ -1,6 +1,7 @@
 """Both binders against the real API server: the pods/binding write the extender's HTTP
-server waits on. Same contract as ``KubeApi.bind``: node and annotations in one write,
-``Conflict`` for a bound or replaced pod, ``Unavailable`` when nothing answers."""
+server waits on. The contract of ``bind_once``: node and annotations in one write, the
+same bind again is done (its first try landed), ``Conflict`` for a pod bound otherwise or
+replaced, ``Unavailable`` when nothing answers."""
 
 from __future__ import annotations
 
@@ -64,17 +65,20 @@ def test_binder_writes_node_and_annotation_in_one_binding(api: KubeClient, kind:
     uid = _unscheduled_pod(api, name)
     _unscheduled_pod(api, f"{name}-2")
     try:
-        first, again, stale = _binds(
+        first, same, other_cards, other_node, stale = _binds(
             BINDERS[kind](api),
             (name, uid, "node-a", {"tessera.io/assignment": "x"}),
-            (name, uid, "node-b", {}),  # already bound
+            (name, uid, "node-a", {"tessera.io/assignment": "x"}),  # a retry of the same
+            (name, uid, "node-a", {"tessera.io/assignment": "y"}),
+            (name, uid, "node-b", {}),
             (f"{name}-2", uid, "node-a", {}),  # another pod's UID: the pod was replaced
         )
-        assert first is None
+        assert first is None and same is None
         stored = api.get(PODS, name, "default")
         assert stored["spec"]["nodeName"] == "node-a"
         assert stored["metadata"]["annotations"]["tessera.io/assignment"] == "x"
-        assert isinstance(again, Conflict) and "already assigned" in str(again)
+        for refused in (other_cards, other_node):
+            assert isinstance(refused, Conflict) and "already assigned" in str(refused)
         assert isinstance(stale, Conflict)
         assert not api.get(PODS, f"{name}-2", "default")["spec"].get("nodeName")
     finally:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.kube import NODES, PODS, Conflict, FakeKube, Gone, NotFound
+from tessera.kube import NODES, PODS, ApiError, Conflict, FakeKube, Gone, NotFound
+from tessera.kube.binder import bind_once
 
 
 def _pod(name: str) -> dict:
@@ -61,6 +62,31 @@ def test_watch_delivers_changes_in_order_then_gone_after_expiry() -> None:
     kube.expire_history()
     with pytest.raises(Gone):
         list(kube.watch(NODES, start, timeout_s=0))
+
+
+def test_held_watches_deliver_later_in_order() -> None:
+    kube = FakeKube()
+    start = kube.list(NODES).resource_version
+    with kube.hold_watches():
+        kube.create(NODES, {"metadata": {"name": "n1"}})
+        assert list(kube.watch(NODES, start, timeout_s=0)) == []
+        kube.delete(NODES, "n1")
+    events = list(kube.watch(NODES, start, timeout_s=0))
+    assert [e.type for e in events] == ["ADDED", "DELETED"]
+
+
+def test_bind_once_treats_its_own_landed_write_as_bound() -> None:
+    kube = FakeKube()
+    uid = kube.create(PODS, _pod("a"), "ns")["metadata"]["uid"]
+    kube.bind("ns", "a", uid, "n1", {"k": "v"})
+    bind_once(kube, "ns", "a", uid, "n1", {"k": "v"})  # the same bind again: done
+    others = [("not-the-uid", "n1", {"k": "v"}), (uid, "n2", {"k": "v"}), (uid, "n1", {"k": "w"})]
+    for other in others:  # replaced pod, other node, other annotation
+        with pytest.raises(Conflict, match=r"already assigned|Precondition"):
+            bind_once(kube, "ns", "a", *other)
+    kube.fail_next("get", ApiError(500, "InternalError", "etcd timeout"))
+    with pytest.raises(Conflict):  # the pod cannot be read: the Conflict stands
+        bind_once(kube, "ns", "a", uid, "n1", {"k": "v"})
 
 
 def test_field_selector_filters_lists() -> None:

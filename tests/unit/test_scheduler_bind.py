@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -9,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from tessera.kube import PODS, ApiError
-from tessera.model.annotations import ASSIGNMENT, decode_assignment
+from tessera.model.annotations import ASSIGNMENT, decode_assignment, encode_assignment
+from tessera.model.clusterspec import make_cards
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 
 
@@ -27,6 +29,11 @@ def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped
             return
         time.sleep(0.01)
     raise AssertionError("condition not reached")
+
+
+def _node_seen(world: World, key: str) -> str | None:
+    info = world.app.state.pods.get(key)
+    return info.node_name if info else None
 
 
 def test_bind_writes_the_reserved_assignment_with_the_binding(world: World) -> None:
@@ -64,11 +71,69 @@ def test_binding_failure_releases_and_writes_nothing(world: World) -> None:
 def test_pod_bound_meanwhile_is_a_conflict_and_frees_the_cards(world: World) -> None:
     pod = world.create(pod_obj("p", gpu=2))
     node = world.filter(pod)["NodeNames"][0]
-    world.kube.bind("default", "p", pod["metadata"]["uid"], node)  # someone else bound it
+    with world.kube.hold_watches():  # the extender has not seen it yet
+        world.kube.bind("default", "p", pod["metadata"]["uid"], node)  # someone else bound it
+        out = world.bind(pod, node)
+        assert "already assigned" in out["Error"]
+        assert "default/p" not in world.app.state.reservations
+    _eventually(lambda: _node_seen(world, "default/p") == node)
+    assert world.app.state.held("default/p") is None
+
+
+def test_bind_sent_again_after_its_write_landed_is_bound_and_keeps_the_cards(
+    world: World,
+) -> None:
+    # A bind whose first try landed before the watch showed it (kube-scheduler gave up
+    # waiting and a restarted replica got the retry): the API server says Conflict, but
+    # the pod is bound exactly as decided -- answering an error would release its cards.
+    pod = world.create(pod_obj("p", gpu=1))
+    node = world.filter(pod)["NodeNames"][0]
+    reserved = world.app.state.reservations.get("default/p")
+    assert reserved is not None
+    first_try = {ASSIGNMENT: encode_assignment(reserved.assignment)}
+    with world.kube.hold_watches():
+        world.kube.bind("default", "p", pod["metadata"]["uid"], node, first_try)
+        assert world.bind(pod, node) == {"Error": ""}
+        assert world.app.state.held("default/p") == reserved.assignment
+    _eventually(lambda: "default/p" not in world.app.state.reservations)  # confirmed
+    assert world.app.state.held("default/p") == reserved.assignment
+    other = world.create(pod_obj("q", gpu=1))
+    assert world.schedule(other) == node  # the node's other card, not this pod's
+    q_held = world.app.state.held("default/q")
+    assert q_held is not None
+    assert not q_held.footprint().keys() & reserved.assignment.footprint().keys()
+
+
+def test_bound_with_other_cards_is_a_conflict_and_the_watch_books_them(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=1))
+    node = world.filter(pod)["NodeNames"][0]
+    reserved = world.app.state.reservations.get("default/p")
+    assert reserved is not None
+    (chosen,) = reserved.assignment.containers[0].slices
+    (other_card,) = [c.uuid for c in make_cards(node, 2, "A100") if c.uuid != chosen.uuid]
+    container = dataclasses.replace(
+        reserved.assignment.containers[0], slices=(dataclasses.replace(chosen, uuid=other_card),)
+    )
+    elsewhere = dataclasses.replace(reserved.assignment, containers=(container,))
+    written = {ASSIGNMENT: encode_assignment(elsewhere)}
+    with world.kube.hold_watches():  # another replica bound it, with the other card
+        world.kube.bind("default", "p", pod["metadata"]["uid"], node, written)
+        assert "already assigned" in world.bind(pod, node)["Error"]
+        assert world.app.state.held("default/p") is None
+    _eventually(lambda: world.app.state.held("default/p") == elsewhere)
+
+
+def test_pod_seen_bound_is_not_bound_again(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=1))
+    node = world.schedule(pod)
+    assert node is not None
+    _eventually(lambda: _node_seen(world, "default/p") == node)
+    held = world.app.state.held("default/p")
+    binds = sum(op == "bind" for op, _ in world.kube.calls)
     out = world.bind(pod, node)
-    assert "already assigned" in out["Error"]
-    assert "default/p" not in world.app.state.reservations
-    _eventually(lambda: world.app.state.held("default/p") is None)
+    assert out["Error"] == f"pod default/p is already bound to {node}"
+    assert world.app.state.held("default/p") == held  # the booking stays
+    assert sum(op == "bind" for op, _ in world.kube.calls) == binds  # nothing written
 
 
 def test_bind_without_reservation_checks_the_live_state(world: World) -> None:

@@ -11,9 +11,13 @@ server is saturated). A ``Binder`` does that write without holding the loop:
 * ``ThreadedBinder`` runs any ``KubeApi``'s blocking ``bind`` on a thread pool: the
   in-memory ``FakeKube`` in tests, or a client that has no async transport.
 
-Both raise the same ``ApiError`` subclasses as ``KubeApi.bind`` (``Conflict`` when the
-pod is bound already or was replaced, ``Unavailable`` when the API server cannot be
-reached or does not answer in time), so the caller handles one contract.
+Both keep one contract, ``bind_once``'s: the pod ends up bound to the node with the
+annotations, or an ``ApiError`` says why not (``Conflict`` when the pod is bound
+elsewhere or otherwise, or was replaced; ``Unavailable`` when the API server cannot be
+reached or does not answer in time). A pod that is already bound exactly so -- an
+earlier try of the same bind landed, and this one was sent again by a kube-scheduler
+that gave up waiting or reached a restarted replica -- counts as bound: the API server
+answers Conflict, and the binder reads the pod to tell the two apart.
 """
 
 from __future__ import annotations
@@ -27,10 +31,38 @@ from typing import Protocol
 import aiohttp
 
 from tessera.kube.client import KubeClient, binding_body
-from tessera.kube.errors import Unavailable, error_from_status
-from tessera.kube.port import KubeApi
+from tessera.kube.errors import ApiError, Conflict, Unavailable, error_from_status
+from tessera.kube.kinds import PODS
+from tessera.kube.port import KubeApi, Obj
 
-__all__ = ["AioBinder", "Binder", "ThreadedBinder"]
+__all__ = ["AioBinder", "Binder", "ThreadedBinder", "bind_once", "bound_so"]
+
+
+def bound_so(pod: Obj, uid: str, node: str, annotations: dict[str, str]) -> bool:
+    """Whether ``pod`` is bound already the way this bind would bind it: same UID (when
+    one is given), same node, and every one of the annotations with the same value."""
+    meta = pod.get("metadata") or {}
+    if uid and meta.get("uid") != uid:
+        return False
+    if (pod.get("spec") or {}).get("nodeName") != node:
+        return False
+    have = meta.get("annotations") or {}
+    return all(have.get(k) == v for k, v in annotations.items())
+
+
+def bind_once(
+    api: KubeApi, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+) -> None:
+    """``api.bind``, except that a pod already bound exactly so is not an error."""
+    try:
+        api.bind(namespace, name, uid, node, annotations)
+    except Conflict as conflict:
+        try:
+            pod = api.get(PODS, name, namespace)
+        except ApiError:
+            raise conflict from None
+        if not bound_so(pod, uid, node, annotations):
+            raise
 
 
 class Binder(Protocol):
@@ -53,7 +85,7 @@ class ThreadedBinder:
     async def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
-        call = functools.partial(self._api.bind, namespace, name, uid, node, annotations)
+        call = functools.partial(bind_once, self._api, namespace, name, uid, node, annotations)
         await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     async def close(self) -> None:
@@ -89,20 +121,34 @@ class AioBinder:
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
         path, body = binding_body(namespace, name, uid, node, annotations)
-        url = self._client.host + path
+        status, data = await self._request("POST", path, json.dumps(body).encode())
+        if status < 300:
+            return
+        error = error_from_status(status, data)
+        if not isinstance(error, Conflict):
+            raise error
+        try:  # the pod cannot be read: the Conflict stands
+            status, data = await self._request("GET", PODS.path(namespace, name))
+            pod = json.loads(data) if status == 200 else None
+        except (Unavailable, ValueError):
+            pod = None
+        if not isinstance(pod, dict) or not bound_so(pod, uid, node, annotations):
+            raise error
+
+    async def _request(
+        self, method: str, path: str, body: bytes | None = None
+    ) -> tuple[int, bytes]:
         try:
-            async with self._session().post(
-                url,
-                data=json.dumps(body).encode(),
-                headers=self._client.headers("application/json"),
+            async with self._session().request(
+                method,
+                self._client.host + path,
+                data=body,
+                headers=self._client.headers("application/json" if body is not None else None),
                 server_hostname=self._client.server_hostname(),
             ) as resp:
-                data = await resp.read()
-                status = resp.status
+                return resp.status, await resp.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise Unavailable(0, "Unavailable", f"POST {path}: {exc!r}") from exc
-        if status >= 300:
-            raise error_from_status(status, data)
+            raise Unavailable(0, "Unavailable", f"{method} {path}: {exc!r}") from exc
 
     async def close(self) -> None:
         session = self._sessions.pop(asyncio.get_running_loop(), None)

@@ -10,6 +10,7 @@ operation, the way a flaky server would.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
@@ -65,6 +66,7 @@ class FakeKube:
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
         self._failures: dict[str, list[ApiError]] = {}
         self._closed = False
+        self._watches_held = False
         self.calls: list[tuple[str, str]] = []  # (operation, plural/name), for assertions
 
     # --- test controls ----------------------------------------------------------------
@@ -80,6 +82,19 @@ class FakeKube:
             self._history.clear()
             self._rv += 1
             self._lock.notify_all()
+
+    @contextlib.contextmanager
+    def hold_watches(self) -> Iterator[None]:
+        """Deliver no watch event until the block ends (a slow watch: writes land, and
+        the watchers see them later, in order)."""
+        with self._lock:
+            self._watches_held = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._watches_held = False
+                self._lock.notify_all()
 
     def close(self) -> None:
         """End every open watch."""
@@ -154,7 +169,7 @@ class FakeKube:
                     for rv, plural, t, o in self._history
                     if rv > since and plural == kind.plural
                 ]
-                if not batch:
+                if not batch or self._watches_held:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return

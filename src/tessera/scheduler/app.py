@@ -28,6 +28,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from tessera.kube.binder import bind_once
 from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import NODES, PODS
@@ -178,7 +179,7 @@ class SchedulerApp:
         if isinstance(out, Response):
             return out
         try:
-            self.api.bind(*out.call)
+            bind_once(self.api, *out.call)
         except Exception as exc:
             return self.bind_done(out, exc)
         return self.bind_done(out)

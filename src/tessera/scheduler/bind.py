@@ -12,10 +12,14 @@
    node agent, a restarted extender -- ever sees a bound pod without its assignment, or
    an assignment on a pod that was never bound.
 3. If the write fails: release the reservation and return the error to the scheduler,
-   which retries the pod. If it succeeds, the reservation stays until the watch shows
-   the pod bound with this assignment (``SchedulerState.apply_pod`` confirms it): the
-   watch may still deliver events from before the bind, and an unbound pod without a
-   reservation would be released.
+   which retries the pod. A Conflict because an earlier try of this same bind landed
+   (same UID, node and assignment; ``bind_once`` reads the pod to tell) is not a
+   failure: the pod is bound as decided. If the write succeeds, the reservation stays
+   until the watch shows the pod bound with this assignment (``SchedulerState.apply_pod``
+   confirms it): the watch may still deliver events from before the bind, and an
+   unbound pod without a reservation would be released.
+4. A pod the watch already shows bound is not bound again: a new pick of cards would
+   release the booking the API server holds, for a write that can only fail.
 
 ``begin_bind`` is step 1 and ``write_failed`` step 3; the caller does the write between
 them, so the HTTP server can wait for it without holding its event loop
@@ -59,6 +63,9 @@ def _reserve(
     with state.lock:
         info = state.pods.get(key)
         uid = args.pod_uid or (info.uid if info else "")
+        if info is not None and info.uid == uid and info.node_name:
+            # Step 4 of the module docstring.
+            raise BindError("already-bound", f"pod {key} is already bound to {info.node_name}")
         res = state.reservations.get(key)
         if res is not None and res.uid == uid and res.node == args.node and state.held(key):
             res.binding = True
