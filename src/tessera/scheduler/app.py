@@ -145,10 +145,12 @@ class SchedulerApp:
             self.leader.stop(release=True)
         self.events.stop()
 
-    def wait_synced(self, timeout_s: float = 30.0) -> bool:
-        deadline = time.monotonic() + timeout_s
+    def wait_synced(self, timeout_s: float | None = 30.0) -> bool:
+        """Whether both reflectors have listed within ``timeout_s`` (None: no limit)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for r in (self.node_reflector, self.pod_reflector):
-            if not r.synced.wait(max(0.0, deadline - time.monotonic())):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not r.synced.wait(left):
                 return False
         return True
 
