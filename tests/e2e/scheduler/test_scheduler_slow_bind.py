@@ -30,7 +30,7 @@ from tests.e2e.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-HOLD_S = 9.0  # > httpTimeout (5 s) + kube-scheduler's first backoff (1 s), with margin
+HOLD_S = 12.0  # > httpTimeout (5 s) + kube-scheduler's first backoff (1 s), with margin
 NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 WEBHOOKS = Kind(
     "admissionregistration.k8s.io/v1",
