@@ -8,12 +8,9 @@ over-committed card.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
+from tessera.cluster.booking import Booking
 from tessera.cluster.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from tessera.cluster.state import Booking
 
 __all__ = ["check"]
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 
+from tessera.cluster.booking import Booking
+from tessera.cluster.invariants import check
 from tessera.cluster.snapshot import Snapshot, Tables
 from tessera.errors import PlacementError, SpecError
 from tessera.model.types import Assignment, NodeInventory, PodRequest
@@ -35,16 +36,6 @@ _Meta = tuple[
     tuple[NodeInventory | None, ...],
     MappingProxyType[str, tuple[int, int]],
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Booking:
-    """A placed pod and, per card UUID, the (memory, cores, exclusive) it holds."""
-
-    pod: PodRequest
-    assignment: Assignment
-    footprint: dict[str, tuple[int, int, bool]]
-    slots: dict[str, int]  # per card UUID: the slots (containers) the pod takes there
 
 
 class ClusterState:
@@ -225,8 +216,6 @@ class ClusterState:
 
     def check_invariants(self) -> list[str]:
         """Every broken invariant as a sentence; empty when the state is sound."""
-        from tessera.cluster.invariants import check
-
         return check(self.snapshot(), self._bookings)
 
     # ---- internals -----------------------------------------------------------------
