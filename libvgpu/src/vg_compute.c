@@ -22,6 +22,7 @@
  *              [floor, 100]; the floor when the allowance is missing or older than 3 s.
  * best-effort: launches are only counted.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -55,8 +56,16 @@ static struct {
     int pct[VG_MAX_CARDS];
 } vg_allow;
 
-void vg_compute_atfork_child(void) {
+/* A child of fork owns none of the parent's windows or events. Registered with the first
+ * gated launch, before any window opens (the state's own fork handler is vg_state.c's). */
+static void vg_compute_atfork_child(void) {
     for (int i = 0; i < VG_MAX_CARDS; i++) vg_win[i] = (vg_window){0, 0, 0, {NULL, NULL}};
+}
+
+static pthread_once_t vg_compute_once = PTHREAD_ONCE_INIT;
+
+static void vg_compute_register_atfork(void) {
+    pthread_atfork(NULL, NULL, vg_compute_atfork_child);
 }
 
 static void vg_allowance_refresh(uint64_t now) {
@@ -126,6 +135,7 @@ static CUresult vg_launch_begin(vg_launch *l) {
         now = vg_now_ns();
     }
     if (waited_from != 0) ADD(&rec->throttled_ns, now - waited_from);
+    pthread_once(&vg_compute_once, vg_compute_register_atfork);
     vg_window *w = &vg_win[card];
     uint64_t closed = 0;
     if (__atomic_compare_exchange_n(&w->start_ns, &closed, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {

@@ -59,7 +59,6 @@ static void vg_atfork_child(void) {
     vg_table_reset(&vg_handles);
     vg_table_reset(&vg_arrays);
     vg_table_reset(&vg_pools);
-    vg_compute_atfork_child();
 }
 
 static void vg_do_init(void) {

@@ -60,7 +60,4 @@ uint64_t vg_unix_ms(void);
 /* One line to stderr, prefixed "[tessera libvgpu] ". */
 void vg_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Reset process-local compute state after fork (vg_compute.c). */
-void vg_compute_atfork_child(void);
-
 #endif /* VG_STATE_H */
