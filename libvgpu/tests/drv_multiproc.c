@@ -108,6 +108,34 @@ static void fork_child_starts_with_nothing(void) {
     CHECK(vgt_used(vgt_region(dir), 0) == 100 * VGT_MIB, "parent's accounting after the child");
 }
 
+static uint64_t own_busy_ns(const vg_region *r) {
+    for (int s = 0; s < VG_MAX_SLOTS; s++)
+        if (r->slots[s].state == VG_SLOT_LIVE && r->slots[s].pid == getpid()) return r->slots[s].cards[0].busy_ns;
+    return UINT64_MAX;
+}
+
+static void fork_child_opens_its_own_compute_window(void) {
+    vgt_card c = {0, 1024, 50, "fixed-share"};
+    const char *dir = vgt_limits(1, &c);
+    vgt_ctx(0);
+    CUfunction f = vgt_kernel(1000);
+    CHECK_RC(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_SUCCESS); /* opens a window */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        usleep(50000); /* the parent's window is now 50 ms old, past the 10 ms window */
+        if (cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) _exit(2);
+        /* Its own window opened just now: nothing to drain yet. Had it kept the parent's,
+         * this launch would drain it and charge the child the parent's 50 ms. */
+        uint64_t busy = own_busy_ns(vgt_region(dir));
+        _exit(busy == 0 ? 0 : busy == UINT64_MAX ? 3 : 4);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d (4: charged the parent's window)",
+          WEXITSTATUS(st));
+}
+
 static void usage_is_readable_per_process(void) {
     const char *dir = setup();
     vgt_ctx(0);
@@ -131,4 +159,5 @@ static void usage_is_readable_per_process(void) {
 }
 
 VGT_MAIN(VGT_CASE(several_processes_share_one_cap), VGT_CASE(killed_process_memory_is_reclaimed),
-         VGT_CASE(fork_child_starts_with_nothing), VGT_CASE(usage_is_readable_per_process))
+         VGT_CASE(fork_child_starts_with_nothing), VGT_CASE(fork_child_opens_its_own_compute_window),
+         VGT_CASE(usage_is_readable_per_process))
