@@ -337,7 +337,7 @@ def report(
         table.add_row(f"ratio, {kind} / stock", f"{statistics.median(rates[kind]) / stock:.0%}",
                       per_round)  # fmt: skip
     for verb, (count, mean) in sorted(verbs.items()):
-        table.add_row(f"  extender {verb}: {count} calls, mean in handler", f"{mean * 1000:.1f} ms")
+        table.add_row(f"  extender {verb}: {count} calls, mean in handler", f"{mean * 1000:.2f} ms")
     Console().print(table)
     cpu_table = Table(title="CPU per pod, ms, median of the rounds "
                       "(from the scheduler's start until the last bind)")  # fmt: skip
