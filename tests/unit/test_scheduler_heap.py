@@ -1,14 +1,20 @@
-"""The heap after sync: garbage collected first, the survivors frozen out of full passes."""
+"""The heap after each list: garbage collected first, the survivors frozen out of full passes."""
 
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
+from tessera.kube import NODES, FakeKube
+from tessera.scheduler import app as app_module
+from tessera.scheduler.app import SchedulerApp
+from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.heap import freeze_long_lived
+from tests.unit._scheduler_world import node_obj
 
 
 class _Node:
@@ -31,9 +37,52 @@ def test_garbage_is_collected_and_the_survivors_frozen(clean_heap: None) -> None
     del garbage
     state = [_Node() for _ in range(100)]
 
-    frozen = freeze_long_lived()
+    freeze_long_lived()
 
     assert gone() is None  # collected before freezing, not frozen for ever
-    assert frozen == gc.get_freeze_count() >= len(state)
+    assert gc.get_freeze_count() >= len(state)
     tracked = {id(o) for o in gc.get_objects()}  # the three generations, not the frozen
     assert not any(id(n) in tracked for n in state)
+
+
+def test_app_freezes_after_the_first_lists_and_after_each_relist(
+    clean_heap: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    freezes: list[float] = []
+    monkeypatch.setattr(app_module, "freeze_long_lived", lambda: freezes.append(time.monotonic()))
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1"))
+    app = SchedulerApp(
+        SchedulerConfig(leader_elect=False, watch_timeout_s=1, freeze_heap=True), kube
+    )
+    app.start()
+    try:
+        assert app.wait_synced(5)
+        wait = time.monotonic() + 5
+        while not freezes and time.monotonic() < wait:
+            time.sleep(0.01)
+        assert len(freezes) == 1  # once, after both reflectors listed
+        kube.expire_history()  # both watches get Gone and list again
+        wait = time.monotonic() + 10
+        while len(freezes) < 3 and time.monotonic() < wait:
+            time.sleep(0.01)
+        assert len(freezes) == 3
+    finally:
+        app.stop()
+        kube.close()
+
+
+def test_app_leaves_the_heap_alone_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    freezes: list[float] = []
+    monkeypatch.setattr(app_module, "freeze_long_lived", lambda: freezes.append(time.monotonic()))
+    kube = FakeKube()
+    app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), kube)
+    app.start()
+    try:
+        assert app.wait_synced(5)
+        kube.expire_history()
+        time.sleep(1.5)
+        assert freezes == []
+    finally:
+        app.stop()
+        kube.close()

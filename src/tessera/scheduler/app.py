@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ from tessera.scheduler.bind import (
 )
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.filter import filter_pod
+from tessera.scheduler.heap import freeze_long_lived
 from tessera.scheduler.leader import LeaderElector
 from tessera.scheduler.metrics import Metrics
 from tessera.scheduler.placer import Placer
@@ -116,8 +118,13 @@ class SchedulerApp:
             )
         else:
             self.metrics.leader.set(1)
+        relisted = freeze_long_lived if config.freeze_heap else None
         self.node_reflector = Reflector(
-            api, NODES, self.state.nodes, watch_timeout_s=config.watch_timeout_s
+            api,
+            NODES,
+            self.state.nodes,
+            watch_timeout_s=config.watch_timeout_s,
+            on_relist=relisted,
         )
         self.pod_reflector = Reflector(
             api,
@@ -125,6 +132,7 @@ class SchedulerApp:
             self.state.pods_handler,
             field_selector=f"spec.schedulerName={config.scheduler_name}",
             watch_timeout_s=config.watch_timeout_s,
+            on_relist=relisted,
         )
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}
@@ -135,6 +143,10 @@ class SchedulerApp:
         self.events.start()
         self.node_reflector.start()
         self.pod_reflector.start()
+        if self.config.freeze_heap:
+            threading.Thread(
+                target=self._freeze_when_synced, name="tessera-heap", daemon=True
+            ).start()
         if self.leader is not None:
             self.leader.start()
 
@@ -144,6 +156,10 @@ class SchedulerApp:
         if self.leader is not None:
             self.leader.stop(release=True)
         self.events.stop()
+
+    def _freeze_when_synced(self) -> None:
+        if self.wait_synced(None):  # the re-lists freeze through on_relist
+            freeze_long_lived()
 
     def wait_synced(self, timeout_s: float | None = 30.0) -> bool:
         """Whether both reflectors have listed within ``timeout_s`` (None: no limit)."""

@@ -65,7 +65,6 @@ def scheduler(
     from tessera.placement.policies import make_policy
     from tessera.scheduler.app import SchedulerApp
     from tessera.scheduler.config import SchedulerConfig
-    from tessera.scheduler.heap import freeze_long_lived
     from tessera.scheduler.http import serve
     from tessera.scheduler.tls import ServingCert, generate_serving_cert, server_context
 
@@ -94,16 +93,11 @@ def scheduler(
         leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_name=lease_name,
+        freeze_heap=True,
     )
     api = KubeClient.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
     app = SchedulerApp(config, api)
     app.start()
-    # Once the first lists are in, the state they built is frozen out of full GC passes.
-    threading.Thread(
-        target=lambda: app.wait_synced(None) and freeze_long_lived(),
-        name="tessera-heap",
-        daemon=True,
-    ).start()
     binder = AioBinder(api)  # one session per server loop (see kube/binder.py)
     servers = [serve(app, host, port, binder=binder)]
     if webhook_port:

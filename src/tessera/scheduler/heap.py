@@ -3,11 +3,11 @@
 A full (generation 2) collection walks every object the collector tracks. At 5,000
 nodes the extender's state alone is ~125,000 of them, and a full pass stalls every
 request in flight for ~70 ms (docs/benchmarks.md) -- a filter that meets one answers
-in 70 ms instead of 2. The state read at the initial sync lives as long as the process,
-so once the reflectors have listed it is moved to the permanent generation
-(``gc.freeze``): later full passes walk only what came after it. An object frozen and
-later dropped is still freed by reference counting; only one caught in a reference
-cycle would stay, bounded by what one sync read.
+in 70 ms instead of 2. The state read by a list lives until the next re-list, so after
+the first lists and after every re-list (``SchedulerConfig.freeze_heap``) the
+survivors are moved to the permanent generation (``gc.freeze``): later full passes
+walk only what came after. An object frozen and later dropped is still freed by
+reference counting; only one caught in a reference cycle would stay.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ __all__ = ["freeze_long_lived"]
 log = logging.getLogger(__name__)
 
 
-def freeze_long_lived() -> int:
-    """Collect what is garbage now, then freeze every survivor; the number frozen."""
+def freeze_long_lived() -> None:
+    """Collect what is garbage now, then freeze every survivor (``gc.get_freeze_count``
+    says how many objects are frozen, these and any frozen before)."""
     start = time.perf_counter()
     gc.collect()
     gc.freeze()
@@ -32,4 +33,3 @@ def freeze_long_lived() -> int:
         frozen,
         (time.perf_counter() - start) * 1000,
     )
-    return frozen
