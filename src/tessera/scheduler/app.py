@@ -78,7 +78,7 @@ class Response:
 
 @dataclass(frozen=True, slots=True)
 class BindWrite:
-    """A bind waiting for its API write: ``api.bind(*call)``, then ``bind_done``."""
+    """A bind waiting for its API write: a binder's ``bind(*call)``, then ``bind_done``."""
 
     pending: PendingBind
     started: float  # perf_counter when the request came: the verb's time includes the write

@@ -63,9 +63,9 @@ def _reserve(
     with state.lock:
         info = state.pods.get(key)
         uid = args.pod_uid or (info.uid if info else "")
-        if info is not None and info.uid == uid and info.node_name:
-            # Step 4 of the module docstring.
-            raise BindError("already-bound", f"pod {key} is already bound to {info.node_name}")
+        bound = state.bound_node(key, uid)
+        if bound:  # step 4 of the module docstring
+            raise BindError("already-bound", f"pod {key} is already bound to {bound}")
         res = state.reservations.get(key)
         if res is not None and res.uid == uid and res.node == args.node and state.held(key):
             res.binding = True

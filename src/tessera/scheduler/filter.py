@@ -81,9 +81,9 @@ def _bound_or_binding(state: SchedulerState, key: str, uid: str) -> str:
     pod to the next one. So the booking stays, and the retry after the outcome finds the
     pod bound (kube-scheduler drops it) or its cards released by the failed write.
     """
-    info = state.pods.get(key)
-    if info is not None and info.uid == uid and info.node_name:
-        return f"the pod is already bound to {info.node_name}"
+    bound = state.bound_node(key, uid)
+    if bound:
+        return f"the pod is already bound to {bound}"
     res = state.reservations.get(key)
     if res is not None and res.binding and res.uid == uid:
         return f"a bind of this pod to {res.node} is still in flight; retry after it"

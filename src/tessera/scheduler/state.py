@@ -199,6 +199,11 @@ class SchedulerState:
             self.release(r.pod_key, r.uid)
         return len(gone)
 
+    def bound_node(self, key: str, uid: str) -> str:
+        """The node the watch shows pod ``key`` (this UID) bound to, or ""."""
+        info = self.pods.get(key)
+        return info.node_name if info is not None and info.uid == uid else ""
+
     def held(self, key: str) -> Assignment | None:
         h = self._held.get(key)
         return h.assignment if h else None
