@@ -360,14 +360,14 @@ def report(
 
 def _verb_means(text: str) -> dict[str, tuple[int, float]]:
     sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
+    counts: dict[str, float] = {}
     for line in text.splitlines():
         for kind, store in (("_sum", sums), ("_count", counts)):
             prefix = "tessera_scheduler_verb_seconds" + kind + '{verb="'
             if line.startswith(prefix):
                 verb = line[len(prefix) :].split('"', 1)[0]
-                store[verb] = type(store.get(verb, 0))(float(line.rsplit(" ", 1)[1]))  # type: ignore[operator]
-    return {v: (counts[v], sums[v] / max(counts[v], 1)) for v in counts}
+                store[verb] = float(line.rsplit(" ", 1)[1])
+    return {v: (int(counts[v]), sums[v] / max(counts[v], 1)) for v in counts}
 
 
 if __name__ == "__main__":
