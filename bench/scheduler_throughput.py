@@ -19,8 +19,10 @@ and the rate is (pods - 1) / (last bind - first bind), bind times taken from a w
 After each run its pods are deleted, so every run starts from the same cluster (1,000
 running pods cost kwok and the API server ~0.2 of a core, which would tax the later
 run). ``--rounds`` rounds of one run of each kind, in rotating order; the machine is noisy,
-so the table gives the medians, every round's rates, and the CPU each process spent
-per pod (from /proc). Nothing is asserted.
+so the table gives the medians, every round's rates, the CPU each process spent
+per pod (from /proc), and the requests kube-apiserver served per pod by verb and
+resource (its own apiserver_request_total, from /metrics) -- which shows what an
+extender adds to the API's work. Nothing is asserted.
 
 ``--layout``: with ``shared`` (the default) every process may use every CPU, so the
 extender's CPU is taken from the API server and kube-scheduler -- on a 2-core machine
@@ -38,10 +40,12 @@ one run.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import http.client
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -52,6 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 from rich.console import Console
 from rich.table import Table
@@ -119,6 +124,29 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
+_REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def api_requests(api: KubeClient) -> collections.Counter[str]:
+    """The requests kube-apiserver has served so far, by verb and resource ("POST
+    pods/binding"), all response codes together -- its own apiserver_request_total."""
+    pool = urllib3.PoolManager(ssl_context=api.ssl_context(),
+                               server_hostname=api.server_hostname())  # fmt: skip
+    resp = pool.request("GET", api.host + "/metrics", headers=api.headers(), timeout=30)
+    if resp.status != 200:
+        raise SystemExit(f"kube-apiserver /metrics: HTTP {resp.status}")
+    out: collections.Counter[str] = collections.Counter()
+    for line in resp.data.decode().splitlines():
+        m = _REQUEST_TOTAL.match(line)
+        if m:
+            labels = dict(_LABEL.findall(m.group(1)))
+            sub = labels.get("subresource", "")
+            resource = labels.get("resource", "") + (f"/{sub}" if sub else "")
+            out[f"{labels.get('verb', '?')} {resource}"] += round(float(m.group(2)))
+    return out
+
+
 def run(
     env: TestEnv,
     api: KubeClient,
@@ -126,9 +154,10 @@ def run(
     pods: int,
     config: dict[str, Any],
     extra: dict[str, int],
-) -> tuple[float, dict[str, float]]:
-    """The run's rate, and the CPU seconds per pod each process spent on it. The run's
-    pods are deleted at the end, so every run starts from the same cluster."""
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """The run's rate, the CPU seconds per pod each process spent on it, and the API
+    requests per pod by verb and resource. The run's pods are deleted at the end, so
+    every run starts from the same cluster."""
     api.create(Kind("v1", "Namespace", "namespaces", False), {"metadata": {"name": ns}})
     sa = Kind("v1", "ServiceAccount", "serviceaccounts", True)
     with contextlib.suppress(Conflict):
@@ -138,21 +167,32 @@ def run(
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: api.create(PODS, pod(f"p-{i:05d}", scheduler), ns), range(pods)))
     watch = BindTimes(api, ns)
+    # Requests are counted from before the start (reading /metrics takes a loaded API
+    # server a second or more) to after the last bind: every pod's requests, and
+    # kube-scheduler's start-up lists.
+    requests_before = api_requests(api)
     env.restart_scheduler(config)
     pids = {name: proc.pid for name, proc in env.processes.items()}
     pids.update(extra, bench=os.getpid())
+    # kube-scheduler may bind some pods while restart_scheduler waits for it to be
+    # ready: the CPU is divided by the binds seen in its window.
+    started = time.monotonic()
     before = cpu_seconds(pids)
     deadline = time.monotonic() + 600
     while len(watch.times) < pods and time.monotonic() < deadline:
         time.sleep(0.05)
     after = cpu_seconds(pids)
     watch.r.stop()
-    cpu = {n: (after[n] - before[n]) / pods for n in after if n in before}
     times = sorted(watch.times.values())
     if len(times) < pods:
         raise SystemExit(f"{ns}: only {len(times)} of {pods} pods bound in 600 s")
+    in_window = max(1, sum(1 for t in times if t >= started))
+    cpu = {n: (after[n] - before[n]) / in_window for n in after if n in before}
+    requests = api_requests(api) - requests_before
     clear(api, ns)
-    return (len(times) - 1) / (times[-1] - times[0]), cpu
+    print(f"  {ns}: {pods - in_window} of {pods} pods bound before the CPU window", flush=True)
+    per_pod = {key: n / pods for key, n in requests.items()}
+    return (len(times) - 1) / (times[-1] - times[0]), cpu, per_pod
 
 
 def clear(api: KubeClient, ns: str) -> None:
@@ -201,6 +241,7 @@ def main() -> None:
     ext: subprocess.Popen[bytes] | None = None
     rates: dict[str, list[float]] = {k: [] for k in kinds}
     cpus: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
+    requests: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
     try:
         env.create_gpu_nodes(synthetic_nodes(args.nodes, 8, "A100", prefix="gpu"))
         api = KubeClient.from_kubeconfig(str(env.kubeconfig))
@@ -219,13 +260,13 @@ def main() -> None:
             order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
             for kind in order:
                 if kind == "stock":
-                    rate, cpu = run(env, api, f"stock-{r}", args.pods, stock, {})
+                    rate, cpu, reqs = run(env, api, f"stock-{r}", args.pods, stock, {})
                 else:
                     # Its own process per run, started before the run's window and
                     # stopped after: it watches every pod, so it must not tax other runs.
                     log_path = work / f"{kind}-{r}.log"
                     ext = start_extender(env, port, log_path, extender_cpus, null=kind == "null")
-                    rate, cpu = run(env, api, f"{kind}-{r}", args.pods, extended,
+                    rate, cpu, reqs = run(env, api, f"{kind}-{r}", args.pods, extended,
                                     {"extender": ext.pid})  # fmt: skip
                     if kind == "tessera":
                         verbs = _add_verbs(verbs, _read_verbs(port))
@@ -234,13 +275,14 @@ def main() -> None:
                     ext = None
                 rates[kind].append(rate)
                 cpus[kind].append(cpu)
+                requests[kind].append(reqs)
                 print(f"round {r + 1}/{args.rounds}: {kind} {rate:.1f} pods/s", flush=True)
     finally:
         if ext is not None:
             ext.terminate()
             ext.wait(15)
         env.stop()
-    report(args, rates, cpus, verbs)
+    report(args, rates, cpus, verbs, requests)
 
 
 def split_cpus() -> set[int]:
@@ -319,6 +361,7 @@ def report(
     rates: dict[str, list[float]],
     cpus: dict[str, list[dict[str, float]]],
     verbs: dict[str, tuple[int, float]],
+    requests: dict[str, list[dict[str, float]]],
 ) -> None:
     qps = f"qps {args.qps:g}" if args.qps else "default qps"
     table = Table(title=f"kube-scheduler throughput, {args.pods} whole-card pods on {args.nodes} "
@@ -339,8 +382,8 @@ def report(
     for verb, (count, mean) in sorted(verbs.items()):
         table.add_row(f"  extender {verb}: {count} calls, mean in handler", f"{mean * 1000:.2f} ms")
     Console().print(table)
-    cpu_table = Table(title="CPU per pod, ms, median of the rounds "
-                      "(from the scheduler's start until the last bind)")  # fmt: skip
+    cpu_table = Table(title="CPU per pod, ms, median of the rounds (from kube-scheduler "
+                      "ready until the last bind, per pod bound in that time)")  # fmt: skip
     cpu_table.add_column("process")
     for kind in rates:
         cpu_table.add_column(kind, justify="right")
@@ -356,6 +399,28 @@ def report(
     totals = [statistics.median(sum(c.values()) for c in cpus[k]) for k in rates]
     cpu_table.add_row("total", *(f"{t * 1000:.2f}" for t in totals))
     Console().print(cpu_table)
+    Console().print(requests_table(requests))
+
+
+def requests_table(requests: dict[str, list[dict[str, float]]]) -> Table:
+    """API requests per pod by verb and resource, medians of the rounds; rows under 0.01
+    per pod in every run are left out (a re-list or two in the window)."""
+    title = ("kube-apiserver requests per pod, median of the rounds (from before "
+             "kube-scheduler starts until the last bind; apiserver_request_total)")  # fmt: skip
+    table = Table(title=title)
+    table.add_column("request")
+    for kind in requests:
+        table.add_column(kind, justify="right")
+
+    def median_of(kind: str, key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in requests[kind])
+
+    keys = sorted({key for runs in requests.values() for r in runs for key in r})
+    for key in keys:
+        values = [median_of(kind, key) for kind in requests]
+        if max(values) >= 0.01:
+            table.add_row(key, *(f"{v:.2f}" for v in values))
+    return table
 
 
 def _verb_means(text: str) -> dict[str, tuple[int, float]]:
