@@ -23,6 +23,8 @@ Two rates, times taken from a watch:
   the binds, the more so the faster they come, so at the last bind a faster scheduler
   has left more of each pod's work (kwok's status patch, its watch events) undone; this
   rate counts the same work for every run, as a steady stream of pods would.
+  ``--kwok-pods off`` takes kwok's per-pod work away instead (bound pods stay Pending):
+  then the bound rate itself compares the same work.
 After each run its pods are deleted, so every run starts from the same cluster (1,000
 running pods cost kwok and the API server ~0.2 of a core, which would tax the later
 run). ``--rounds`` rounds of one run of each kind, in rotating order; the machine is noisy,
@@ -53,6 +55,7 @@ import http.client
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -163,7 +166,7 @@ class RunResult(NamedTuple):
     rate: float  # pods bound per second: (pods - 1) / (last bind - first bind)
     # (pods - 1) / (last pod Running - first bind): the same work in every run, since
     # kwok (the kubelet here) falls further behind the faster the binds come
-    running_rate: float
+    running_rate: float | None  # None with --kwok-pods off
     cpu: dict[str, float]  # CPU seconds per pod by process, until the last bind
     requests: dict[str, float]  # API requests per pod by verb and resource
 
@@ -175,6 +178,7 @@ def run(
     pods: int,
     config: dict[str, Any],
     extra: dict[str, int],
+    kwok_pods: bool = True,
 ) -> RunResult:
     """One run (see RunResult). The run's pods are deleted at the end, so every run
     starts from the same cluster."""
@@ -188,8 +192,8 @@ def run(
         list(pool.map(lambda i: api.create(PODS, pod(f"p-{i:05d}", scheduler), ns), range(pods)))
     watch = BindTimes(api, ns)
     # Requests are counted from before the start (reading /metrics takes a loaded API
-    # server a second or more) until every pod is Running: every pod's requests, and
-    # kube-scheduler's start-up lists.
+    # server a second or more) until every pod is Running (bound, with --kwok-pods off):
+    # every pod's requests, and kube-scheduler's start-up lists.
     requests_before = api_requests(api)
     env.restart_scheduler(config)
     pids = {name: proc.pid for name, proc in env.processes.items()}
@@ -206,26 +210,31 @@ def run(
     times = sorted(watch.times.values())
     if len(times) < pods:
         raise SystemExit(f"{ns}: only {len(times)} of {pods} pods bound in 600 s")
-    while len(watch.running) < pods and time.monotonic() < deadline:
-        time.sleep(0.05)
-    tail = cpu_seconds(pids)
-    tail_s = time.monotonic() - after_at
-    watch.r.stop()
-    if len(watch.running) < pods:
-        raise SystemExit(f"{ns}: only {len(watch.running)} of {pods} pods Running in 600 s")
-    # Between the last bind and the last Running: kwok's backlog, or kwok's own pace?
-    # The control plane busy all that time means backlog (work the bind rate left out).
-    tail_busy = sum(tail[n] - after[n] for n in tail if n in after and n != "extender")
-    requests = api_requests(api) - requests_before
-    last_running = max(watch.running.values())
     in_window = max(1, sum(1 for t in times if t >= started))
+    note = f"  {ns}: {pods - in_window} of {pods} pods bound before the CPU window"
+    running_rate = None
+    while kwok_pods and len(watch.running) < pods and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if kwok_pods:
+        tail = cpu_seconds(pids)
+        tail_s = time.monotonic() - after_at
+        if len(watch.running) < pods:
+            raise SystemExit(f"{ns}: only {len(watch.running)} of {pods} pods Running in 600 s")
+        # Between the last bind and the last Running: kwok's backlog, or its own pace?
+        # The control plane busy all that time means backlog (work the bind rate left out).
+        tail_busy = sum(tail[n] - after[n] for n in tail if n in after and n != "extender")
+        last_running = max(watch.running.values())
+        running_rate = (pods - 1) / (last_running - times[0])
+        busy = tail_busy / max(tail_s, 1e-9)
+        note += (f"; the last Running {last_running - times[-1]:.2f} s after the last bind, "
+                 f"the control plane using {busy:.2f} CPUs meanwhile")  # fmt: skip
+    watch.r.stop()
+    requests = api_requests(api) - requests_before
     clear(api, ns)
-    print(f"  {ns}: {pods - in_window} of {pods} pods bound before the CPU window; the last "
-          f"Running {last_running - times[-1]:.2f} s after the last bind, the control plane "
-          f"using {tail_busy / max(tail_s, 1e-9):.2f} CPUs meanwhile", flush=True)  # fmt: skip
+    print(note, flush=True)
     return RunResult(
         rate=(len(times) - 1) / (times[-1] - times[0]),
-        running_rate=(pods - 1) / (last_running - times[0]),
+        running_rate=running_rate,
         cpu={n: (after[n] - before[n]) / in_window for n in after if n in before},
         requests={key: n / pods for key, n in requests.items()},
     )
@@ -267,10 +276,18 @@ def main() -> None:
         "--qps", type=float, default=500,
         help="kube-scheduler clientConnection.qps in every run (0: its default, 50)",
     )  # fmt: skip
+    ap.add_argument(
+        "--kwok-pods", choices=["run", "off"], default="run",
+        help="off: kwok leaves bound pods Pending (its pod-running stage removed), so no run "
+        "does per-pod kubelet work and the bound rate compares the same work",
+    )  # fmt: skip
     args = ap.parse_args()
     kinds = ["stock", *(["tessera", "null"] if args.extender == "both" else [args.extender])]
     extender_cpus = split_cpus() if args.layout == "split" else None
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
+    kwok_pods = args.kwok_pods == "run"
+    if not kwok_pods:
+        os.environ["TESSERA_TESTENV_DIR"] = str(testenv_without_pods_running(work))
     port = free_port()
     env = TestEnv.start(work / "env", binaries=ensure_binaries(["etcd", "kubernetes", "kwok"]),
                         scheduler_config=PARKED)  # fmt: skip
@@ -294,28 +311,45 @@ def main() -> None:
             order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
             for kind in order:
                 if kind == "stock":
-                    result = run(env, api, f"stock-{r}", args.pods, stock, {})
+                    result = run(env, api, f"stock-{r}", args.pods, stock, {}, kwok_pods)
                 else:
                     # Its own process per run, started before the run's window and
                     # stopped after: it watches every pod, so it must not tax other runs.
                     log_path = work / f"{kind}-{r}.log"
                     ext = start_extender(env, port, log_path, extender_cpus, null=kind == "null")
                     result = run(env, api, f"{kind}-{r}", args.pods, extended,
-                                 {"extender": ext.pid})  # fmt: skip
+                                 {"extender": ext.pid}, kwok_pods)  # fmt: skip
                     if kind == "tessera":
                         verbs = _add_verbs(verbs, _read_verbs(port))
                     ext.terminate()
                     ext.wait(15)
                     ext = None
                 results[kind].append(result)
-                print(f"round {r + 1}/{args.rounds}: {kind} {result.rate:.1f} pods/s bound, "
-                      f"{result.running_rate:.1f} running", flush=True)  # fmt: skip
+                running = (
+                    "" if result.running_rate is None else f", {result.running_rate:.1f} running"
+                )
+                print(f"round {r + 1}/{args.rounds}: {kind} {result.rate:.1f} pods/s "
+                      f"bound{running}", flush=True)  # fmt: skip
     finally:
         if ext is not None:
             ext.terminate()
             ext.wait(15)
         env.stop()
     report(args, results, verbs)
+
+
+def testenv_without_pods_running(work: Path) -> Path:
+    """A copy of testenv/ whose kwok leaves bound pods Pending: with no per-pod kubelet
+    work, every run's window holds the same work (the Binding and its event)."""
+    copy = work / "testenv"
+    shutil.copytree(REPO / "testenv", copy)
+    path = copy / "kwok" / "stages.yaml"
+    stages = [s for s in yaml.safe_load_all(path.read_text()) if s]
+    kept = [s for s in stages if s["metadata"]["name"] != "tessera-pod-running"]
+    if len(kept) != len(stages) - 1:
+        raise SystemExit(f"{path}: no kwok stage named tessera-pod-running to remove")
+    path.write_text(yaml.safe_dump_all(kept, sort_keys=False))
+    return copy
 
 
 def split_cpus() -> set[int]:
@@ -401,7 +435,10 @@ def report(
     table.add_column("run")
     table.add_column("pods/s, median", justify="right")
     table.add_column("each round", justify="right")
-    for measure, what in (("rate", "bound"), ("running_rate", "bound and Running")):
+    measures = [("rate", "bound"), ("running_rate", "bound and Running")]
+    if any(r.running_rate is None for runs in results.values() for r in runs):
+        measures = measures[:1]
+    for measure, what in measures:
         rates = {k: [getattr(r, measure) for r in runs] for k, runs in results.items()}
         for kind, values in rates.items():
             row = ", ".join(f"{x:.0f}" for x in values)
@@ -442,7 +479,7 @@ def requests_table(requests: dict[str, list[dict[str, float]]]) -> Table:
     """API requests per pod by verb and resource, medians of the rounds; rows under 0.01
     per pod in every run are left out (a re-list or two in the window)."""
     title = ("kube-apiserver requests per pod (apiserver_request_total), median of the "
-             "rounds, from before kube-scheduler starts until every pod is Running")  # fmt: skip
+             "rounds, from before kube-scheduler starts until the run's end")  # fmt: skip
     table = Table(title=title)
     table.add_column("request")
     for kind in requests:
