@@ -213,9 +213,9 @@ def run(
     in_window = max(1, sum(1 for t in times if t >= started))
     note = f"  {ns}: {pods - in_window} of {pods} pods bound before the CPU window"
     running_rate = None
-    while kwok_pods and len(watch.running) < pods and time.monotonic() < deadline:
-        time.sleep(0.05)
     if kwok_pods:
+        while len(watch.running) < pods and time.monotonic() < deadline:
+            time.sleep(0.05)
         tail = cpu_seconds(pids)
         tail_s = time.monotonic() - after_at
         if len(watch.running) < pods:
@@ -451,7 +451,8 @@ def report(
                           f"{statistics.median(rates[kind]) / stock:.0%}", per_round)  # fmt: skip
     for verb, (count, mean) in sorted(verbs.items()):
         table.add_row(f"  extender {verb}: {count} calls, mean in handler", f"{mean * 1000:.2f} ms")
-    Console(width=160).print(table)
+    console = Console(width=160)  # the tables are wider than a pipe's default 80
+    console.print(table)
     cpu_table = Table(title="CPU per pod, ms, median of the rounds (from kube-scheduler "
                       "ready until the last bind, per pod bound in that time)")  # fmt: skip
     cpu_table.add_column("process")
@@ -469,10 +470,8 @@ def report(
         cpu_table.add_row(process, *(f"{median_of(k, process) * 1000:.2f}" for k in results))
     totals = [statistics.median(sum(c.values()) for c in cpus[k]) for k in results]
     cpu_table.add_row("total", *(f"{t * 1000:.2f}" for t in totals))
-    Console(width=160).print(cpu_table)
-    Console(width=160).print(
-        requests_table({k: [r.requests for r in runs] for k, runs in results.items()})
-    )
+    console.print(cpu_table)
+    console.print(requests_table({k: [r.requests for r in runs] for k, runs in results.items()}))
 
 
 def requests_table(requests: dict[str, list[dict[str, float]]]) -> Table:
