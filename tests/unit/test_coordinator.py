@@ -236,3 +236,33 @@ def test_without_utilisation_nothing_is_scaled(tmp_path: Path) -> None:
     clock[0] += 100 * 10**6
     _report(a, 100 * 10**6, 50 * 10**6)
     assert coord.tick() == {"a": {0: 100}}
+
+
+def test_overlap_asks_discovery_for_the_card_by_its_own_uuid(tmp_path: Path) -> None:
+    # The real fake discovery looks cards up by their exact UUID, as NVML does
+    # (nvmlDeviceGetHandleByUUID refuses "gpu-..."): a lower-cased lookup finds nothing,
+    # k stays 1 and the allowances are not corrected.
+    from tessera.model.clusterspec import make_cards
+    from tessera.node.discovery_fake import FakeDiscovery
+
+    card = make_cards("n", 1, "A100")[0]
+    assert card.uuid != card.uuid.lower()
+    disc = FakeDiscovery((card,))
+    disc.set_utilization(card.uuid, 80.0)
+    tenants = []
+    for name, floor in (("a", 30), ("b", 50)):
+        d = tmp_path / name
+        d.mkdir()
+        limits = Limits(cards=(CardLimit(0, card.uuid, 1024, floor, BURST),))
+        tenants.append(Tenant(name, limits, d / "region", d / "allowance"))
+    a, b = tenants
+    clock = [0]
+    coord = Coordinator(lambda: [a, b], card_busy=disc.utilization, clock_ns=lambda: clock[0])
+    _report(a, 0, 0)
+    _report(b, 0, 0)
+    coord.tick()
+    clock[0] += 100 * 10**6
+    _report(a, 100 * 10**6, 50 * 10**6)
+    _report(b, 100 * 10**6, 50 * 10**6)
+    # The same figures as the test above, where card_busy answered 80 for any argument.
+    assert coord.tick() == {"a": {0: round(37 * 1.75)}, "b": {0: 100}}

@@ -216,7 +216,10 @@ class Coordinator:
     def tick(self) -> dict[str, dict[int, int]]:
         """One round; returns the allowances written, by tenant and card ordinal."""
         now = self._clock_ns()
+        # Tenants name a card by its UUID as the limits file spells it; two spellings of
+        # one card (case) are one card, but NVML looks the UUID up exactly as written.
         by_card: dict[str, list[tuple[Tenant, int, TenantCard]]] = {}
+        spelled: dict[str, str] = {}
         live: set[tuple[str, int]] = set()
         for tenant in self._tenants():
             totals = self._totals(tenant)
@@ -245,6 +248,7 @@ class Coordinator:
                     t.busy_ns, t.throttled_ns, now, prev.allowance, prev.reserved
                 )
                 by_card.setdefault(card.uuid.lower(), []).append((tenant, card.ordinal, tc))
+                spelled.setdefault(card.uuid.lower(), card.uuid)
         for key in set(self._seen) - live:
             del self._seen[key]
         self._unreadable &= {name for name, _ in live}
@@ -252,7 +256,7 @@ class Coordinator:
         written: dict[str, dict[int, int]] = {}
         files: dict[str, tuple[Tenant, dict[int, int]]] = {}
         for uuid, entries in by_card.items():
-            k = self._overlap_of(uuid, sum(tc.used for _, _, tc in entries))
+            k = self._overlap_of(spelled[uuid], sum(tc.used for _, _, tc in entries))
             decisions = decide([replace(tc, used=tc.used / k) for _, _, tc in entries])
             for tenant, ordinal, tc in entries:
                 d = decisions.get(tc.tenant)
