@@ -85,8 +85,7 @@ def make_agent(env: Env, lib: Path, **cfg: object) -> Agent:
         libvgpu=lib,
         recovery_s=0.3,
         health_interval_s=0.05,
-        cleanup_interval_s=3600,
-    )
+    )  # cleanup at its production defaults: slots are reused long before it runs
     for k, v in cfg.items():
         setattr(config, k, v)
     return Agent(config, env.discovery, env.pods, env.events, env.node, env.podres)
@@ -654,3 +653,78 @@ def test_pod_with_two_gpu_containers_gets_each_its_own_slice(env: Env) -> None:
     )
     env.pods.put(obj)
     check_started(env, env.kubelet.run(kpod), assignment)
+
+
+# --- lifecycles: slots reused at once ------------------------------------------------
+
+
+def _finish(env: Env, made: tuple[dict[str, object], KPod, Assignment], how: str) -> None:
+    """Pod ``made`` ends ``how``; kubelet frees its slots at once (cleanup has not run)."""
+    obj, kpod, _ = made
+    if how == "deleted":
+        env.pods.delete(kpod.uid)
+    else:
+        env.pods.put({**obj, "status": {"phase": how}})
+    env.kubelet.remove(kpod)
+
+
+@pytest.mark.parametrize("how", ["Succeeded", "Failed", "deleted"])
+@pytest.mark.parametrize("lagging", [False, True], ids=["watch-current", "watch-lagging"])
+def test_a_slot_reused_at_once_carries_the_new_pods_limits(
+    env: Env, how: str, lagging: bool
+) -> None:
+    a = pod_obj("reuse-a", [("main", [(U0, 10000, 20)])], created=0)
+    env.pods.put(a[0])
+    first = env.kubelet.run(a[1])
+    check_started(env, first, a[2])
+    env.pods.lagging = lagging  # the agent's watch may not show the end of A yet
+    _finish(env, a, how)
+    b = pod_obj("reuse-b", [("main", [(U0, 40000, 60)])], created=1)
+    env.pods.put(b[0])
+    second = env.kubelet.run(b[1])
+    assert second[0].devices == first[0].devices  # kubelet handed B the slot A had
+    check_started(env, second, b[2])
+    assert second[0].mount(CONTAINER_ETC_DIR).host_path != first[0].mount(
+        CONTAINER_ETC_DIR
+    ).host_path  # B's own folder: A's usage region is not B's
+    assert env.events.events == []
+
+
+def test_many_pods_through_one_slot_each_run_with_their_own_limits(env: Env) -> None:
+    # A short-lived job after another on the same card, each ending before the next
+    # starts: the lowest free slot is the same one every time.
+    seen: set[str] = set()
+    for i in range(6):
+        made = pod_obj(f"job{i}", [("main", [(U1, 1000 * (i + 1), 5 * (i + 1))])], created=i)
+        env.pods.put(made[0])
+        started = env.kubelet.run(made[1])
+        check_started(env, started, made[2])
+        seen.update(started[0].devices)
+        _finish(env, made, "Succeeded" if i % 2 else "deleted")
+    assert len(seen) == 1
+
+
+def test_a_restarted_container_keeps_its_limits(env: Env) -> None:
+    a = pod_obj("restart", [("main", [(U0, 3000, 30)])], created=0)
+    env.pods.put(a[0])
+    check_started(env, env.kubelet.run(a[1]), a[2])
+    # The container exits and kubelet starts it again: PreStartContainer, no Allocate.
+    check_started(env, env.kubelet.start_containers(a[1]), a[2])
+    check_started(env, env.kubelet.start_containers(a[1]), a[2])
+
+
+def test_a_limits_file_deleted_under_a_running_container_is_restored_at_its_restart(
+    env: Env,
+) -> None:
+    a = pod_obj("lost", [("main", [(U0, 3000, 30)])], created=0)
+    b = pod_obj("bystander", [("main", [(U1, 2000, 20)])], created=1)
+    env.pods.put(a[0])
+    env.pods.put(b[0])
+    sa = env.kubelet.run(a[1])[0]
+    check_started(env, env.kubelet.run(b[1]), b[2])
+    (Path(sa.mount(CONTAINER_ETC_DIR).host_path) / "limits").unlink()
+    check_started(env, env.kubelet.start_containers(a[1]), a[2])
+    [(key, reason, message)] = env.events.events
+    assert key == "default/lost" and reason == "TesseraLimitsRestored"
+    assert "limits file" in message and "main" in message
+    check_started(env, env.kubelet.start_containers(b[1]), b[2])  # nothing else disturbed

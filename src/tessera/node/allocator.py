@@ -39,7 +39,7 @@ from tessera.model.types import Card, ContainerAssignment
 from tessera.node import slots as S
 from tessera.node.isolation import ContainerEdits, Isolation, Visibility, container_edits
 from tessera.node.layout import AllocRecord, Layout
-from tessera.node.limits import encode_limits, limits_for
+from tessera.node.limits import decode_limits, encode_limits, limits_for
 from tessera.node.pods import EventSink, GpuContainer, PodInfo, PodSource
 
 __all__ = [
@@ -300,10 +300,14 @@ class Allocator:
         if existing is not None:
             # Either kubelet asks again for a container it already has (a restart race:
             # same answer), or an app container reuses the slots of its pod's init
-            # container (kubelet hands init devices on): a new allocation.
+            # container (kubelet hands init devices on): a new allocation; or the
+            # container that had these slots is gone and kubelet gave them to a new one
+            # before cleanup ran: retire the old record, never hand out its limits.
             follow = self._next_in_pod(existing, cards, len(ids))
             if follow is None:
-                return self._again(existing)
+                if self._owner_alive(existing):
+                    return self._again(existing)
+                self._retire(existing, key)
         for _ in range(3):
             t: _Target | None = follow
             follow = None
@@ -342,21 +346,23 @@ class Allocator:
             raise AllocationError(
                 NOT_FOUND, f"PreStartContainer: no allocation holds device IDs {sorted(ids)}"
             )
-        if rec.confirmed:
-            return rec
+        # Asked on every start, restarts included: a record confirmed once is checked
+        # again, since only kubelet knows who holds the slots now.
         view = self.podres.view() if self.podres is not None else None
         owner = view.owner_of(key) if view is not None else None
         if owner is None:
-            log.warning("pod-resources cannot confirm %s; keeping the match", rec.alloc_id)
-            return rec
-        ns, name, cname = owner
-        if (ns, name, cname) == (rec.namespace, rec.pod, rec.container):
+            if not rec.confirmed:
+                log.warning("pod-resources cannot confirm %s; keeping the match", rec.alloc_id)
+            return self._ensure_limits(rec)
+        if owner != (rec.namespace, rec.pod, rec.container):
+            return self._correct(rec, owner)
+        rec = self._ensure_limits(rec)
+        if not rec.confirmed:
             rec = _replace(rec, confirmed=True)
             self.layout.write_alloc(rec, self._limits_text_from_disk(rec))
             with self._mu:
                 self._ledger[rec.alloc_id] = rec
-            return rec
-        return self._correct(rec, owner)
+        return rec
 
     # --- helpers ---------------------------------------------------------------------
 
@@ -374,7 +380,7 @@ class Allocator:
             rec = self._ledger[alloc_id]
             claimed = set(self._claimed)
         for pod in self.pods.pods():
-            if pod.uid != rec.pod_uid or pod.problem:
+            if pod.uid != rec.pod_uid or pod.problem or pod.terminal:
                 continue
             for c in pod.containers:
                 if (pod.uid, c.name) in claimed:
@@ -444,6 +450,65 @@ class Allocator:
             self._claimed[t.claim] = rec.alloc_id
             self._ledger[rec.alloc_id] = new
             self.corrections += 1
+        return new
+
+    def _owner_alive(self, alloc_id: str) -> bool:
+        """Whether the container of ``alloc_id`` may still hold its slots.
+
+        Asked only when kubelet offers a known slot set again, so a fresh read of the
+        pods is affordable: the watch may not show yet that the old pod ended.
+        """
+        with self._mu:
+            rec = self._ledger[alloc_id]
+        view = self.podres.view() if self.podres is not None else None
+        if view is not None and (rec.namespace, rec.pod) not in view.pods:
+            return False
+        for pod in self.pods.refresh():
+            if pod.uid == rec.pod_uid:
+                return pod.node == self.node and not pod.terminal
+        return False
+
+    def _retire(self, alloc_id: str, key: frozenset[str]) -> None:
+        """The slots of ``alloc_id`` belong to a new container; cleanup removes its folder."""
+        with self._mu:
+            if self._by_slots.get(key) == alloc_id:
+                del self._by_slots[key]
+            rec = self._ledger[alloc_id]
+        log.info(
+            "slots %s of gone container %s/%s go to a new container",
+            sorted(key),
+            rec.pod_key,
+            rec.container,
+        )
+
+    def _ensure_limits(self, rec: AllocRecord) -> AllocRecord:
+        """Rewrite the limits file of ``rec`` from its assignment when it is missing or
+        unreadable (deleted by hand under a running container); never start without it."""
+        path = self.layout.alloc_dir(rec.alloc_id) / "etc" / "limits"
+        try:
+            decode_limits(path.read_text())
+            return rec
+        except (OSError, FormatError) as exc:
+            problem = exc
+        t = self._find((rec.pod_uid, rec.container))
+        if t is None:
+            raise AllocationError(
+                FAILED_PRECONDITION,
+                f"the limits file of container {rec.container!r} of pod {rec.pod_key} "
+                f"({problem}) cannot be restored: the pod has no usable assignment",
+            )
+        new = self._write(rec.alloc_id, list(rec.slots), t, confirmed=rec.confirmed)
+        message = (
+            f"the limits file of container {rec.container!r} was missing or unreadable "
+            f"({problem}); restored from {t.pod.key}'s assignment before the container starts"
+        )
+        log.warning("%s: %s", t.pod.key, message)
+        try:
+            self.events.warn(t.pod, "TesseraLimitsRestored", message)
+        except Exception:  # an Event is best effort
+            log.exception("could not post an Event on %s", t.pod.key)
+        with self._mu:
+            self._ledger[rec.alloc_id] = new
         return new
 
     def _slices_of(self, rec: AllocRecord) -> tuple[tuple[str, int, int], ...]:

@@ -36,7 +36,8 @@ class MemoryPods:
     def delete(self, uid: str) -> None:
         with self._mu:
             self._objs.pop(uid, None)
-            self._cache.pop(uid, None)
+            if not self.lagging:  # a lagging watch has not seen the deletion yet
+                self._cache.pop(uid, None)
 
     def pods(self) -> list[PodInfo]:
         with self._mu:
