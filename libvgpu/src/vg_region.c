@@ -36,7 +36,10 @@ static void vg_init_header(vg_region *r) {
 }
 
 int vg_region_open(const char *path, vg_region **out, char *err, size_t errlen) {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+    /* Every process of the container shares the region, whatever its uid: the first one
+     * (often root, e.g. nvidia-smi through the NVML hook) makes it 0666 despite its umask.
+     * That gives nothing away: the folder is the container's own and already 0777. */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) {
         snprintf(err, errlen, "open(%s): %s", path, strerror(errno));
         return VG_ERR;
@@ -50,6 +53,10 @@ int vg_region_open(const char *path, vg_region **out, char *err, size_t errlen) 
     }
     if (fstat(fd, &st) != 0) {
         snprintf(err, errlen, "fstat(%s): %s", path, strerror(errno));
+        goto done;
+    }
+    if ((st.st_mode & 0777) != 0666 && st.st_uid == geteuid() && fchmod(fd, 0666) != 0) {
+        snprintf(err, errlen, "fchmod(%s, 0666): %s", path, strerror(errno));
         goto done;
     }
     if ((size_t)st.st_size < sizeof(vg_region) && ftruncate(fd, sizeof(vg_region)) != 0) {

@@ -12,7 +12,9 @@ import ctypes
 import fcntl
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -170,6 +172,43 @@ def test_usage_reader_reads_what_libvgpu_wrote(
     assert after.cards[0].refused_allocs == 1
     assert after.cards[0].memory_bytes == 0
     assert after.reclaimed_processes == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
+def test_a_region_created_by_root_is_usable_by_the_containers_other_users() -> None:
+    # nvidia-smi run as root (through the NVML hook) may create the region first; the
+    # container's non-root processes must still open it, whatever root's umask was.
+    build = ensure_built("normal")
+    # Not pytest's tmp_path: its parents are 0700, which another user cannot cross.
+    tmp_path = Path(tempfile.mkdtemp(prefix="libvgpu-perm-"))
+    tmp_path.chmod(0o777)
+    _write_limits(tmp_path, (CardLimit(0, FAKE_UUID.format(0), 256, 100, ComputePolicy.FIXED_SHARE),))
+    (tmp_path / "limits").chmod(0o444)
+    tool = str(build / "tests" / "tool_usage")
+    env = _env(build, tmp_path / "limits")
+
+    def as_root() -> None:
+        os.umask(0o077)
+
+    def as_nobody() -> None:
+        os.setgid(65534)
+        os.setuid(65534)
+
+    for preexec, step in ((as_root, ["alloc", "0", "10"]), (as_nobody, ["alloc", "0", "20"])):
+        done = subprocess.run(
+            [tool, *step],
+            env=env,
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=preexec,
+            check=False,
+        )
+        assert done.returncode == 0, f"{step}: {done.stdout}{done.stderr}"
+        assert done.stdout.startswith("ready "), done.stdout
+    assert (tmp_path / "region").stat().st_mode & 0o777 == 0o666
+    shutil.rmtree(tmp_path)
 
 
 class _Utilization(ctypes.Structure):
