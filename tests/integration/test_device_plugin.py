@@ -728,3 +728,22 @@ def test_a_limits_file_deleted_under_a_running_container_is_restored_at_its_rest
     assert key == "default/lost" and reason == "TesseraLimitsRestored"
     assert "limits file" in message and "main" in message
     check_started(env, env.kubelet.start_containers(b[1]), b[2])  # nothing else disturbed
+
+
+def test_a_long_running_agent_keeps_bounded_records(env: Env) -> None:
+    from tessera.node.plugin import RECENT
+
+    a = pod_obj("long", [("main", [(U0, 1000, 10)])], created=0)
+    env.pods.put(a[0])
+    [started] = env.kubelet.run(a[1])
+    stub = _stub(env)
+    again = pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devices_ids=started.devices)]
+    )
+    for _ in range(RECENT + 200):  # kubelet asking again for a container it has
+        stub.Allocate(again, timeout=10)
+    assert env.agent.plugin is not None
+    assert len(env.agent.plugin.allocate_seconds) == RECENT
+    for _ in range(RECENT + 200):  # a card flapping: every change is recorded
+        env.agent._apply_health({U1})
+    assert len(env.agent.health_changes) == RECENT

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tessera.node.health import APPLICATION_XIDS, HealthTracker
 from tessera.node.inventory import InventoryPublisher, NodePort
 from tessera.node.isolation import Isolation, MpsControl, MpsSupervisor, Visibility
 from tessera.node.layout import Layout
-from tessera.node.plugin import DevicePluginServer
+from tessera.node.plugin import RECENT, DevicePluginServer
 from tessera.node.pods import EventSink, PodSource
 from tessera.node.tenants import AllocationTenants, CoordinatorHost
 
@@ -77,7 +78,8 @@ class Agent:
         self.coordinator: CoordinatorHost | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.health_changes: list[tuple[float, str, bool]] = []  # (monotonic, uuid, healthy)
+        # (monotonic, uuid, healthy), the recent ones only: a flapping card must not grow it.
+        self.health_changes: deque[tuple[float, str, bool]] = deque(maxlen=RECENT)
 
     # --- state -----------------------------------------------------------------------
 

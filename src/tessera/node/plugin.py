@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from functools import partial
@@ -33,13 +34,14 @@ from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
 from tessera.node.isolation import ContainerEdits
 from tessera.node.pods import EventSink
 
-__all__ = ["API_VERSION", "KUBELET_SOCKET", "DevicePluginServer", "device_list"]
+__all__ = ["API_VERSION", "KUBELET_SOCKET", "RECENT", "DevicePluginServer", "device_list"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
+RECENT = 1024  # samples kept of each per-call series
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
@@ -163,8 +165,9 @@ class DevicePluginServer:
         self._kubelet_id: tuple[int, int] | None = None
         self.registrations = 0
         self.register_failures = 0
-        self.registered_at: list[float] = []  # monotonic times of successful Register
-        self.allocate_seconds: list[float] = []
+        # A long-running agent keeps only recent samples (for logs and the exporter).
+        self.registered_at: deque[float] = deque(maxlen=RECENT)  # monotonic, per Register
+        self.allocate_seconds: deque[float] = deque(maxlen=RECENT)
         self.on_register: Callable[[], None] | None = None
 
     # --- state -----------------------------------------------------------------------

@@ -77,6 +77,9 @@ COMPONENTS: dict[str, Component] = {
                 ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
                 ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler"),
                 ("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+                # The real node's kubelet (testenv.realnode): one go build with the control
+                # plane shares the compile of the packages they have in common.
+                ("kubelet", "k8s.io/kubernetes/cmd/kubelet"),
             ),
             # Without these the binaries report v0.0.0-master, and the components'
             # version checks (emulation/compatibility version) misbehave.
