@@ -684,9 +684,9 @@ def test_a_slot_reused_at_once_carries_the_new_pods_limits(
     second = env.kubelet.run(b[1])
     assert second[0].devices == first[0].devices  # kubelet handed B the slot A had
     check_started(env, second, b[2])
-    assert second[0].mount(CONTAINER_ETC_DIR).host_path != first[0].mount(
-        CONTAINER_ETC_DIR
-    ).host_path  # B's own folder: A's usage region is not B's
+    assert (
+        second[0].mount(CONTAINER_ETC_DIR).host_path != first[0].mount(CONTAINER_ETC_DIR).host_path
+    )  # B's own folder: A's usage region is not B's
     assert env.events.events == []
 
 

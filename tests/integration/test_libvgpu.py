@@ -182,7 +182,9 @@ def test_a_region_created_by_root_is_usable_by_the_containers_other_users() -> N
     # Not pytest's tmp_path: its parents are 0700, which another user cannot cross.
     tmp_path = Path(tempfile.mkdtemp(prefix="libvgpu-perm-"))
     tmp_path.chmod(0o777)
-    _write_limits(tmp_path, (CardLimit(0, FAKE_UUID.format(0), 256, 100, ComputePolicy.FIXED_SHARE),))
+    _write_limits(
+        tmp_path, (CardLimit(0, FAKE_UUID.format(0), 256, 100, ComputePolicy.FIXED_SHARE),)
+    )
     (tmp_path / "limits").chmod(0o444)
     tool = str(build / "tests" / "tool_usage")
     env = _env(build, tmp_path / "limits")
