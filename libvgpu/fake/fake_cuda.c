@@ -30,7 +30,10 @@ struct CUarray_st { int dev; uint64_t bytes; };
 struct CUevent_st { int dev; uint64_t t; int recorded; };
 
 static fdev local_devs[MAXDEV];
-static fdev *devs = local_devs; /* or, with FAKECUDA_SHARED=<file>, one timeline for all processes */
+/* Device i's state: local, an entry of the FAKECUDA_SHARED array, or a card's own file. */
+static fdev *dev_of[MAXDEV];
+#define devs_at(i) (dev_of[(i)])
+static uint64_t my_pidns;
 static struct CUctx_st ctxs[MAXDEV];
 static int ndev = 2, inited = 0;
 /* When this process's own last kernel on each device ends: an event waits for its own
@@ -60,39 +63,125 @@ static void sleep_until(uint64_t t) {
     }
 }
 
-static void setup(void) {
-    const char *e = getenv("FAKECUDA_DEVICES");
-    if (e) ndev = atoi(e) < 1 ? 1 : atoi(e) > MAXDEV ? MAXDEV : atoi(e);
-    uint64_t mib = 16384;
-    if ((e = getenv("FAKECUDA_MEM_MIB"))) mib = strtoull(e, NULL, 10);
-    if ((e = getenv("FAKECUDA_QUEUE_NS"))) queue_ns = strtoull(e, NULL, 10);
-    const char *shared = getenv("FAKECUDA_SHARED");
-    int fresh = 1, fd = -1;
-    if (shared && shared[0]) {
-        /* Processes that name the same file share the devices' timelines, as processes on
-         * one real GPU do: their kernels take turns. Memory stays per process. */
-        fd = open(shared, O_RDWR | O_CREAT, 0600);
-        if (fd < 0 || flock(fd, LOCK_EX) != 0) abort();
-        struct stat st;
-        fstat(fd, &st);
-        fresh = st.st_size == 0;
-        if (fresh && ftruncate(fd, sizeof(fdev) * MAXDEV) != 0) abort();
-        devs = mmap(NULL, sizeof(fdev) * MAXDEV, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (devs == MAP_FAILED) abort();
-    }
-    for (int i = 0; i < MAXDEV; i++) {
-        ctxs[i].dev = i;
-        if (!fresh) continue;
+static unsigned char uuids[MAXDEV][16];
+static char uuid_text[MAXDEV][48];
+
+/* Map n devices from fd at offset off (under flock), initialising those not yet ready. */
+static fdev *map_devs(int fd, int n, uint64_t mib) {
+    if (flock(fd, LOCK_EX) != 0) abort();
+    struct stat st;
+    fstat(fd, &st);
+    if ((size_t)st.st_size < sizeof(fdev) * (size_t)n && ftruncate(fd, (off_t)(sizeof(fdev) * (size_t)n)) != 0)
+        abort();
+    fdev *m = mmap(NULL, sizeof(fdev) * (size_t)n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) abort();
+    for (int i = 0; i < n; i++) {
+        if (m[i].ready == FDEV_READY) continue;
         pthread_mutexattr_t a;
         pthread_mutexattr_init(&a);
         pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-        pthread_mutex_init(&devs[i].mu, &a);
-        devs[i].total = mib << 20;
+        pthread_mutex_init(&m[i].mu, &a);
+        if (m[i].total == 0) m[i].total = mib << 20; /* the host may have set the card's size */
+        m[i].ready = FDEV_READY;
     }
-    if (fd >= 0) {
-        flock(fd, LOCK_UN);
-        close(fd);
+    flock(fd, LOCK_UN);
+    close(fd);
+    return m;
+}
+
+static void setup(void) {
+    const char *e = getenv("FAKECUDA_DEVICES");
+    if (e) ndev = atoi(e) < 1 ? 1 : atoi(e) > MAXDEV ? MAXDEV : atoi(e);
+    int visible = fdev_visible_cards(uuids, uuid_text);
+    if (visible > 0) ndev = visible;
+    uint64_t mib = 16384;
+    if ((e = getenv("FAKECUDA_MEM_MIB"))) mib = strtoull(e, NULL, 10);
+    if ((e = getenv("FAKECUDA_QUEUE_NS"))) queue_ns = strtoull(e, NULL, 10);
+    const char *dir = getenv("FAKECUDA_DEVICE_DIR");
+    const char *shared = getenv("FAKECUDA_SHARED");
+    for (int i = 0; i < MAXDEV; i++) {
+        ctxs[i].dev = i;
+        dev_of[i] = &local_devs[i];
     }
+    if (dir && dir[0]) {
+        /* One file per physical card: every process on the node that sees the card shares
+         * its timeline, its memory and its process table. */
+        for (int i = 0; i < ndev; i++) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s", dir, uuid_text[i]);
+            int fd = open(path, O_RDWR | O_CREAT, 0666);
+            if (fd < 0) abort();
+            dev_of[i] = map_devs(fd, 1, mib);
+        }
+    } else if (shared && shared[0]) {
+        /* Processes that name the same file share the devices' timelines, as processes on
+         * one real GPU do: their kernels take turns. */
+        int fd = open(shared, O_RDWR | O_CREAT, 0600);
+        if (fd < 0) abort();
+        fdev *m = map_devs(fd, MAXDEV, mib);
+        for (int i = 0; i < MAXDEV; i++) dev_of[i] = &m[i];
+    } else {
+        for (int i = 0; i < MAXDEV; i++) {
+            pthread_mutexattr_t a;
+            pthread_mutexattr_init(&a);
+            pthread_mutex_init(&local_devs[i].mu, &a);
+            local_devs[i].total = mib << 20;
+            local_devs[i].ready = FDEV_READY;
+        }
+    }
+    struct stat ns;
+    my_pidns = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;
+}
+
+/* This process's entry in d's process table (claimed on first use); d->mu held. */
+static fproc *my_proc(fdev *d) {
+    int pid = (int)getpid();
+    fproc *free_slot = NULL;
+    for (int i = 0; i < FPROC_MAX; i++) {
+        fproc *p = &d->procs[i];
+        if (p->pid == pid && p->pidns == my_pidns) return p;
+        if (free_slot == NULL && p->bytes == 0) free_slot = p;
+    }
+    if (free_slot != NULL) {
+        free_slot->pid = pid;
+        free_slot->pidns = my_pidns;
+    }
+    return free_slot;
+}
+
+/* A process that exits returns its device memory, as with a real driver. One that is
+ * killed keeps its table entry: the host-side reader skips processes that are gone. */
+__attribute__((destructor)) static void release_memory(void) {
+    if (!inited) return;
+    for (int i = 0; i < ndev; i++) {
+        fdev *d = dev_of[i];
+        if (d == NULL || d == &local_devs[i]) continue;
+        pthread_mutex_lock(&d->mu);
+        for (int k = 0; k < FPROC_MAX; k++) {
+            fproc *p = &d->procs[k];
+            if (p->pid == (int)getpid() && p->pidns == my_pidns) {
+                d->used -= p->bytes;
+                p->bytes = 0;
+                p->pid = 0;
+            }
+        }
+        pthread_mutex_unlock(&d->mu);
+    }
+}
+
+/* Charge delta bytes to d and to this process; 0 (nothing charged) past the card's size. */
+static int account(fdev *d, int64_t delta) {
+    pthread_mutex_lock(&d->mu);
+    if (delta > 0 && d->used + (uint64_t)delta > d->total) {
+        pthread_mutex_unlock(&d->mu);
+        return 0;
+    }
+    d->used += (uint64_t)delta;
+    if (d->used > d->peak) d->peak = d->used;
+    fproc *p = my_proc(d);
+    if (p != NULL) p->bytes += (uint64_t)delta;
+    pthread_mutex_unlock(&d->mu);
+    return 1;
 }
 
 static int cur_dev(void) { return cur ? cur->dev : -1; }
@@ -105,15 +194,11 @@ static CUresult mem_add(unsigned long long *out, uint64_t bytes, int dev, int de
     if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
     __atomic_fetch_add(&alloc_calls, 1, __ATOMIC_RELAXED);
-    fdev *d = &devs[dev];
+    fdev *d = devs_at(dev);
     pthread_mutex_lock(&alloc_mu);
-    if (device_mem) {
-        if (d->used + bytes > d->total) {
-            pthread_mutex_unlock(&alloc_mu);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        d->used += bytes;
-        if (d->used > d->peak) d->peak = d->used;
+    if (device_mem && !account(d, (int64_t)bytes)) {
+        pthread_mutex_unlock(&alloc_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     alloc *a = malloc(sizeof *a);
     uint64_t *next = kind == HANDLE ? &next_handle : kind == LOW_ADDR ? &next_low : &next_addr;
@@ -137,7 +222,7 @@ static CUresult mem_del(uint64_t key) {
         if ((*p)->key == key) {
             alloc *a = *p;
             *p = a->next;
-            if (a->device_mem) devs[a->dev].used -= a->bytes;
+            if (a->device_mem) account(devs_at(a->dev), -(int64_t)a->bytes);
             pthread_mutex_unlock(&alloc_mu);
             free(a);
             return CUDA_SUCCESS;
@@ -175,17 +260,14 @@ FX CUresult cuDeviceGetUuid(CUuuid *u, CUdevice dev) {
     if (!u) return CUDA_ERROR_INVALID_VALUE;
     if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
-    memset(u->bytes, 0, 16);
-    u->bytes[0] = (char)0xfa;
-    u->bytes[1] = (char)0xce;
-    u->bytes[15] = (char)dev;
+    memcpy(u->bytes, uuids[dev], 16);
     return CUDA_SUCCESS;
 }
 static CUresult total_mem(size_t *b, CUdevice dev) {
     if (!b) return CUDA_ERROR_INVALID_VALUE;
     if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
-    *b = devs[dev].total;
+    *b = devs_at(dev)->total;
     return CUDA_SUCCESS;
 }
 FX CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice dev) { return total_mem(b, dev); }
@@ -216,8 +298,8 @@ static CUresult mem_info(size_t *f, size_t *t) {
     if (!f || !t) return CUDA_ERROR_INVALID_VALUE;
     if (!cur) return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&alloc_mu);
-    *f = devs[cur->dev].total - devs[cur->dev].used;
-    *t = devs[cur->dev].total;
+    *f = devs_at(cur->dev)->total - devs_at(cur->dev)->used;
+    *t = devs_at(cur->dev)->total;
     pthread_mutex_unlock(&alloc_mu);
     return CUDA_SUCCESS;
 }
@@ -349,7 +431,7 @@ FX CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
 static CUresult run(CUfunction f, int dev) {
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
     if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    fdev *d = &devs[dev];
+    fdev *d = devs_at(dev);
     pthread_mutex_lock(&d->mu);
     uint64_t now = now_ns();
     while (d->busy_until > now + queue_ns) { /* queue full: wait like a real push buffer */
@@ -413,9 +495,9 @@ FX CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s) {
 static CUresult sync_dev(int dev) {
     if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
     __atomic_fetch_add(&sync_calls, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&devs[dev].mu);
-    uint64_t t = devs[dev].busy_until;
-    pthread_mutex_unlock(&devs[dev].mu);
+    pthread_mutex_lock(&devs_at(dev)->mu);
+    uint64_t t = devs_at(dev)->busy_until;
+    pthread_mutex_unlock(&devs_at(dev)->mu);
     if (t > now_ns()) sleep_until(t);
     return CUDA_SUCCESS;
 }
@@ -436,7 +518,7 @@ FX CUresult cuEventDestroy_v2(CUevent e) {
 FX CUresult cuEventRecord(CUevent e, CUstream s) {
     (void)s;
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    fdev *d = &devs[e->dev];
+    fdev *d = devs_at(e->dev);
     pthread_mutex_lock(&d->mu);
     uint64_t now = now_ns();
     e->t = mine_until[e->dev] > now ? mine_until[e->dev] : now;
@@ -520,7 +602,7 @@ FX CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t
 /* ---- test controls (fakecuda.h) ---- */
 
 FX uint64_t fakecuda_busy_between_pid(int dev, uint64_t t0, uint64_t t1, int pid) {
-    fdev *d = &devs[dev];
+    fdev *d = devs_at(dev);
     pthread_mutex_lock(&d->mu);
     uint64_t sum = fdev_busy(d, t0, t1, pid);
     pthread_mutex_unlock(&d->mu);
@@ -531,21 +613,21 @@ FX uint64_t fakecuda_busy_between(int dev, uint64_t t0, uint64_t t1) {
 }
 FX uint64_t fakecuda_used(int dev) {
     pthread_mutex_lock(&alloc_mu);
-    uint64_t u = devs[dev].used;
+    uint64_t u = devs_at(dev)->used;
     pthread_mutex_unlock(&alloc_mu);
     return u;
 }
 FX uint64_t fakecuda_peak(int dev) {
     pthread_mutex_lock(&alloc_mu);
-    uint64_t u = devs[dev].peak;
+    uint64_t u = devs_at(dev)->peak;
     pthread_mutex_unlock(&alloc_mu);
     return u;
 }
 FX uint64_t fakecuda_alloc_calls(void) { return __atomic_load_n(&alloc_calls, __ATOMIC_RELAXED); }
 FX uint64_t fakecuda_sync_calls(void) { return __atomic_load_n(&sync_calls, __ATOMIC_RELAXED); }
 FX uint64_t fakecuda_launches(int dev) {
-    pthread_mutex_lock(&devs[dev].mu);
-    uint64_t n = devs[dev].launches;
-    pthread_mutex_unlock(&devs[dev].mu);
+    pthread_mutex_lock(&devs_at(dev)->mu);
+    uint64_t n = devs_at(dev)->launches;
+    pthread_mutex_unlock(&devs_at(dev)->mu);
     return n;
 }

@@ -15,13 +15,15 @@
 #include "vg_nvml.h"
 
 #define FX __attribute__((visibility("default")))
-#define MAXDEV 8
-
 struct nvmlDevice_st { int index; };
 static struct nvmlDevice_st devs[MAXDEV];
 static int inited = 0;
+static unsigned char uuids[MAXDEV][16];
+static char uuid_text[MAXDEV][48];
+static int nvisible;
 
 static int ndev(void) {
+    if (nvisible > 0) return nvisible;
     const char *e = getenv("FAKECUDA_DEVICES");
     int n = e ? atoi(e) : 2;
     return n < 1 ? 1 : n > MAXDEV ? MAXDEV : n;
@@ -34,6 +36,7 @@ static int valid(nvmlDevice_t d) { return d && d >= devs && d < devs + ndev(); }
 
 FX nvmlReturn_t nvmlInit_v2(void) {
     for (int i = 0; i < MAXDEV; i++) devs[i].index = i;
+    nvisible = fdev_visible_cards(uuids, uuid_text);
     inited = 1;
     return NVML_SUCCESS;
 }
@@ -59,7 +62,7 @@ FX nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len) 
     if (!inited) return NVML_ERROR_UNINITIALIZED;
     if (!valid(d) || !uuid) return NVML_ERROR_INVALID_ARGUMENT;
     if (len < 41) return NVML_ERROR_INSUFFICIENT_SIZE;
-    snprintf(uuid, len, "GPU-face0000-0000-0000-0000-0000000000%02x", d->index);
+    snprintf(uuid, len, "%s", uuid_text[d->index]);
     return NVML_SUCCESS;
 }
 /* Utilisation, as NVML defines it (percent of the last sample period with a kernel

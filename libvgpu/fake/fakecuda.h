@@ -6,8 +6,12 @@
  * named "busy_<ns>" runs for <ns> nanoseconds on a per-device timeline. Launches are
  * asynchronous up to FAKECUDA_QUEUE_NS of queued work (default 30 ms), then block, as a
  * real driver's full push buffer does. With FAKECUDA_SHARED=<file>, processes naming the
- * same file share the devices' timelines (kernels of all of them take turns). Device UUIDs are GPU-face0000-0000-0000-0000-0000000000NN
- * (NN = ordinal in hex). Not part of libvgpu.
+ * same file share the devices' timelines (kernels of all of them take turns). Device
+ * UUIDs are GPU-face0000-0000-0000-0000-0000000000NN (NN = ordinal in hex), or, with
+ * NVIDIA_VISIBLE_DEVICES=<uuid>,..., exactly the listed cards in that order. With
+ * FAKECUDA_DEVICE_DIR=<dir> each visible card is the file <dir>/<uuid>, shared by every
+ * process on the node that sees the card (memory, timeline, and a per-process memory
+ * table the node agent reads as it would NVML's). Not part of libvgpu.
  */
 #ifndef FAKECUDA_H
 #define FAKECUDA_H
