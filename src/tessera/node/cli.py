@@ -31,6 +31,10 @@ def node_agent(
     fault_dir: Annotated[
         Path | None, typer.Option(help="Fake backend: folder with `xid` and `probe-fail` files.")
     ] = None,
+    fake_device_dir: Annotated[
+        Path | None,
+        typer.Option(help="Fake backend: the cards as files for libvgpu's fake driver."),
+    ] = None,
     kubeconfig: Annotated[
         str | None, typer.Option(help="kubeconfig; in-cluster config when omitted.")
     ] = None,
@@ -75,7 +79,7 @@ def node_agent(
 
         if nodes is None:
             raise typer.BadParameter("--backend fake needs --nodes (a node CSV)")
-        disc = FakeDiscovery.from_csv(nodes, node, fault_dir=fault_dir)
+        disc = FakeDiscovery.from_csv(nodes, node, fault_dir=fault_dir, device_dir=fake_device_dir)
     else:
         from tessera.node.discovery_nvml import NvmlDiscovery
 

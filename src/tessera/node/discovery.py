@@ -17,7 +17,7 @@ from typing import Protocol
 
 from tessera.model.types import Card
 
-__all__ = ["Discovery", "DiscoveryError", "NodeFacts", "XidEvent"]
+__all__ = ["Discovery", "DiscoveryError", "GpuProcess", "NodeFacts", "XidEvent"]
 
 
 class DiscoveryError(RuntimeError):
@@ -42,6 +42,15 @@ class XidEvent:
     xid: int
 
 
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding device memory on a card, as the driver counts it (NVML's
+    running-processes query): its pid in the agent's pid namespace (the host's)."""
+
+    pid: int
+    memory_bytes: int
+
+
 class Discovery(Protocol):
     def facts(self) -> NodeFacts:
         """The node's cards (``healthy`` is True: health is the health tracker's call)."""
@@ -57,6 +66,10 @@ class Discovery(Protocol):
 
     def utilization(self, uuid: str) -> float | None:
         """Percent of the last sample period the card was busy (None when unknown)."""
+        ...
+
+    def processes(self, uuid: str) -> list[GpuProcess]:
+        """Every process with device memory on card ``uuid`` (empty when unknown)."""
         ...
 
     def close(self) -> None: ...

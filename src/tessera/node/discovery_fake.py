@@ -9,18 +9,56 @@ Faults, for tests (methods) and for a running fake agent (files in ``fault_dir``
 * ``inject_xid(uuid, xid)``, or a line ``<uuid> <xid>`` appended to ``fault_dir/xid``;
 * ``set_probe(uuid, ok)``, or the UUID listed (one a line) in ``fault_dir/probe-fail``;
 * ``set_utilization(uuid, percent)`` for what NVML would report as the card's busy time.
+
+With ``device_dir`` the cards are also files, one per card (``<dir>/<uuid>``), which
+libvgpu's fake driver in a container maps when that folder is mounted and
+``FAKECUDA_DEVICE_DIR`` names it (libvgpu/fake/fake_dev.h): the agent creates each file
+sized to its card, and reads back each process's device memory as NVML's
+running-processes query would report it (``processes``).
 """
 
 from __future__ import annotations
 
+import os
+import struct
 import threading
+import time
 from pathlib import Path
 
 from tessera.model.clusterspec import read_nodes_csv
 from tessera.model.types import Card
-from tessera.node.discovery import DiscoveryError, NodeFacts, XidEvent
+from tessera.node.discovery import DiscoveryError, GpuProcess, NodeFacts, XidEvent
 
-__all__ = ["FakeDiscovery"]
+__all__ = ["FakeDiscovery", "host_pids"]
+
+# libvgpu/fake/fake_dev.h: the plain fields of a card's file, at fixed offsets.
+_TOTAL_AT = 8
+_PROCS_AT = 56
+_PROC = struct.Struct("<iIQQ")  # pid (in its namespace), pad, pid namespace inode, bytes
+_PROC_MAX = 64
+_PID_CACHE_S = 0.5
+
+
+def host_pids() -> dict[tuple[int, int], int]:
+    """(pid namespace inode, pid in that namespace) -> pid here, for every process.
+
+    /proc/<pid>/status lists a process's pid in each namespace from ours down to its own
+    (NSpid); the last is the pid it sees itself as.
+    """
+    out: dict[tuple[int, int], int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            ns = os.stat(f"/proc/{entry.name}/ns/pid").st_ino
+            with open(f"/proc/{entry.name}/status") as f:
+                for line in f:
+                    if line.startswith("NSpid:"):
+                        out[(ns, int(line.split()[-1]))] = int(entry.name)
+                        break
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return out
 
 
 class FakeDiscovery:
@@ -30,8 +68,13 @@ class FakeDiscovery:
         fault_dir: str | Path | None = None,
         driver_version: str = "fake-0.0",
         cuda_version: str = "12.4",
+        device_dir: str | Path | None = None,
     ) -> None:
         self._cards = tuple(cards)
+        self._device_dir = Path(device_dir) if device_dir is not None else None
+        self._pids: tuple[float, dict[tuple[int, int], int]] = (0.0, {})
+        if self._device_dir is not None:
+            self._make_device_files(self._device_dir)
         self._uuids = {c.uuid for c in cards}
         self._driver = driver_version
         self._cuda = cuda_version
@@ -45,12 +88,16 @@ class FakeDiscovery:
 
     @classmethod
     def from_csv(
-        cls, path: str | Path, node: str, fault_dir: str | Path | None = None
+        cls,
+        path: str | Path,
+        node: str,
+        fault_dir: str | Path | None = None,
+        device_dir: str | Path | None = None,
     ) -> FakeDiscovery:
         """The cards of row ``node`` in the node CSV at ``path``."""
         for inv in read_nodes_csv(path):
             if inv.name == node:
-                return cls(inv.cards, fault_dir=fault_dir)
+                return cls(inv.cards, fault_dir=fault_dir, device_dir=device_dir)
         raise DiscoveryError(f"node {node!r} is not in {Path(path).name} (column sn)")
 
     # --- injection ---------------------------------------------------------------
@@ -113,6 +160,41 @@ class FakeDiscovery:
     def utilization(self, uuid: str) -> float | None:
         with self._cond:
             return self._busy.get(uuid)
+
+    def processes(self, uuid: str) -> list[GpuProcess]:
+        if self._device_dir is None or uuid not in self._uuids:
+            return []
+        try:
+            data = (self._device_dir / uuid).read_bytes()[: _PROCS_AT + _PROC_MAX * _PROC.size]
+        except OSError:
+            return []
+        now = time.monotonic()
+        if now - self._pids[0] > _PID_CACHE_S:
+            self._pids = (now, host_pids())
+        pids = self._pids[1]
+        out = []
+        for k in range(_PROC_MAX):
+            at = _PROCS_AT + k * _PROC.size
+            if at + _PROC.size > len(data):
+                break
+            pid, _, pidns, used = _PROC.unpack_from(data, at)
+            host = pids.get((pidns, pid))
+            if used > 0 and host is not None:  # a process the driver lists is alive
+                out.append(GpuProcess(host, used))
+        return out
+
+    def _make_device_files(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for c in self._cards:
+            path = folder / c.uuid
+            if path.exists():
+                continue
+            header = bytearray(_PROCS_AT + _PROC_MAX * _PROC.size)
+            struct.pack_into("<Q", header, _TOTAL_AT, c.memory_mib << 20)
+            tmp = folder / f".{c.uuid}.tmp"
+            tmp.write_bytes(bytes(header))
+            tmp.chmod(0o666)
+            os.replace(tmp, path)
 
     def close(self) -> None:
         with self._cond:

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from tessera.model.types import Card
-from tessera.node.discovery import DiscoveryError, NodeFacts, XidEvent
+from tessera.node.discovery import DiscoveryError, GpuProcess, NodeFacts, XidEvent
 
 __all__ = ["NvmlDiscovery", "model_name", "sysfs_pci_address"]
 
@@ -239,6 +239,25 @@ class NvmlDiscovery:
             return float(n.nvmlDeviceGetUtilizationRates(h).gpu)
         except n.NVMLError:
             return None
+
+    def processes(self, uuid: str) -> list[GpuProcess]:
+        # Compute and graphics contexts both hold device memory; a process with both is
+        # listed twice by NVML with the same figure, so keep one entry per pid. The pids
+        # are the host's when the agent runs in the host's pid namespace (hostPID).
+        n = self._nvml
+        try:
+            h = n.nvmlDeviceGetHandleByUUID(uuid)
+            listed = list(n.nvmlDeviceGetComputeRunningProcesses(h))
+            with contextlib.suppress(n.NVMLError):
+                listed += list(n.nvmlDeviceGetGraphicsRunningProcesses(h))
+        except n.NVMLError:
+            return []
+        seen: dict[int, int] = {}
+        for p in listed:
+            used = p.usedGpuMemory
+            if used is not None:  # None: NVML cannot tell (e.g. under some WSL/vGPU setups)
+                seen[int(p.pid)] = max(seen.get(int(p.pid), 0), int(used))
+        return [GpuProcess(pid, used) for pid, used in seen.items()]
 
     def close(self) -> None:
         n = self._nvml

@@ -179,6 +179,8 @@ class TestEnv:
             # kwok acts for every fake node (it patches node and pod status, renews leases):
             # the Node authorizer admits one node per identity, so kwok gets admin rights.
             "kwok": ("kwok", ("system:masters",)),
+            # The API server's client identity towards real kubelets (logs, exec).
+            "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ()),
         }
         self._clients = {
             name: ca.issue(name, cn, groups) for name, (cn, groups) in identities.items()
@@ -283,6 +285,8 @@ class TestEnv:
         # controller nothing would lift it, so the taint is not put on either.
         admission = [] if taint_new_nodes else ["--disable-admission-plugins=TaintNodesByCondition"]
 
+        kubelet_client = self._clients["apiserver-kubelet-client"]
+
         def argv() -> list[str]:
             self._write_kubeconfigs()  # they name the port, which changes on a retry
             return [
@@ -296,6 +300,12 @@ class TestEnv:
                 f"--tls-cert-file={self._serving.cert}",
                 f"--tls-private-key-file={self._serving.key}",
                 f"--client-ca-file={ca.cert_path}",
+                # A real node (testenv.realnode) is reached by its name, "localhost":
+                # kubelet refuses a loopback node IP and would report the machine's own
+                # address as InternalIP, which tests must never dial.
+                "--kubelet-preferred-address-types=Hostname",
+                f"--kubelet-client-certificate={kubelet_client.cert}",
+                f"--kubelet-client-key={kubelet_client.key}",
                 "--authorization-mode=Node,RBAC",
                 "--anonymous-auth=false",
                 f"--service-account-key-file={self._sa.cert}",
