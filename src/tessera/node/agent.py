@@ -3,6 +3,7 @@
     discovery ──► health tracker ──► device plugin (ListAndWatch) + inventory annotation
     pods (watch) + pod-resources ──► allocator ──► device plugin (Preferred/Allocate/PreStart)
     cleanup loop: folders of containers that are gone; MPS daemon supervision
+    backstop loop: device memory per container from the driver, against its cap
 
 Every outside dependency comes in through the constructor (discovery backend, pod source,
 event sink, node port, MPS control), so tests run the real wiring with fakes.
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from tessera.model.types import DEFAULT_SLOTS, Card
 from tessera.node.allocator import Allocator, PodResources
+from tessera.node.backstop import Backstop, BackstopMode
 from tessera.node.discovery import Discovery, NodeFacts
 from tessera.node.health import APPLICATION_XIDS, HealthTracker
 from tessera.node.inventory import InventoryPublisher, NodePort
@@ -50,6 +52,9 @@ class AgentConfig:
     coordinator_period_s: float = 0.1  # burst-share ticks (hook backend only); 0: off
     cleanup_interval_s: float = 30.0
     cleanup_grace_s: float = 60.0
+    backstop: BackstopMode = BackstopMode.KILL
+    backstop_slack_mib: int = 512  # per process: the driver context NVML counts
+    backstop_interval_s: float = 1.0
 
 
 class Agent:
@@ -76,6 +81,7 @@ class Agent:
         self.allocator: Allocator | None = None
         self.plugin: DevicePluginServer | None = None
         self.coordinator: CoordinatorHost | None = None
+        self.backstop: Backstop | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         # (monotonic, uuid, healthy), the recent ones only: a flapping card must not grow it.
@@ -153,8 +159,21 @@ class Agent:
                 tenants, cfg.coordinator_period_s, card_busy=self.discovery.utilization
             )
             self.coordinator.start()
+        if cfg.backstop is not BackstopMode.OFF:
+            self.backstop = Backstop(
+                cfg.node,
+                self.discovery,
+                tuple(c.uuid for c in cards),
+                self.pods,
+                self.events,
+                mode=cfg.backstop,
+                slack_mib=cfg.backstop_slack_mib,
+            )
         self._stop.clear()
-        for name, target in (("health", self._health_loop), ("cleanup", self._cleanup_loop)):
+        loops = [("health", self._health_loop), ("cleanup", self._cleanup_loop)]
+        if self.backstop is not None:
+            loops.append(("backstop", self._backstop_loop))
+        for name, target in loops:
             t = threading.Thread(target=target, name=f"agent-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -220,6 +239,14 @@ class Agent:
             except Exception:
                 log.exception("health loop")
                 self._stop.wait(self.cfg.health_interval_s)
+
+    def _backstop_loop(self) -> None:
+        assert self.backstop is not None
+        while not self._stop.wait(self.cfg.backstop_interval_s):
+            try:
+                self.backstop.tick()
+            except Exception:
+                log.exception("backstop loop")
 
     def _cleanup_loop(self) -> None:
         while not self._stop.wait(self.cfg.cleanup_interval_s):

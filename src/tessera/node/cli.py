@@ -53,6 +53,19 @@ def node_agent(
     recovery_s: Annotated[
         float, typer.Option(help="Quiet seconds after a fault before a probe may restore a card.")
     ] = 30.0,
+    backstop: Annotated[
+        str,
+        typer.Option(
+            help="Device memory past a container's cap, read from the driver: kill the "
+            "offending process (and post an Event), warn (Event only), or off."
+        ),
+    ] = "kill",
+    backstop_slack_mib: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Per process, device memory the driver counts that libvgpu does not."
+        ),
+    ] = 512,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the node agent: discovery, inventory, device plugin, health, cleanup."""
@@ -62,12 +75,18 @@ def node_agent(
     from tessera.kube.client import KubeClient
     from tessera.kube.events import EventRecorder
     from tessera.node.agent import Agent, AgentConfig
+    from tessera.node.backstop import BackstopMode
     from tessera.node.discovery import Discovery
     from tessera.node.isolation import Isolation, MpsDaemon, Visibility
     from tessera.node.kube_source import KubeEvents, KubeNode, KubePods
     from tessera.node.layout import Layout
     from tessera.node.podresources import PodResourcesClient
 
+    if backstop not in tuple(BackstopMode):
+        raise typer.BadParameter(
+            f"--backstop must be one of {', '.join(BackstopMode)}, not {backstop!r}"
+        )
+    mode = BackstopMode(backstop)
     try:
         iso = Isolation(isolation)
         vis = Visibility(visibility)
@@ -102,6 +121,8 @@ def node_agent(
         visibility=vis,
         libvgpu=libvgpu,
         recovery_s=recovery_s,
+        backstop=mode,
+        backstop_slack_mib=backstop_slack_mib,
     )
     layout = Layout(state_dir)
     mps = MpsDaemon(layout.mps_pipe, layout.mps_log) if iso is Isolation.MPS else None

@@ -39,6 +39,9 @@ class PodInfo:
     assignment: Assignment | None
     problem: str = ""  # why the assignment cannot be used; "" when it can
     terminal: bool = False
+    # Runtime container ID (without the "containerd://" scheme) -> container name, for
+    # the containers kubelet has started: how a process on a card is traced to its pod.
+    container_ids: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -106,7 +109,18 @@ def pod_info(obj: Mapping[str, Any], resource: str, cards: frozenset[str]) -> Po
         assignment=assignment,
         problem=problem,
         terminal=status.get("phase") in ("Succeeded", "Failed"),
+        container_ids=_container_ids(status),
     )
+
+
+def _container_ids(status: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for field in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(field) or []:
+            cid = str(cs.get("containerID") or "")
+            if "://" in cid and cs.get("name"):
+                out.append((cid.split("://", 1)[1], str(cs["name"])))
+    return tuple(out)
 
 
 def _stale(

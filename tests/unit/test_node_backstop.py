@@ -1,0 +1,137 @@
+"""The memory backstop: tracing a process to its container, and the decision per card."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tessera.model import annotations
+from tessera.model.annotations import encode_assignment
+from tessera.model.types import Assignment, CardSlice, ContainerAssignment
+from tessera.node.backstop import MIB, REASON, Backstop, BackstopMode, container_of
+from tessera.node.discovery import GpuProcess
+from tessera.node.fakes import MemoryEvents, MemoryPods
+
+UID = "0b5e9c1e-3f0d-4d5e-9a8b-1c2d3e4f5a6b"
+CID = "a" * 64
+OTHER_CID = "b" * 64
+U0, U1 = "GPU-00000000-0000-0000-0000-000000000001", "GPU-00000000-0000-0000-0000-000000000002"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"4:memory:/tessera-node-x/kubepods/besteffort/pod{UID}/{CID}\n",
+        f"5:pids:/kubepods/pod{UID}/{CID}\n0::/\n",
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n",
+    ],
+    ids=["cgroupfs-v1", "guaranteed", "systemd-v2"],
+)
+def test_a_process_is_traced_to_its_pod_and_container(text: str) -> None:
+    assert container_of(text) == (UID, CID)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0::/user.slice/session-1.scope\n", f"4:memory:/kubepods/besteffort/pod{UID}\n", ""],
+    ids=["host-process", "pod-level-only", "empty"],
+)
+def test_a_process_outside_any_container_is_not_traced(text: str) -> None:
+    assert container_of(text) is None
+
+
+class Procs:
+    """The discovery port's processes() only, as the driver would report them."""
+
+    def __init__(self) -> None:
+        self.by_card: dict[str, list[GpuProcess]] = {}
+
+    def processes(self, uuid: str) -> list[GpuProcess]:
+        return list(self.by_card.get(uuid, []))
+
+
+class World:
+    def __init__(self, tmp: Path, mode: BackstopMode) -> None:
+        self.proc = tmp / "proc"
+        self.pods = MemoryPods("tessera.io/gpu", frozenset({U0, U1}))
+        self.events = MemoryEvents()
+        self.driver = Procs()
+        self.killed: list[tuple[int, int]] = []
+        self.backstop = Backstop(
+            "n", self.driver, (U0, U1), self.pods, self.events, mode=mode,
+            proc=self.proc, kill=lambda pid, sig: self.killed.append((pid, sig)),
+        )  # fmt: skip
+        a = Assignment(
+            node="n",
+            containers=(ContainerAssignment("main", (CardSlice(U0, 1000, 30),)),),
+        )
+        self.pods.put(
+            {
+                "metadata": {"name": "p", "namespace": "ns", "uid": UID,
+                             "annotations": {annotations.ASSIGNMENT: encode_assignment(a)}},
+                "spec": {"nodeName": "n", "containers": [
+                    {"name": "main", "resources": {"limits": {"tessera.io/gpu": "1"}}}]},
+                "status": {"phase": "Running", "containerStatuses": [
+                    {"name": "main", "containerID": f"containerd://{CID}"}]},
+            }
+        )  # fmt: skip
+
+    def process(self, pid: int, card: str, mib: int, cid: str = CID) -> None:
+        d = self.proc / str(pid)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup").write_text(f"4:memory:/kubepods/besteffort/pod{UID}/{cid}\n")
+        self.driver.by_card.setdefault(card, []).append(GpuProcess(pid, mib * MIB))
+
+
+def test_within_cap_plus_the_context_slack_nothing_happens(tmp_path: Path) -> None:
+    w = World(tmp_path, BackstopMode.KILL)
+    w.process(10, U0, 1000 + 512)  # its cap, plus what the driver counts for its context
+    assert w.backstop.tick() == []
+    assert w.killed == [] and w.events.events == []
+
+
+def test_past_the_cap_the_largest_process_is_killed_and_the_pod_told(tmp_path: Path) -> None:
+    w = World(tmp_path, BackstopMode.KILL)
+    w.process(10, U0, 300)
+    w.process(11, U0, 2500)  # the one that bypassed libvgpu
+    [breach] = w.backstop.tick()
+    assert breach.killed == (11,) and w.killed == [(11, signal.SIGKILL)]
+    assert breach.used_bytes == 2800 * MIB and breach.cap_bytes == 1000 * MIB
+    [(key, reason, message)] = w.events.events
+    assert key == "ns/p" and reason == REASON
+    assert "2800 MiB" in message and "cap of 1000 MiB" in message and "killed pid 11" in message
+    assert w.backstop.actions[("ns/p", "main", "killed")] == 1
+    # The killed process is still listed while it dies: not killed or reported again.
+    assert w.backstop.tick() == [] and len(w.killed) == 1 and len(w.events.events) == 1
+
+
+def test_warn_mode_reports_once_per_episode_and_kills_nothing(tmp_path: Path) -> None:
+    w = World(tmp_path, BackstopMode.WARN)
+    w.process(10, U0, 3000)
+    for _ in range(3):
+        [breach] = w.backstop.tick()
+        assert breach.killed == ()
+    assert w.killed == [] and len(w.events.events) == 1
+    assert "not killed (--backstop warn)" in w.events.events[0][2]
+
+
+def test_processes_of_containers_tessera_does_not_know_are_left_alone(tmp_path: Path) -> None:
+    w = World(tmp_path, BackstopMode.KILL)
+    w.process(20, U0, 9000, cid=OTHER_CID)  # not a container of a known pod
+    assert w.backstop.tick() == [] and w.killed == []
+
+
+def test_a_card_the_container_was_not_assigned_is_a_cap_of_zero(tmp_path: Path) -> None:
+    w = World(tmp_path, BackstopMode.KILL)
+    w.process(21, U1, 600)
+    [breach] = w.backstop.tick()
+    assert breach.uuid == U1 and breach.cap_bytes == 0 and breach.killed == (21,)
+
+
+def test_off_does_nothing(tmp_path: Path) -> None:
+    w = World(tmp_path, BackstopMode.OFF)
+    w.process(10, U0, 9000)
+    assert w.backstop.tick() == [] and w.killed == []
