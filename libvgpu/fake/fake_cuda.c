@@ -133,6 +133,21 @@ static void setup(void) {
     my_pidns = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;
 }
 
+/* Field 22 of /proc/self/stat: when this process started, in clock ticks since boot. */
+static uint64_t my_start_time(void) {
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    if (p == NULL) return 0;
+    for (int field = 2; field < 22 && p != NULL; field++) p = strchr(p + 1, ' ');
+    return p != NULL ? strtoull(p + 1, NULL, 10) : 0;
+}
+
 /* This process's entry in d's process table (claimed on first use); d->mu held. */
 static fproc *my_proc(fdev *d) {
     int pid = (int)getpid();
@@ -145,6 +160,7 @@ static fproc *my_proc(fdev *d) {
     if (free_slot != NULL) {
         free_slot->pid = pid;
         free_slot->pidns = my_pidns;
+        free_slot->start = my_start_time();
     }
     return free_slot;
 }

@@ -22,8 +22,11 @@
 typedef struct { uint64_t start, end; int pid; } span; /* one kernel on the timeline */
 /* A process's device memory on one device, as NVML's running-processes query reports it:
  * the pid as the process sees itself and the inode of its pid namespace, so a reader in
- * another namespace (the node agent on the host) can translate it. bytes == 0: free. */
-typedef struct { int32_t pid; uint32_t pad; uint64_t pidns, bytes; } fproc;
+ * another namespace (the node agent on the host) can translate it, and its start time
+ * (clock ticks since boot, /proc/<pid>/stat field 22), so a killed process's entry is
+ * never mistaken for a later process that got the same pid and namespace inode.
+ * bytes == 0: free. */
+typedef struct { int32_t pid; uint32_t pad; uint64_t pidns, start, bytes; } fproc;
 /* The plain fields come first at fixed offsets (tessera.node.discovery_fake reads them
  * from the host: ready 0, total 8, used 16, procs 56); the mutex and the log follow. */
 typedef struct {

@@ -122,7 +122,18 @@ class RealWorld:
             ],
         )
         self.extender.start()
+        self.wait_registered(1)
         wait_for("the agent's slots on the node", self.slots_advertised, 60, 0.2)
+
+    def wait_registered(self, times: int) -> None:
+        """Until the agent has registered with kubelet ``times`` times in all (the moment
+        kubelet admits GPU pods again after a restart of either)."""
+        wait_for(
+            f"the agent's registration #{times} with kubelet",
+            lambda: self.agent.log().count("registered with kubelet as") >= times,
+            60,
+            0.1,
+        )
 
     def slots_advertised(self) -> bool:
         node = self.api.get(Kind("v1", "Node", "nodes", False), NODE)

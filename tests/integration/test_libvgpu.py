@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,43 @@ def test_burst_share_borrows_idle_compute_and_gives_it_back(
     b_late = [s for at, s in b_rows if at >= 750]
     assert b_late and sum(b_late) / len(b_late) > 47, f"B did not get its 50% floor: {b_rows}"
     assert a_mean > 27, f"A fell below its own 30% floor under contention: {a_rows}"
+
+
+def test_the_fake_cards_report_each_process_memory_as_nvml_would(tmp_path: Path) -> None:
+    # The node agent's fake discovery reads the files the fake driver shares per card:
+    # a live process is listed with its device memory under its pid here; a killed one
+    # is not, though its entry stays in the file (the real driver frees it; the fake's
+    # readers skip it).
+    from tessera.model.clusterspec import make_cards
+    from tessera.node.discovery_fake import FakeDiscovery
+
+    build = ensure_built("normal")
+    cards = make_cards("n", 2, "A100")
+    devices = tmp_path / "devices"
+    disc = FakeDiscovery(cards, device_dir=devices)
+    _write_limits(
+        tmp_path / "c",
+        (CardLimit(0, cards[1].uuid, 4096, 100, ComputePolicy.FIXED_SHARE),),
+    )
+    env = _env(
+        build,
+        tmp_path / "c" / "limits",
+        NVIDIA_VISIBLE_DEVICES=cards[1].uuid,
+        FAKECUDA_DEVICE_DIR=str(devices),
+    )
+    tool = str(build / "tests" / "tool_usage")
+    with subprocess.Popen(
+        [tool, "alloc", "0", "300", "alloc", "0", "50"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("ready ")
+        assert disc.processes(cards[0].uuid) == []
+        [p] = disc.processes(cards[1].uuid)
+        assert (p.pid, p.memory_bytes) == (proc.pid, 350 << 20)
+        proc.kill()
+        proc.wait(10)
+    time.sleep(0.6)  # past the discovery's pid cache
+    assert disc.processes(cards[1].uuid) == []

@@ -34,29 +34,33 @@ __all__ = ["FakeDiscovery", "host_pids"]
 # libvgpu/fake/fake_dev.h: the plain fields of a card's file, at fixed offsets.
 _TOTAL_AT = 8
 _PROCS_AT = 56
-_PROC = struct.Struct("<iIQQ")  # pid (in its namespace), pad, pid namespace inode, bytes
+_PROC = struct.Struct("<iIQQQ")  # pid (in its namespace), pad, pid ns inode, start, bytes
 _PROC_MAX = 64
 _PID_CACHE_S = 0.5
 
 
-def host_pids() -> dict[tuple[int, int], int]:
-    """(pid namespace inode, pid in that namespace) -> pid here, for every process.
+def host_pids() -> dict[tuple[int, int, int], int]:
+    """(pid namespace inode, pid in that namespace, start time) -> pid here, for every
+    process. The start time (clock ticks since boot, /proc/<pid>/stat field 22) tells a
+    process from an earlier one that had the same pid in a namespace with the same inode.
 
     /proc/<pid>/status lists a process's pid in each namespace from ours down to its own
     (NSpid); the last is the pid it sees itself as.
     """
-    out: dict[tuple[int, int], int] = {}
+    out: dict[tuple[int, int, int], int] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             ns = os.stat(f"/proc/{entry.name}/ns/pid").st_ino
+            with open(f"/proc/{entry.name}/stat") as f:
+                start = int(f.read().rsplit(")", 1)[1].split()[19])
             with open(f"/proc/{entry.name}/status") as f:
                 for line in f:
                     if line.startswith("NSpid:"):
-                        out[(ns, int(line.split()[-1]))] = int(entry.name)
+                        out[(ns, int(line.split()[-1]), start)] = int(entry.name)
                         break
-        except (OSError, ValueError):
+        except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return out
 
@@ -72,7 +76,7 @@ class FakeDiscovery:
     ) -> None:
         self._cards = tuple(cards)
         self._device_dir = Path(device_dir) if device_dir is not None else None
-        self._pids: tuple[float, dict[tuple[int, int], int]] = (0.0, {})
+        self._pids: tuple[float, dict[tuple[int, int, int], int]] = (0.0, {})
         if self._device_dir is not None:
             self._make_device_files(self._device_dir)
         self._uuids = {c.uuid for c in cards}
@@ -177,8 +181,8 @@ class FakeDiscovery:
             at = _PROCS_AT + k * _PROC.size
             if at + _PROC.size > len(data):
                 break
-            pid, _, pidns, used = _PROC.unpack_from(data, at)
-            host = pids.get((pidns, pid))
+            pid, _, pidns, start, used = _PROC.unpack_from(data, at)
+            host = pids.get((pidns, pid, start))
             if used > 0 and host is not None:  # a process the driver lists is alive
                 out.append(GpuProcess(host, used))
         return out

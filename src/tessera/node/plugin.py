@@ -254,6 +254,7 @@ class DevicePluginServer:
             return False
         self.registrations += 1
         self.registered_at.append(time.monotonic())
+        log.info("registered with kubelet as %s (%s)", self.resource, self.endpoint)
         if self.on_register is not None:
             self.on_register()
         return True
