@@ -164,7 +164,10 @@ def test_init_container_and_a_restarted_container_keep_their_own_limits(
 def test_restarts_of_kubelet_agent_and_containerd_lose_nothing(world: RealWorld) -> None:
     # A running container starts a new process every half second, each reading its limits
     # afresh; kubelet, the agent and containerd restart under it, and new pods arrive.
-    loop = "while true; do if tool_slice >/dev/null; then echo good; else echo BAD; fi; sleep 0.5; done"
+    loop = (
+        "while true; do if tool_slice >/dev/null; then echo good; else echo BAD; fi; "
+        "sleep 0.5; done"
+    )
     world.create(gpu_pod("steady", 600, 20, loop, world.devices))
     world.wait_phase("steady", ("Running",))
     before = slot_of(world, "steady")
