@@ -55,6 +55,14 @@ def up(
             "--scheduler-config", help="KubeSchedulerConfiguration YAML (e.g. naming an extender)"
         ),
     ] = None,
+    real_node: Annotated[
+        bool,
+        typer.Option(
+            "--real-node",
+            help="Also start a real node, 'localhost': kubelet + containerd (root; "
+            "apt-get install containerd runc containernetworking-plugins)",
+        ),
+    ] = False,
     state_dir: StateDir = None,
 ) -> None:
     """Start the control plane, create the GPU nodes, print the kubeconfig path."""
@@ -86,6 +94,23 @@ def up(
             _err(f"error: {exc}")
             raise typer.Exit(1) from None
         raise
+    if real_node:
+        from tessera.testenv.realnode import RealNode
+
+        try:
+            t0 = time.monotonic()
+            node = RealNode.start(env, directory / "real-node", tied=False)
+        except BaseException as exc:
+            env.stop()
+            if isinstance(exc, TesseraError):
+                _err(f"error: real node: {exc}")
+                raise typer.Exit(1) from None
+            raise
+        _err(f"real node {node.name} Ready in {time.monotonic() - t0:.1f} s")
+        _err(
+            "run a node agent in it:  "
+            + " ".join(node.nsenter(["tessera", "node-agent", f"--node={node.name}", "..."]))
+        )
     _err(f"use it:  export KUBECONFIG={env.kubeconfig}   (stop: tessera dev-cluster down)")
     typer.echo(str(env.kubeconfig))
 
@@ -148,6 +173,13 @@ def down(state_dir: StateDir = None) -> None:
     except TestEnvError:
         typer.echo(f"no dev cluster in {directory}")
         return
+    if (directory / "real-node").is_dir():
+        from tessera.testenv.realnode import RealNode
+
+        try:
+            RealNode.attach(env, directory / "real-node").stop()
+        except TestEnvError:
+            pass  # none was started, or it was stopped already
     env.stop()
     left = env.listening_ports()
     if left:

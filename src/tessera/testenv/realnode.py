@@ -45,7 +45,7 @@ from tessera.kube import NODES, ApiError
 from tessera.testenv import config as cfg
 from tessera.testenv.errors import TestEnvError
 from tessera.testenv.images import PAUSE_IMAGE
-from tessera.testenv.process import Process, free_port
+from tessera.testenv.process import Process, free_port, pid_alive
 
 __all__ = ["CGROUP_ROOT_PREFIX", "RealNode", "missing_prerequisites"]
 
@@ -61,6 +61,7 @@ PRIVATE_MOUNTS = (
     "/run/netns",
 )
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+STATE_FILE = "realnode.json"
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # kubelet finds mount, umount, nsenter ... here; not iptables (in /usr/sbin).
@@ -182,6 +183,7 @@ class RealNode:
         for archive in (pause, *images):
             self.import_image(archive)
         self._sysctls = {k: Path("/proc/sys", k).read_text().strip() for k in SYSCTLS}
+        self._save_state()
         self.start_kubelet(timeout)
 
     def _start_holder(self, timeout: float) -> None:
@@ -194,6 +196,7 @@ class RealNode:
         argv = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script]
         proc = Process.start("holder", argv, self.log("holder"), self.tied)
         self.processes["holder"] = proc
+        self._save_state()
         _wait(lambda: ready.exists(), timeout, proc, "the node's mount namespace")
 
     def start_containerd(self, timeout: float = 60.0) -> None:
@@ -201,6 +204,7 @@ class RealNode:
         argv = self.nsenter(["containerd", "--config", str(self.state_dir / "containerd.toml")])
         proc = Process.start("containerd", argv, self.log("containerd"), self.tied)
         self.processes["containerd"] = proc
+        self._save_state()
         self._join_runtime_cgroup(proc.pid)
         sock = self.inside(CONTAINERD_SOCKET)
         _wait(
@@ -224,6 +228,7 @@ class RealNode:
         env = dict(os.environ, PATH=NODE_PATH)
         proc = Process.start("kubelet", argv, self.log("kubelet"), self.tied, env=env)
         self.processes["kubelet"] = proc
+        self._save_state()
         _wait(self.ready, timeout, proc, f"node {self.name} to be Ready")
         self._restore_sysctls()
 
@@ -260,6 +265,30 @@ class RealNode:
         self._clean_cgroups()
         self.stop_process("holder")
         self._restore_sysctls()
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+    @classmethod
+    def attach(cls, env: Any, state_dir: Path | str) -> RealNode:
+        """The node recorded in ``state_dir`` by another process (``tessera dev-cluster``)."""
+        state_dir = Path(state_dir).resolve()
+        try:
+            state = json.loads((state_dir / STATE_FILE).read_text())
+        except FileNotFoundError:
+            raise TestEnvError(f"no real node in {state_dir} (no {STATE_FILE})") from None
+        node = cls(env, state_dir, state["name"], tied=False)
+        node._sysctls = dict(state["sysctls"])
+        for name, pid in state["pids"].items():
+            if pid_alive(int(pid)):
+                node.processes[name] = Process(name, [], node.log(name), int(pid))
+        return node
+
+    def _save_state(self) -> None:
+        state = {
+            "name": self.name,
+            "pids": {n: p.pid for n, p in self.processes.items()},
+            "sysctls": self._sysctls,
+        }
+        (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
 
     # ---- containerd ------------------------------------------------------------------
 
