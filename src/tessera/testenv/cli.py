@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -176,10 +177,8 @@ def down(state_dir: StateDir = None) -> None:
     if (directory / "real-node").is_dir():
         from tessera.testenv.realnode import RealNode
 
-        try:
+        with contextlib.suppress(TestEnvError):  # none was started, or it was stopped
             RealNode.attach(env, directory / "real-node").stop()
-        except TestEnvError:
-            pass  # none was started, or it was stopped already
     env.stop()
     left = env.listening_ports()
     if left:
