@@ -7,8 +7,9 @@ Tessera's extender, ``tessera node-agent`` (fake cards) and libvgpu in the conta
 Prints:
 
 1. Pod creation -> Running on the real node, GPU pods (a 1000 MiB / 10 % slice, placed
-   by the extender, cards handed over by the agent's Allocate) against pods with no GPU
-   (the same kube-scheduler, which calls no extender for them; the same image),
+   by the extender, cards handed over by the agent's Allocate) against the same pods
+   without the Tessera resources (the same kube-scheduler, which calls no extender for
+   them; the same image, volume and command),
    alternating one pod at a time so both see the same machine; p50/p99/max and the
    ratio of the medians.
 2. Allocate as the real kubelet sees it: kubelet's own histogram
@@ -46,7 +47,6 @@ sys.path.insert(0, str(REPO / "src"))
 
 from tessera.kube import PODS, Reflector, WatchEvent  # noqa: E402
 from tessera.testenv import TestEnv, ensure_binaries  # noqa: E402
-from tessera.testenv.images import GPU_PROBE_IMAGE  # noqa: E402
 from tessera.testenv.process import free_port  # noqa: E402
 from tests.e2e.realnode import NS, RealWorld, gpu_pod, scheduler_config  # noqa: E402
 
@@ -82,28 +82,12 @@ class RunningTimes:
             return self.at[name]
 
 
-def plain_pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            # The testenv's kube-scheduler runs one profile; a pod that asks for no Tessera
-            # resource never reaches the extender (managedResources).
-            "schedulerName": "tessera-scheduler",
-            "hostNetwork": True,
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": GPU_PROBE_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["/bin/sleep", "3600"],
-                }
-            ],
-        },
-    }
+def plain_pod(name: str, devices: Path) -> dict[str, Any]:
+    """The GPU pod without its Tessera resources: the same image, volume and command, so
+    the difference is the extender and the device plugin, nothing else."""
+    pod = gpu_pod(name, 1000, 10, "exec sleep 3600", devices)
+    pod["spec"]["containers"][0].pop("resources")
+    return pod
 
 
 def pct(values: list[float], q: float) -> float:
@@ -121,7 +105,7 @@ def startup(world: RealWorld, pods: int, console: Console) -> dict[str, list[flo
                 pod = (
                     gpu_pod(name, 1000, 10, "exec sleep 3600", world.devices)
                     if kind == "gpu"
-                    else plain_pod(name)
+                    else plain_pod(name, world.devices)
                 )
                 pod["spec"]["terminationGracePeriodSeconds"] = 0
                 t0 = time.monotonic()

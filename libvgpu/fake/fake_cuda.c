@@ -148,19 +148,34 @@ static uint64_t my_start_time(void) {
     return p != NULL ? strtoull(p + 1, NULL, 10) : 0;
 }
 
-/* This process's entry in d's process table (claimed on first use); d->mu held. */
+/* This process's entry in d's process table (claimed on first use); d->mu held. An entry
+ * with this pid and pid namespace but another start time belongs to a process that is
+ * gone (the namespace inode and the pid were reused): its memory is freed, as the driver
+ * frees a dead process's memory, and the entry is taken over. */
 static fproc *my_proc(fdev *d) {
+    static int cached_pid;
+    static uint64_t cached_start;
     int pid = (int)getpid();
+    if (pid != cached_pid) { /* first use, or a forked child */
+        cached_start = my_start_time();
+        cached_pid = pid;
+    }
     fproc *free_slot = NULL;
     for (int i = 0; i < FPROC_MAX; i++) {
         fproc *p = &d->procs[i];
-        if (p->pid == pid && p->pidns == my_pidns) return p;
+        if (p->pid == pid && p->pidns == my_pidns) {
+            if (p->start == cached_start) return p;
+            d->used -= p->bytes; /* a dead namesake's leftovers */
+            p->bytes = 0;
+            p->start = cached_start;
+            return p;
+        }
         if (free_slot == NULL && p->bytes == 0) free_slot = p;
     }
     if (free_slot != NULL) {
         free_slot->pid = pid;
         free_slot->pidns = my_pidns;
-        free_slot->start = my_start_time();
+        free_slot->start = cached_start;
     }
     return free_slot;
 }

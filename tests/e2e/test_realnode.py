@@ -96,20 +96,24 @@ def test_a_gpu_pod_sees_exactly_its_slice(world: RealWorld) -> None:
 def test_a_tenant_past_its_cap_is_killed_by_the_backstop(world: RealWorld) -> None:
     # The tenant zeroes its usage region between allocations, so libvgpu lets it allocate
     # its cap again and again; the agent sees the driver's per-process figure and kills it.
+    # Three tenants in a row: each is pid 1 of its container, and a new container's pid
+    # namespace may get the inode of the last one's, which must not hide it.
     cap, rounds = 256, 6
     script = f"exec tool_bypass /var/run/tessera/usage/region {cap} {rounds}"
-    world.create(gpu_pod("bypass", cap, 20, script, world.devices))
-    assert world.wait_phase("bypass", ("Succeeded", "Failed"), timeout=60) == "Failed"
-    pod = world.pod("bypass")
-    state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert state["exitCode"] == 137, state  # SIGKILL
-    assert "bypassed" in world.logs("bypass")
-    [event] = [e for e in world.events("bypass") if e["reason"] == "TesseraMemoryBackstop"]
-    message = event["message"]
-    assert "container 'main'" in message and f"{cap * rounds} MiB" in message
-    assert f"cap of {cap} MiB" in message and "killed pid" in message
-    assert event["type"] == "Warning"
-    world.delete("bypass")
+    for i in range(3):
+        name = f"bypass-{i}"
+        world.create(gpu_pod(name, cap, 20, script, world.devices))
+        assert world.wait_phase(name, ("Succeeded", "Failed"), timeout=60) == "Failed"
+        pod = world.pod(name)
+        state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        assert state["exitCode"] == 137, state  # SIGKILL
+        assert "bypassed" in world.logs(name)
+        [event] = [e for e in world.events(name) if e["reason"] == "TesseraMemoryBackstop"]
+        message = event["message"]
+        assert "container 'main'" in message and f"{cap * rounds} MiB" in message
+        assert f"cap of {cap} MiB" in message and "killed pid" in message
+        assert event["type"] == "Warning"
+        world.delete(name)
     # The card is usable by the next pod, with its own limits.
     assert probe(world, "after-bypass", memory=700)["total_mib"] == "700"
 
