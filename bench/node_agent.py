@@ -41,9 +41,9 @@ from tessera.model.annotations import encode_assignment  # noqa: E402
 from tessera.model.clusterspec import make_cards  # noqa: E402
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
 from tessera.node.agent import Agent, AgentConfig  # noqa: E402
-from tessera.node.discovery_fake import FakeDiscovery  # noqa: E402
+from tessera.node.cards.fake import FakeDiscovery  # noqa: E402
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods  # noqa: E402
-from tessera.node.podresources import PodResourcesClient  # noqa: E402
+from tessera.node.kubelet.podresources import PodResourcesClient  # noqa: E402
 from tests.integration.kubelet_double import KContainer, KPod, KubeletDouble  # noqa: E402
 
 NODE = "bench-node"

@@ -30,8 +30,8 @@ from tessera.kube.kinds import EVENTS, NODES, PODS, Kind
 from tessera.model import annotations
 from tessera.model.annotations import decode_assignment, decode_inventory
 from tessera.model.types import NodeInventory
-from tessera.node.layout import CONTAINER_ETC_DIR
-from tessera.node.limits import decode_limits, limits_for
+from tessera.node.formats.layout import CONTAINER_ETC_DIR
+from tessera.node.formats.limits import decode_limits, limits_for
 from tessera.testenv import TestEnv
 from tessera.testenv.process import free_port
 from tests.e2e.wait import wait_for

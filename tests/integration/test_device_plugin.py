@@ -25,17 +25,17 @@ from tessera.model.annotations import decode_inventory, encode_assignment
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import Assignment, CardSlice, ComputePolicy, ContainerAssignment
 from tessera.node.agent import Agent, AgentConfig
-from tessera.node.allocator import PodResourcesView
-from tessera.node.coordinator import decode_allowance
+from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
 from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
-from tessera.node.discovery_fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
+from tessera.node.formats.allowance import decode_allowance
+from tessera.node.formats.layout import CONTAINER_ETC_DIR, LD_SO_PRELOAD
+from tessera.node.formats.limits import decode_limits, limits_for
+from tessera.node.formats.usage import CardTotals, encode_region
 from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor
-from tessera.node.layout import CONTAINER_ETC_DIR, LD_SO_PRELOAD
-from tessera.node.limits import decode_limits, limits_for
-from tessera.node.podresources import PodResourcesClient
-from tessera.node.usage import CardTotals, encode_region
+from tessera.node.kubelet.podresources import PodResourcesClient
+from tessera.node.ports import PodResourcesView
 from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
 
 NODE = "node-a"
@@ -731,7 +731,7 @@ def test_a_limits_file_deleted_under_a_running_container_is_restored_at_its_rest
 
 
 def test_a_long_running_agent_keeps_bounded_records(env: Env) -> None:
-    from tessera.node.plugin import RECENT
+    from tessera.node.kubelet.plugin import RECENT
 
     a = pod_obj("long", [("main", [(U0, 1000, 10)])], created=0)
     env.pods.put(a[0])

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from tessera.model.types import ComputePolicy
-from tessera.node.coordinator import Coordinator, Tenant
-from tessera.node.limits import CardLimit, Limits, encode_limits
-from tessera.node.usage import read_region
+from tessera.node.burst.coordinator import Coordinator, Tenant
+from tessera.node.formats.limits import CardLimit, Limits, encode_limits
+from tessera.node.formats.usage import read_region
 
 REPO = Path(__file__).resolve().parents[2]
 LIBVGPU = REPO / "libvgpu"
@@ -315,7 +315,7 @@ def test_the_fake_cards_report_each_process_memory_as_nvml_would(tmp_path: Path)
     # is not, though its entry stays in the file (the real driver frees it; the fake's
     # readers skip it).
     from tessera.model.clusterspec import make_cards
-    from tessera.node.discovery_fake import FakeDiscovery
+    from tessera.node.cards.fake import FakeDiscovery
 
     build = ensure_built("normal")
     cards = make_cards("n", 2, "A100")

@@ -11,8 +11,8 @@ from tessera.model import annotations
 from tessera.model.annotations import encode_assignment
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.node.backstop import MIB, REASON, Backstop, BackstopMode, container_of
-from tessera.node.discovery import GpuProcess
 from tessera.node.fakes import MemoryEvents, MemoryPods
+from tessera.node.ports import GpuProcess
 
 UID = "0b5e9c1e-3f0d-4d5e-9a8b-1c2d3e4f5a6b"
 CID = "a" * 64

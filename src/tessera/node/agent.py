@@ -19,16 +19,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessera.model.types import DEFAULT_SLOTS, Card
-from tessera.node.allocator import Allocator, PodResources
+from tessera.node.allocation.allocator import Allocator
 from tessera.node.backstop import Backstop, BackstopMode
-from tessera.node.discovery import Discovery, NodeFacts
-from tessera.node.health import APPLICATION_XIDS, HealthTracker
-from tessera.node.inventory import InventoryPublisher, NodePort
-from tessera.node.isolation import Isolation, MpsControl, MpsSupervisor, Visibility
-from tessera.node.layout import Layout
-from tessera.node.plugin import RECENT, DevicePluginServer
-from tessera.node.pods import EventSink, PodSource
-from tessera.node.tenants import AllocationTenants, CoordinatorHost
+from tessera.node.burst.tenants import AllocationTenants, CoordinatorHost
+from tessera.node.cards.health import APPLICATION_XIDS, HealthTracker
+from tessera.node.cards.inventory import InventoryPublisher
+from tessera.node.formats.layout import Layout
+from tessera.node.isolation import Isolation, MpsSupervisor, Visibility
+from tessera.node.kubelet.plugin import RECENT, DevicePluginServer
+from tessera.node.ports import (
+    Discovery,
+    EventSink,
+    MpsControl,
+    NodeFacts,
+    NodePort,
+    PodResources,
+    PodSource,
+)
 
 __all__ = ["Agent", "AgentConfig"]
 

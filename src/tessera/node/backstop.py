@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tessera.node.discovery import Discovery, GpuProcess
-from tessera.node.pods import EventSink, PodInfo, PodSource
+from tessera.node.pods import PodInfo
+from tessera.node.ports import Discovery, EventSink, GpuProcess, PodSource
 
 __all__ = ["Backstop", "BackstopMode", "Breach", "container_of"]
 

@@ -76,11 +76,11 @@ def node_agent(
     from tessera.kube.events import EventRecorder
     from tessera.node.agent import Agent, AgentConfig
     from tessera.node.backstop import BackstopMode
-    from tessera.node.discovery import Discovery
+    from tessera.node.formats.layout import Layout
     from tessera.node.isolation import Isolation, MpsDaemon, Visibility
     from tessera.node.kube_source import KubeEvents, KubeNode, KubePods
-    from tessera.node.layout import Layout
-    from tessera.node.podresources import PodResourcesClient
+    from tessera.node.kubelet.podresources import PodResourcesClient
+    from tessera.node.ports import Discovery
 
     if backstop not in tuple(BackstopMode):
         raise typer.BadParameter(
@@ -94,13 +94,13 @@ def node_agent(
         raise typer.BadParameter(str(exc)) from None
     disc: Discovery
     if backend is Backend.FAKE:
-        from tessera.node.discovery_fake import FakeDiscovery
+        from tessera.node.cards.fake import FakeDiscovery
 
         if nodes is None:
             raise typer.BadParameter("--backend fake needs --nodes (a node CSV)")
         disc = FakeDiscovery.from_csv(nodes, node, fault_dir=fault_dir, device_dir=fake_device_dir)
     else:
-        from tessera.node.discovery_nvml import NvmlDiscovery
+        from tessera.node.cards.nvml import NvmlDiscovery
 
         disc = NvmlDiscovery()
     api = KubeClient.from_kubeconfig(kubeconfig)

@@ -22,17 +22,16 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from tessera.model.types import ContainerAssignment
-from tessera.node import layout as L
+from tessera.node.formats import layout as L
+from tessera.node.ports import MpsControl
 
 __all__ = [
     "ContainerEdits",
     "FakeMps",
     "Isolation",
     "Mount",
-    "MpsControl",
     "MpsDaemon",
     "MpsSupervisor",
     "Visibility",
@@ -110,14 +109,6 @@ def container_edits(
 
 
 # --- MPS control daemon ---------------------------------------------------------------
-
-
-class MpsControl(Protocol):
-    def start(self) -> None: ...
-
-    def running(self) -> bool: ...
-
-    def stop(self) -> None: ...
 
 
 class MpsDaemon:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from tessera.errors import FormatError
 from tessera.model import annotations as ann
 from tessera.model.types import Assignment, ContainerAssignment
 
-__all__ = ["EventSink", "GpuContainer", "PodInfo", "PodSource", "pod_info"]
+__all__ = ["GpuContainer", "PodInfo", "pod_info"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,17 +151,3 @@ def _stale(
                 "that are not on this node"
             )
     return ""
-
-
-class PodSource(Protocol):
-    """Pods bound to this node (a watch-fed cache) with a fresh read for when it lags."""
-
-    def pods(self) -> list[PodInfo]: ...
-
-    def refresh(self) -> list[PodInfo]: ...
-
-
-class EventSink(Protocol):
-    """Warning Events on a pod (kubectl describe shows why its container did not start)."""
-
-    def warn(self, pod: PodInfo, reason: str, message: str) -> None: ...

@@ -6,8 +6,8 @@ from tessera.kube.fake import FakeKube
 from tessera.kube.kinds import NODES
 from tessera.model.annotations import decode_inventory, encode_inventory
 from tessera.model.clusterspec import make_cards
+from tessera.node.cards.inventory import InventoryPublisher
 from tessera.node.fakes import MemoryNode
-from tessera.node.inventory import InventoryPublisher
 from tessera.node.kube_source import KubeNode
 
 CARDS = make_cards("n1", 2, "T4")

@@ -2,7 +2,7 @@
 
 Every NVML call goes through ``self._nvml``, the ``pynvml`` module by default, so the
 translation from NVML's answers to ``Card``s is tested on a machine without a GPU with a
-stub of that module's functions (tests/unit/test_node_discovery_nvml.py). Real NVML is a
+stub of that module's functions (tests/unit/test_node_cards_nvml.py). Real NVML is a
 GPU check owed (docs/node-agent.md).
 
 What is read, per card: UUID, index, name (model), total memory, multiprocessor count,
@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from tessera.model.types import Card
-from tessera.node.discovery import DiscoveryError, GpuProcess, NodeFacts, XidEvent
+from tessera.node.ports import DiscoveryError, GpuProcess, NodeFacts, XidEvent
 
 __all__ = ["NvmlDiscovery", "model_name", "sysfs_pci_address"]
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import grpc
 
-from tessera.node.allocator import PodResourcesView
 from tessera.node.deviceplugin.v1beta1 import podresources_pb2 as pb
 from tessera.node.deviceplugin.v1beta1 import podresources_pb2_grpc as pbg
+from tessera.node.ports import PodResourcesView
 
 __all__ = ["DEFAULT_SOCKET", "PodResourcesClient", "view_from"]
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tessera.node.health import HealthTracker
+from tessera.node.cards.health import HealthTracker
 
 A, B = "GPU-a", "GPU-b"
 

@@ -41,7 +41,7 @@ __all__ = [
     "atomic_write",
 ]
 
-CONTAINER_ETC_DIR = "/etc/tessera"  # holds `limits` (tessera.node.limits.LIMITS_PATH)
+CONTAINER_ETC_DIR = "/etc/tessera"  # holds `limits` (tessera.node.formats.limits.LIMITS_PATH)
 CONTAINER_USAGE_DIR = "/var/run/tessera/usage"
 CONTAINER_ALLOWANCE_DIR = "/var/run/tessera/allowance"
 CONTAINER_LIB_DIR = "/usr/local/tessera/lib"

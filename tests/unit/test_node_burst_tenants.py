@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from tessera.model.types import CardSlice, ComputePolicy, ContainerAssignment
-from tessera.node.coordinator import Coordinator
-from tessera.node.layout import AllocRecord, Layout
-from tessera.node.limits import encode_limits, limits_for
-from tessera.node.tenants import AllocationTenants
-from tessera.node.usage import encode_region
+from tessera.node.burst.coordinator import Coordinator
+from tessera.node.burst.tenants import AllocationTenants
+from tessera.node.formats.layout import AllocRecord, Layout
+from tessera.node.formats.limits import encode_limits, limits_for
+from tessera.node.formats.usage import encode_region
 
 U = "GPU-3a1f0c52-9b7e-4c1d-8e2a-5f6b7c8d9e01"
 

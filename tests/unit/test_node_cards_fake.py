@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from tessera.model.clusterspec import card_uuid
-from tessera.node.discovery import DiscoveryError, XidEvent
-from tessera.node.discovery_fake import FakeDiscovery
+from tessera.node.cards.fake import FakeDiscovery
+from tessera.node.ports import DiscoveryError, XidEvent
 
 CSV = (
     "sn,cpu_milli,memory_mib,gpu,model\nnode-a,32000,131072,2,A100\nnode-b,32000,131072,8,V100M16\n"

@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable, Iterable
 
 from tessera.errors import FormatError
-from tessera.node.coordinator import Coordinator, Tenant
-from tessera.node.layout import AllocRecord, Layout
-from tessera.node.limits import Limits, decode_limits
+from tessera.node.burst.coordinator import Coordinator, Tenant
+from tessera.node.formats.layout import AllocRecord, Layout
+from tessera.node.formats.limits import Limits, decode_limits
 
 __all__ = ["AllocationTenants", "CoordinatorHost"]
 

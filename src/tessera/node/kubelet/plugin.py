@@ -27,12 +27,12 @@ from typing import Any, TypeVar
 import grpc
 
 from tessera.model.types import Card
-from tessera.node import slots as S
-from tessera.node.allocator import AllocationError, Allocator
+from tessera.node.allocation.allocator import AllocationError, Allocator
 from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
 from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
 from tessera.node.isolation import ContainerEdits
-from tessera.node.pods import EventSink
+from tessera.node.kubelet import slots as S
+from tessera.node.ports import EventSink
 
 __all__ = ["API_VERSION", "KUBELET_SOCKET", "RECENT", "DevicePluginServer", "device_list"]
 

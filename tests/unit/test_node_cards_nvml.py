@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tessera.node.discovery import DiscoveryError, XidEvent
-from tessera.node.discovery_nvml import NvmlDiscovery, model_name, sysfs_pci_address
+from tessera.node.cards.nvml import NvmlDiscovery, model_name, sysfs_pci_address
+from tessera.node.ports import DiscoveryError, XidEvent
 
 MIB = 1024 * 1024
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import FormatError
-from tessera.node.usage import (
+from tessera.node.formats.usage import (
     MAGIC,
     REGION_SIZE,
     CardTotals,

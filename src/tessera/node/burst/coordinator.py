@@ -35,26 +35,23 @@ The node agent hosts the loop (``Coordinator.run``); tests drive ``tick`` direct
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tessera.errors import FormatError
 from tessera.model.types import ComputePolicy
-from tessera.node.limits import MAX_CARDS, Limits, parse_int, parse_lines
-from tessera.node.usage import CardTotals, read_region
+from tessera.node.formats.allowance import write_allowance
+from tessera.node.formats.limits import Limits
+from tessera.node.formats.usage import CardTotals, read_region
 
 __all__ = [
     "Coordinator",
     "Tenant",
     "TenantCard",
     "decide",
-    "decode_allowance",
-    "encode_allowance",
-    "write_allowance",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,7 +60,6 @@ HEADROOM = 5  # percent a lender keeps above what it uses
 SATURATED = 0.8  # using this fraction of its reservation means it wants its floor back
 HUNGRY_THROTTLED = 0.02  # throttled this fraction of the interval: wants more
 MAX_OVERLAP = 4.0  # never scale allowances by more than this
-_WHAT = "allowance file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,39 +114,6 @@ def decide(card: Sequence[TenantCard]) -> dict[str, Decision]:
         extra = spare * t.floor // weights if weights else 0
         out[t.tenant] = Decision(allowance=min(100, t.floor + extra), reserved=t.floor)
     return out
-
-
-def encode_allowance(percent: Mapping[int, int], written_unix_ms: int) -> str:
-    """The allowance file's text: per card ordinal, the allowance in percent."""
-    lines = ["version=1", f"written_unix_ms={written_unix_ms}"]
-    for ordinal in sorted(percent):
-        if not 0 <= ordinal < MAX_CARDS or not 0 <= percent[ordinal] <= 100:
-            raise FormatError(_WHAT, f"card.{ordinal}.percent={percent[ordinal]} is out of range")
-        lines.append(f"card.{ordinal}.percent={percent[ordinal]}")
-    return "\n".join(lines) + "\n"
-
-
-def decode_allowance(text: str) -> tuple[int, dict[int, int]]:
-    """(written_unix_ms, {ordinal: percent}) from the file's text."""
-    kv = parse_lines(_WHAT, text)
-    if "written_unix_ms" not in kv:
-        raise FormatError(_WHAT, "missing key 'written_unix_ms'")
-    written = parse_int(_WHAT, "written_unix_ms", kv["written_unix_ms"], 0, 10**18 - 1)
-    percent = {}
-    for key, value in kv.items():
-        parts = key.split(".")
-        if len(parts) == 3 and parts[0] == "card" and parts[2] == "percent":
-            ordinal = parse_int(_WHAT, key, parts[1], 0, MAX_CARDS - 1)
-            percent[ordinal] = parse_int(_WHAT, key, value, 0, 100)
-    return written, percent
-
-
-def write_allowance(path: str | Path, percent: Mapping[int, int], written_unix_ms: int) -> None:
-    """Replace the file atomically (temp file + rename in the same directory)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(encode_allowance(percent, written_unix_ms))
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ import pytest
 
 from tessera.errors import FormatError
 from tessera.model.clusterspec import card_uuid
-from tessera.node.slots import MAX_ID_LEN, cards_of, parse_slot, slot_id, slot_ids
+from tessera.node.kubelet.slots import MAX_ID_LEN, cards_of, parse_slot, slot_id, slot_ids
 
 U = card_uuid("n", 0)
 

@@ -9,24 +9,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Protocol
 
 from tessera.model.annotations import encode_inventory
 from tessera.model.types import Card
+from tessera.node.ports import NodePort
 
-__all__ = ["InventoryPublisher", "NodePort"]
+__all__ = ["InventoryPublisher"]
 
 log = logging.getLogger(__name__)
-
-
-class NodePort(Protocol):
-    def inventory_text(self, node: str) -> str | None:
-        """The node's current ``tessera.io/inventory`` value (None when absent)."""
-        ...
-
-    def set_inventory(self, node: str, text: str) -> None:
-        """Merge-patch the node's ``tessera.io/inventory`` to ``text``."""
-        ...
 
 
 class InventoryPublisher:

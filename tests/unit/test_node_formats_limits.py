@@ -6,7 +6,7 @@ import pytest
 
 from tessera.errors import FormatError
 from tessera.model.types import CardSlice, ComputePolicy, ContainerAssignment
-from tessera.node.limits import (
+from tessera.node.formats.limits import (
     LIMITS_PATH,
     CardLimit,
     Limits,

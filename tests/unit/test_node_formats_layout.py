@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tessera.node.layout import AllocRecord, Layout
+from tessera.node.formats.layout import AllocRecord, Layout
 
 
 def rec(alloc_id: str, lib: str) -> AllocRecord:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tessera.model.clusterspec import read_nodes_csv
 from tessera.model.types import Card
-from tessera.node.discovery import DiscoveryError, GpuProcess, NodeFacts, XidEvent
+from tessera.node.ports import DiscoveryError, GpuProcess, NodeFacts, XidEvent
 
 __all__ = ["FakeDiscovery", "host_pids"]
 

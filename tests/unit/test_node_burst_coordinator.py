@@ -10,18 +10,10 @@ from hypothesis import strategies as st
 
 from tessera.errors import FormatError
 from tessera.model.types import ComputePolicy
-from tessera.node.coordinator import (
-    Coordinator,
-    Decision,
-    Tenant,
-    TenantCard,
-    decide,
-    decode_allowance,
-    encode_allowance,
-    write_allowance,
-)
-from tessera.node.limits import CardLimit, Limits
-from tessera.node.usage import CardTotals, encode_region
+from tessera.node.burst.coordinator import Coordinator, Decision, Tenant, TenantCard, decide
+from tessera.node.formats.allowance import decode_allowance, encode_allowance, write_allowance
+from tessera.node.formats.limits import CardLimit, Limits
+from tessera.node.formats.usage import CardTotals, encode_region
 
 BURST = ComputePolicy.BURST_SHARE
 FIXED = ComputePolicy.FIXED_SHARE
@@ -243,7 +235,7 @@ def test_overlap_asks_discovery_for_the_card_by_its_own_uuid(tmp_path: Path) -> 
     # (nvmlDeviceGetHandleByUUID refuses "gpu-..."): a lower-cased lookup finds nothing,
     # k stays 1 and the allowances are not corrected.
     from tessera.model.clusterspec import make_cards
-    from tessera.node.discovery_fake import FakeDiscovery
+    from tessera.node.cards.fake import FakeDiscovery
 
     card = make_cards("n", 1, "A100")[0]
     assert card.uuid != card.uuid.lower()

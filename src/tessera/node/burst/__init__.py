@@ -1,0 +1,1 @@
+"""Burst-share coordination: lending a card's idle compute between its tenants."""

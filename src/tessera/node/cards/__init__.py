@@ -1,0 +1,1 @@
+"""The node's cards: discovery backends (NVML, fake), health, the inventory annotation."""

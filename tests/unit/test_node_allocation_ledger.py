@@ -1,0 +1,56 @@
+"""The allocation ledger: one holder per slot set, one claim per container."""
+
+from __future__ import annotations
+
+from tessera.node.allocation.ledger import Ledger
+from tessera.node.formats.layout import AllocRecord
+
+S0 = ("GPU-a::0",)
+
+
+def rec(alloc_id: str, pod_uid: str, slots: tuple[str, ...] = S0) -> AllocRecord:
+    return AllocRecord(
+        alloc_id=alloc_id, slots=slots, pod_uid=pod_uid, namespace="ns", pod=pod_uid,
+        container="main", cards=("GPU-a",), confirmed=False, lib_version="v1", created=0.0,
+    )  # fmt: skip
+
+
+def test_records_read_at_start_hold_their_slots_and_containers() -> None:
+    a = rec("a", "p1")
+    ledger = Ledger([a])
+    assert ledger.holder_of(frozenset(S0)) == a
+    assert ledger.claimed() == {("p1", "main")}
+    assert not ledger.claim(("p1", "main"), "other")  # taken
+
+
+def test_a_container_is_claimed_once() -> None:
+    ledger = Ledger()
+    assert ledger.claim(("p1", "main"), "a")
+    assert not ledger.claim(("p1", "main"), "b")
+    ledger.release(("p1", "main"), "b")  # not b's: nothing changes
+    assert ledger.claimed() == {("p1", "main")}
+    ledger.release(("p1", "main"), "a")
+    assert ledger.claim(("p1", "main"), "b")
+
+
+def test_a_retired_holder_keeps_its_record_until_forgotten() -> None:
+    a, b = rec("a", "p1"), rec("b", "p2")
+    ledger = Ledger([a])
+    ledger.retire("a", frozenset(S0))
+    assert ledger.holder_of(frozenset(S0)) is None
+    ledger.record(b)
+    assert ledger.holder_of(frozenset(S0)) == b
+    assert {r.alloc_id for r in ledger.records()} == {"a", "b"}
+    ledger.forget(a)  # cleanup of a's folder must not drop b's hold on the slots
+    assert ledger.holder_of(frozenset(S0)) == b
+    assert ledger.claimed() == set()  # b was recorded without a claim in this test
+
+
+def test_reservations_are_taken_once_and_expire() -> None:
+    ledger = Ledger()
+    ledger.reserve(frozenset(S0), ("p1", "main"), now=100.0)
+    assert ledger.take_reservation(frozenset(S0)) == ("p1", "main")
+    assert ledger.take_reservation(frozenset(S0)) is None
+    ledger.reserve(frozenset(S0), ("p2", "main"), now=100.0)
+    ledger.expire_reservations(now=161.0, ttl_s=60.0)
+    assert ledger.take_reservation(frozenset(S0)) is None
