@@ -23,6 +23,7 @@ from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.testenv.process import free_port
 from tessera.testenv.realnode import missing_prerequisites
 from tests.e2e.realnode import CARDS, NODE, RealWorld, gpu_pod, scheduler_config
+from tests.e2e.wait import wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -186,10 +187,18 @@ def test_restarts_of_kubelet_agent_and_containerd_lose_nothing(world: RealWorld)
     assert [p["total_mib"] for p in probes] == ["450", "650"]
     assert world.phase("steady") == "Running", world.diagnose("steady")
     assert slot_of(world, "steady") == before
+    # A second long-running pod beside it after the restarts: never the same slot.
+    world.create(gpu_pod("steady-2", 600, 20, loop, world.devices))
+    world.wait_phase("steady-2", ("Running",))
+    assert slot_of(world, "steady-2") != before
+    wait_for("steady-2 to check its limits", lambda: "good" in world.logs("steady-2"), 30)
     lines = world.logs("steady").split()
     assert lines.count("good") >= 4 and "BAD" not in lines, lines[-20:]
-    world.delete("steady")
-    world.wait_phase("steady", ("Gone",), timeout=60)
+    assert "BAD" not in world.logs("steady-2").split()
+    for name in ("steady", "steady-2"):
+        world.delete(name)
+    for name in ("steady", "steady-2"):
+        world.wait_phase(name, ("Gone",), timeout=60)
 
 
 @pytest.mark.parametrize(
