@@ -22,6 +22,7 @@ from tessera.model.clusterspec import make_cards
 from tessera.testenv import TestEnv
 from tessera.testenv.images import GPU_PROBE_IMAGE, build_gpu_probe
 from tessera.testenv.realnode import RealNode
+from tests.e2e.scheduler.harness import scheduler_config
 from tests.e2e.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ CARDS = make_cards(NODE, 2, "A100")
 NS = "default"
 FAKE_DEVICES = "/var/run/tessera-fake-gpu"  # where the probe pods see the fake cards
 
-__all__ = ["CARDS", "NODE", "NS", "Child", "RealWorld", "gpu_pod"]
+__all__ = ["CARDS", "NODE", "NS", "Child", "RealWorld", "gpu_pod", "scheduler_config"]
 
 
 class Child:
@@ -233,10 +234,3 @@ def gpu_pod(
     if init_script is not None:
         spec["initContainers"] = [container("setup", init_memory, init_script)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def scheduler_config(port: int) -> dict[str, Any]:
-    cfg = yaml.safe_load((REPO / "deploy" / "kube-scheduler-config.yaml").read_text())
-    cfg.pop("leaderElection", None)
-    cfg["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
-    return dict(cfg)

@@ -10,11 +10,7 @@ speaks the device plugin and pod-resources protocols to it over unix sockets.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +30,7 @@ from tessera.node.formats.layout import CONTAINER_ETC_DIR
 from tessera.node.formats.limits import decode_limits, limits_for
 from tessera.testenv import TestEnv
 from tessera.testenv.process import free_port
+from tests.e2e.realnode import Child
 from tests.e2e.wait import wait_for
 from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
 
@@ -46,39 +43,6 @@ SLOTS = 16
 NS = "default"
 
 
-class Proc:
-    """A ``tessera`` sub-command as a child process, restartable."""
-
-    def __init__(self, workdir: Path, name: str, argv: list[str]) -> None:
-        self.workdir, self.name, self.argv = workdir, name, argv
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        with (self.workdir / f"{self.name}-{self.starts}.log").open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tessera.cli", *self.argv],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
-            )
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-            self.proc = None
-
-    def log(self) -> str:
-        return "\n".join(p.read_text() for p in sorted(self.workdir.glob(f"{self.name}-*.log")))
-
-
 class World:
     def __init__(self, env: TestEnv, root: Path, api: KubeClient) -> None:
         self.env, self.root, self.api = env, root, api
@@ -86,7 +50,7 @@ class World:
         lib = root / "libvgpu.so"
         lib.write_bytes(b"e2e libvgpu")
         (root / "faults").mkdir()
-        self.agent = Proc(
+        self.agent = Child(
             root,
             "agent",
             [
@@ -104,7 +68,7 @@ class World:
                 "--recovery-s=1",
             ],
         )
-        self.extender: Proc | None = None
+        self.extender: Child | None = None
 
     def inventory(self) -> NodeInventory | None:
         node = self.api.get(NODES, NODE)
@@ -138,7 +102,7 @@ def world(start_testenv: Any) -> Iterator[World]:
         )
     w = World(env, root, api)
     w.kubelet.start()
-    w.extender = Proc(
+    w.extender = Child(
         root,
         "extender",
         [

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tessera.kube import PODS, ApiError
+from tessera.kube import PODS, ApiError, Unavailable
 from tessera.model.annotations import ASSIGNMENT, decode_assignment, encode_assignment
 from tessera.model.clusterspec import make_cards
 from tests.unit._scheduler_world import World, node_obj, pod_obj
@@ -55,9 +55,9 @@ def test_bind_writes_the_reserved_assignment_with_the_binding(world: World) -> N
 def test_binding_failure_releases_and_writes_nothing(world: World) -> None:
     pod = world.create(pod_obj("p", gpu=2))
     node = world.filter(pod)["NodeNames"][0]
-    world.kube.fail_next("bind", ApiError(500, "InternalError", "etcd timeout"))
+    world.kube.fail_next("bind", ApiError(403, "Forbidden", "binding not allowed"))
     out = world.bind(pod, node)
-    assert "etcd timeout" in out["Error"]
+    assert "binding not allowed" in out["Error"]
     assert world.app.state.held("default/p") is None
     assert "default/p" not in world.app.state.reservations
     stored = world.kube.get(PODS, "p", "default")
@@ -172,3 +172,55 @@ def test_unknown_pod_is_an_error_not_a_crash(world: World) -> None:
     )
     assert status == 200
     assert "ghost" in out["Error"]
+
+
+# --- writes whose outcome is unknown --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        Unavailable(0, "Unavailable", "read timed out"),
+        ApiError(504, "Timeout", "request did not complete within the allowed duration"),
+        ApiError(500, "InternalError", "etcdserver: request timed out"),
+    ],
+    ids=["no-answer", "504", "500"],
+)
+def test_a_binding_that_landed_without_an_answer_keeps_its_cards(error: ApiError) -> None:
+    # The write landed; its answer was lost. Releasing the cards would let the next pod
+    # take the cards of a pod that is bound to them.
+    world = World([node_obj("n1", 2)])
+    try:
+        a = world.create(pod_obj("a", gpu=2))
+        b = world.create(pod_obj("b", gpu=2))
+        with world.kube.hold_watches():  # the extender has not seen the landing yet
+            node = world.filter(a)["NodeNames"][0]
+            world.kube.lose_answer_of_next("bind", error)
+            out = world.bind(a, node)
+            assert "may have landed" in out["Error"]
+            assert world.kube.get(PODS, "a", "default")["spec"]["nodeName"] == node
+            assert world.filter(b)["NodeNames"] == []  # a's cards are still taken
+            refused = world.filter(a)
+            assert refused["NodeNames"] == [] and "may have landed" in refused["FailedNodes"][node]
+        # The watch shows a bound with its assignment: confirmed, cards stay a's.
+        _eventually(lambda: "default/a" not in world.app.state.reservations)
+        assert world.app.state.held("default/a") is not None
+        assert world.filter(b)["NodeNames"] == []
+    finally:
+        world.close()
+
+
+def test_a_binding_of_unknown_outcome_that_never_landed_frees_the_cards_after_the_doubt() -> None:
+    world = World([node_obj("n1", 2)], bind_doubt_s=0.3)
+    try:
+        a = world.create(pod_obj("a", gpu=2))
+        b = world.create(pod_obj("b", gpu=2))
+        node = world.filter(a)["NodeNames"][0]
+        world.kube.fail_next("bind", Unavailable(0, "Unavailable", "connection reset"))
+        assert "may have landed" in world.bind(a, node)["Error"]
+        assert world.filter(b)["NodeNames"] == []  # in doubt: held
+        time.sleep(0.4)
+        assert world.schedule(b) == node  # past the doubt, with nothing seen: free again
+        assert not world.kube.get(PODS, "a", "default")["spec"].get("nodeName")
+    finally:
+        world.close()

@@ -17,7 +17,15 @@ import json
 
 from tessera.errors import TesseraError
 
-__all__ = ["ApiError", "Conflict", "Gone", "NotFound", "Unavailable", "error_from_status"]
+__all__ = [
+    "ApiError",
+    "Conflict",
+    "Gone",
+    "NotFound",
+    "Unavailable",
+    "error_from_status",
+    "outcome_unknown",
+]
 
 
 class ApiError(TesseraError):
@@ -44,6 +52,14 @@ class Gone(ApiError):
 
 class Unavailable(ApiError):
     """No answer from the API server."""
+
+
+def outcome_unknown(exc: ApiError) -> bool:
+    """Whether a failed write may have landed all the same: no answer at all (the request
+    may have reached the server), a 504 (the server gave up waiting, the handler may go
+    on), or a 500 (e.g. "etcdserver: request timed out", after which the transaction may
+    still commit). A 4xx, or a 409 that was read and understood, is a definite no."""
+    return isinstance(exc, Unavailable) or exc.status in (500, 504)
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone}

@@ -65,6 +65,7 @@ class FakeKube:
         self._rv = 0
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
         self._failures: dict[str, list[ApiError]] = {}
+        self._lost_answers: dict[str, list[ApiError]] = {}
         self._closed = False
         self._watches_held = False
         self.calls: list[tuple[str, str]] = []  # (operation, plural/name), for assertions
@@ -75,6 +76,17 @@ class FakeKube:
         """Make the next call of ``operation`` ("bind", "merge_patch", ...) raise ``error``."""
         with self._lock:
             self._failures.setdefault(operation, []).append(error)
+
+    def lose_answer_of_next(self, operation: str, error: ApiError) -> None:
+        """Make the next call of ``operation`` do its write, then raise ``error``: the
+        request landed but its answer was lost (a timeout, a reset connection)."""
+        with self._lock:
+            self._lost_answers.setdefault(operation, []).append(error)
+
+    def _check_lost_answer(self, operation: str) -> None:
+        pending = self._lost_answers.get(operation)
+        if pending:
+            raise pending.pop(0)
 
     def expire_history(self) -> None:
         """Forget all watch history: every open or new watch gets ``Gone``."""
@@ -303,3 +315,4 @@ class FakeKube:
                 meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
             self._stamp(stored)
             self._record(PODS, "MODIFIED", stored)
+            self._check_lost_answer("bind")

@@ -98,7 +98,10 @@ class SchedulerApp:
         self.config = config
         self.api = api
         self.state = SchedulerState(
-            config.names, config.compat, reservation_ttl_s=config.reservation_ttl_s
+            config.names,
+            config.compat,
+            reservation_ttl_s=config.reservation_ttl_s,
+            doubt_s=config.bind_doubt_s,
         )
         self.placer = Placer(config.policy, config.seed)
         self.metrics = Metrics()

@@ -12,7 +12,12 @@
    node agent, a restarted extender -- ever sees a bound pod without its assignment, or
    an assignment on a pod that was never bound.
 3. If the write fails: release the reservation and return the error to the scheduler,
-   which retries the pod. A Conflict because an earlier try of this same bind landed
+   which retries the pod. If it failed in a way that leaves its outcome unknown (no
+   answer, a 504 or 500: ``outcome_unknown``), the Binding may have landed all the same:
+   the reservation is kept *in doubt* -- its cards stay booked and ``filter`` refuses the
+   pod as still in flight -- until the watch shows the pod (bound: confirmed) or
+   ``bind_doubt_s`` passes (then it expires). Releasing it would let the next pod take
+   the cards of a pod that may be bound to them. A Conflict because an earlier try of this same bind landed
    (same UID, node and assignment; ``bind_once`` reads the pod to tell) is not a
    failure: the pod is bound as decided. If the write succeeds, the reservation stays
    until the watch shows the pod bound with this assignment (``SchedulerState.apply_pod``
@@ -34,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.errors import PlacementError, SpecError
-from tessera.kube.errors import ApiError, Conflict
+from tessera.kube.errors import ApiError, Conflict, outcome_unknown
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
 from tessera.model import annotations as keys
@@ -135,7 +140,17 @@ def release_pending(state: SchedulerState, pending: PendingBind) -> None:
 
 
 def write_failed(state: SchedulerState, pending: PendingBind, exc: ApiError) -> BindError:
-    """Step 3: the write failed; release the reservation and say why."""
+    """Step 3: the write failed; release the reservation (or keep it in doubt) and say why."""
+    where = f"pod {pending.args.key} on {pending.args.node}"
+    if outcome_unknown(exc):
+        with state.lock:
+            kept = state.doubt(pending.args.key, pending.assignment)
+        if kept:
+            return BindError(
+                "outcome-unknown",
+                f"{where}: {exc}; the Binding may have landed, so its cards stay reserved "
+                f"until the pod is seen (at most {state.doubt_s:.0f} s)",
+            )
     release_pending(state, pending)
     reason = "conflict" if isinstance(exc, Conflict) else "api"
-    return BindError(reason, f"pod {pending.args.key} on {pending.args.node}: {exc}")
+    return BindError(reason, f"{where}: {exc}")

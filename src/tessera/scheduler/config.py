@@ -26,6 +26,9 @@ class SchedulerConfig:
     names: ResourceNames = field(default_factory=ResourceNames)
     compat: Compat = field(default_factory=Compat)
     reservation_ttl_s: float = 30.0
+    # A bind whose write may have landed (no answer, a timeout) keeps its cards this long
+    # unless the watch shows the pod first: past the API server's own request timeout (60 s).
+    bind_doubt_s: float = 90.0
     leader_elect: bool = True
     lease_namespace: str = "kube-system"
     lease_name: str = "tessera-scheduler"

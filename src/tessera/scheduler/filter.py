@@ -86,6 +86,11 @@ def _bound_or_binding(state: SchedulerState, key: str, uid: str) -> str:
         return f"the pod is already bound to {bound}"
     res = state.reservations.get(key)
     if res is not None and res.binding and res.uid == uid:
+        if res.doubt_until is not None:
+            return (
+                f"a bind of this pod to {res.node} failed without an answer and may have "
+                "landed; retry once the outcome is known"
+            )
         return f"a bind of this pod to {res.node} is still in flight; retry after it"
     return ""
 

@@ -15,7 +15,11 @@ A reservation ends in one of three ways:
   and free the cards;
 * released: bind failed, the pod was deleted, or it is being scheduled again;
 * expired: ``ttl_s`` passed without a bind (the scheduler chose not to go on, e.g. a
-  later plugin rejected the node); reservations being bound never expire.
+  later plugin rejected the node); reservations being bound never expire, except
+* in doubt: the bind's write failed in a way that leaves its outcome unknown (no
+  answer, a timeout): the write may have landed, so the cards stay booked until the
+  watch shows the pod (bound: confirmed as above) or, if it never does, until
+  ``doubt_until``, when the reservation expires.
 
 The book is not thread-safe on its own; the scheduler state guards it with its lock.
 """
@@ -35,7 +39,8 @@ class Reservation:
     uid: str
     assignment: Assignment
     expires_at: float
-    binding: bool = False  # a bind is writing it: never expires
+    binding: bool = False  # a bind is writing it: never expires ...
+    doubt_until: float | None = None  # ... unless its write's outcome is unknown
 
     @property
     def node(self) -> str:
@@ -66,7 +71,12 @@ class ReservationBook:
 
     def expired(self, now: float) -> list[Reservation]:
         """The reservations past their time (not being bound); the caller releases them."""
-        return [r for r in self._by_key.values() if not r.binding and r.expires_at <= now]
+        return [
+            r
+            for r in self._by_key.values()
+            if (not r.binding and r.expires_at <= now)
+            or (r.doubt_until is not None and r.doubt_until <= now)
+        ]
 
     def all(self) -> list[Reservation]:
         return list(self._by_key.values())

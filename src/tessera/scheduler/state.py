@@ -123,6 +123,7 @@ class SchedulerState:
         compat: Compat | None = None,
         *,
         reservation_ttl_s: float = 30.0,
+        doubt_s: float = 90.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.names = names or ResourceNames()
@@ -130,6 +131,7 @@ class SchedulerState:
         self.lock = threading.RLock()
         self.cluster = ClusterState()
         self.reservations = ReservationBook(reservation_ttl_s)
+        self.doubt_s = doubt_s  # how long a bind of unknown outcome keeps its cards
         self.clock = clock
         self.pods: dict[str, PodInfo] = {}
         self._held: dict[str, _Held] = {}
@@ -198,6 +200,16 @@ class SchedulerState:
         for r in gone:
             self.release(r.pod_key, r.uid)
         return len(gone)
+
+    def doubt(self, key: str, assignment: Assignment) -> bool:
+        """The bind of ``key`` with ``assignment`` may have landed: keep its cards until the
+        watch shows the pod, or ``doubt_s`` passes. False when it holds nothing of this."""
+        res = self.reservations.get(key)
+        if res is None or res.assignment != assignment:
+            return False
+        res.binding = True
+        res.doubt_until = self.clock() + self.doubt_s
+        return True
 
     def bound_node(self, key: str, uid: str) -> str:
         """The node the watch shows pod ``key`` (this UID) bound to, or ""."""
