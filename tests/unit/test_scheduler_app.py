@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tessera.kube import PODS, Conflict, Unavailable
+from tessera.kube import PODS, ApiError, Conflict
 from tessera.scheduler import http as http_server
 from tessera.scheduler.http import serve
 from tests.unit._scheduler_world import World, node_obj, pod_obj
@@ -256,11 +256,11 @@ def test_a_given_binder_writes_from_the_loop_and_is_closed_on_stop(world: World)
     ("error", "status", "reason"),
     [
         (Conflict(409, "Conflict", "pod p is already assigned"), 200, "conflict"),
-        (Unavailable(0, "Unavailable", "connection refused"), 200, "api"),
+        (ApiError(403, "Forbidden", "pods/binding is forbidden"), 200, "api"),
         (RuntimeError("a bug in the transport"), 500, "internal"),
     ],
 )
-def test_a_failed_write_releases_the_cards_and_says_why(
+def test_a_write_that_failed_for_sure_releases_the_cards_and_says_why(
     world: World, error: BaseException, status: int, reason: str
 ) -> None:
     server = serve(world.app, "127.0.0.1", 0, binder=_RecordingBinder(world, error))

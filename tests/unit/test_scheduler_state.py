@@ -229,11 +229,12 @@ def test_a_retry_while_the_bind_is_still_writing_keeps_the_cards() -> None:
     assert state.held("default/a") == first.assignment
     assert state.cluster.check_invariants() == []
 
-    # A first write that fails releases the cards, and the retry after it places the pod.
+    # A first write that fails for sure releases the cards, and the retry after it places
+    # the pod (one whose outcome is unknown keeps them: test_scheduler_bind.py).
     kube.delete(PODS, "a", "default")
     state.apply_pod(a, deleted=True)
     c, failing = start("c")
-    kube.fail_next("bind", ApiError(500, "InternalError", "etcd timeout"))
+    kube.fail_next("bind", ApiError(422, "Invalid", "binding refused"))
     write(failing)
     assert offered(c) == ["n1"]
 

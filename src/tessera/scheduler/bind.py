@@ -17,9 +17,9 @@
    the reservation is kept *in doubt* -- its cards stay booked and ``filter`` refuses the
    pod as still in flight -- until the watch shows the pod (bound: confirmed) or
    ``bind_doubt_s`` passes (then it expires). Releasing it would let the next pod take
-   the cards of a pod that may be bound to them. A Conflict because an earlier try of this same bind landed
-   (same UID, node and assignment; ``bind_once`` reads the pod to tell) is not a
-   failure: the pod is bound as decided. If the write succeeds, the reservation stays
+   the cards of a pod that may be bound to them. A Conflict because an earlier try of
+   this same bind landed (same UID, node and assignment; ``bind_once`` reads the pod to
+   tell) is not a failure: the pod is bound as decided. If the write succeeds, the reservation stays
    until the watch shows the pod bound with this assignment (``SchedulerState.apply_pod``
    confirms it): the watch may still deliver events from before the bind, and an
    unbound pod without a reservation would be released.
