@@ -278,3 +278,29 @@ def test_a_write_that_failed_for_sure_releases_the_cards_and_says_why(
     assert f'tessera_scheduler_failures_total{{reason="{reason}",verb="bind"}} 1.0' in metrics
     # The cards are free for the next pod.
     assert world.schedule(world.create(pod_obj("q", gpu=2))) == "n1"
+
+
+def test_a_replica_that_loses_its_lease_before_the_write_writes_nothing(world: World) -> None:
+    # Leading when the bind arrives, not any more when its write would go out.
+    binder = _RecordingBinder(world)
+    server = serve(world.app, "127.0.0.1", 0, binder=binder)
+    arrived = world.app.dispatch
+
+    def dispatch_then_lose_the_lease(method: str, path: str, body: bytes) -> Any:
+        out = arrived(method, path, body)
+        if path == "/bind":
+            world.app.leading = lambda: False  # type: ignore[method-assign]
+        return out
+
+    world.app.dispatch = dispatch_then_lose_the_lease  # type: ignore[method-assign]
+    try:
+        code, out = _bind_over_socket(world, server.port, "p")
+    finally:
+        server.stop()
+    assert code == 200 and "lost its leadership before the write" in out["Error"]
+    assert binder.threads == []  # no Binding was sent
+    assert not world.kube.get(PODS, "p", "default")["spec"].get("nodeName")
+    assert world.app.state.held("default/p") is None
+    assert "default/p" not in world.app.state.reservations
+    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
+    assert 'tessera_scheduler_failures_total{reason="lost-leadership",verb="bind"} 1.0' in metrics

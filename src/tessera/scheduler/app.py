@@ -199,6 +199,9 @@ class SchedulerApp:
         out = self.dispatch(method, path, body)
         if isinstance(out, Response):
             return out
+        refused = self.fence(out)
+        if refused is not None:
+            return refused
         try:
             bind_once(self.api, *out.call)
         except Exception as exc:
@@ -250,6 +253,30 @@ class SchedulerApp:
         finally:
             if not isinstance(out, PendingBind):  # timed when its write is done
                 self.metrics.verb_seconds.labels(verb).observe(time.perf_counter() - start)
+
+    def fence(self, write: BindWrite) -> Response | None:
+        """Refuse a bind's write (releasing its cards) if this replica no longer leads.
+
+        Leadership is checked when a request arrives and again here, the moment before
+        the write: a replica whose lease lapsed while the bind waited (a slow filter, a
+        queued write) writes nothing; the new leader places the pod. ``is_leader`` is
+        true only while the last renewal is younger than ``renew_deadline_s``, so another
+        replica can take the lease no sooner than ``lease_s - renew_deadline_s`` (5 s by
+        default) after this check: a write slower than that can still land after a
+        takeover, and the new leader's watch then books it (docs/scheduler.md).
+        """
+        if self.leading():
+            return None
+        release_pending(self.state, write.pending)
+        self.metrics.failures.labels("bind", "lost-leadership").inc()
+        self.metrics.verb_seconds.labels("bind").observe(time.perf_counter() - write.started)
+        holder = self.leader.holder if self.leader else ""
+        message = (
+            f"pod {write.pending.args.key}: this replica lost its leadership before the "
+            f"write (the leader is {holder!r}); nothing was written"
+        )
+        log.warning("bind %s", message)
+        return Response(200, encode_binding_result(message))
 
     def bind_done(self, write: BindWrite, error: BaseException | None = None) -> Response:
         """The answer to a bind whose API write ended (``error``: how it failed)."""

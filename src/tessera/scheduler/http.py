@@ -84,6 +84,9 @@ class Server:
         return web.Response(status=r.status, body=r.body, headers={"Content-Type": r.content_type})
 
     async def _write(self, write: BindWrite) -> Response:
+        refused = self.app.fence(write)
+        if refused is not None:
+            return refused
         try:
             await self.binder.bind(*write.call)
         except Exception as exc:
