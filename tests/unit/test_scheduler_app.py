@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tessera.kube import PODS, ApiError, Conflict
+from tessera.kube import NODES, PODS, ApiError, Conflict
 from tessera.scheduler import http as http_server
 from tessera.scheduler.http import serve
 from tests.unit._scheduler_world import World, node_obj, pod_obj
@@ -304,3 +304,27 @@ def test_a_replica_that_loses_its_lease_before_the_write_writes_nothing(world: W
     assert "default/p" not in world.app.state.reservations
     metrics = world.app.handle("GET", "/metrics", b"").body.decode()
     assert 'tessera_scheduler_failures_total{reason="lost-leadership",verb="bind"} 1.0' in metrics
+
+
+def test_scheduling_verbs_wait_for_both_lists() -> None:
+    # Nodes listed, pods not yet: the cards of pods not listed yet would look free, and a
+    # filter would hand them out again.
+    from tessera.kube import FakeKube
+    from tessera.scheduler.app import SchedulerApp
+    from tessera.scheduler.config import SchedulerConfig
+
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1", 1))
+    app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), kube)
+    pod = kube.create(PODS, pod_obj("p"), "default")
+    body = json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode()
+    r = app.handle("POST", "/filter", body)  # nothing listed yet
+    assert r.status == 503 and "not synced yet" in json.loads(r.body)["Error"]
+    app.start()
+    try:
+        assert app.wait_synced(5)
+        assert app.handle("POST", "/filter", body).status == 200
+    finally:
+        app.stop()
+    metrics = app.handle("GET", "/metrics", b"").body.decode()
+    assert 'tessera_scheduler_failures_total{reason="not-synced",verb="filter"} 1.0' in metrics

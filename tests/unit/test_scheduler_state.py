@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from tessera.kube import NODES, PODS
 from tessera.model.annotations import INVENTORY
 from tests.unit._scheduler_world import World, node_obj, pod_obj
@@ -257,3 +259,40 @@ def test_a_pod_already_bound_is_not_placed_again() -> None:
         assert w.app.state.cluster.check_invariants() == []
     finally:
         w.close()
+
+
+@pytest.mark.slow
+def test_a_relist_of_50000_pods_lets_the_verbs_in_between() -> None:
+    """A re-list parses every pod it has not seen; done under the verbs' lock, it held
+    every filter and bind for seconds. A filter asked while the re-list is booking must
+    be answered before the re-list ends."""
+    import threading
+
+    from tessera.scheduler.filter import filter_pod
+    from tessera.scheduler.placer import Placer
+    from tessera.scheduler.state import SchedulerState
+    from tessera.scheduler.wire import ExtenderArgs
+
+    state, placer = SchedulerState(), Placer()
+    state.replace_nodes([node_obj(f"n{i}", 8) for i in range(50)])
+    total = 50_000
+    items = []
+    for j in range(total):
+        p = pod_obj(f"p{j}", gpu=1, memory=1000, cores=10)
+        p["metadata"]["uid"] = f"uid-{j}"
+        items.append(p)
+    relist = threading.Thread(target=state.pods_handler.replace, args=(items,))
+    relist.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not state.pods and time.monotonic() < deadline:  # booking has begun
+            time.sleep(0.001)
+        asked = pod_obj("newcomer", gpu=1, memory=2000, cores=20)
+        asked["metadata"]["uid"] = "uid-newcomer"
+        out = filter_pod(state, placer, ExtenderArgs(pod=asked, node_names=["n0", "n1"]))
+        booked_when_answered = len(state.pods)
+    finally:
+        relist.join()
+    assert out.node_names  # a real answer, not an error
+    assert booked_when_answered < total, "the filter waited for the whole re-list"
+    assert len(state.pods) == total

@@ -241,6 +241,10 @@ class SchedulerApp:
                 self.metrics.failures.labels(verb, "standby").inc()
                 holder = self.leader.holder if self.leader else ""
                 return _error(503, f"standby replica; the leader is {holder!r}")
+            if verb in ("filter", "prioritize", "bind") and not self.synced():
+                # Until both lists are in, cards of pods not listed yet look free.
+                self.metrics.failures.labels(verb, "not-synced").inc()
+                return _error(503, "not synced yet: the node and pod lists are not both in")
             out = handler(body)
             return BindWrite(out, start) if isinstance(out, PendingBind) else out
         except WireError as exc:

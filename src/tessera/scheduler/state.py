@@ -48,11 +48,13 @@ from tessera.model.types import (
 )
 from tessera.scheduler.reservations import Reservation, ReservationBook
 
-__all__ = ["PodInfo", "SchedulerState"]
+__all__ = ["PodInfo", "PodUpdate", "SchedulerState"]
 
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+RELIST_CHUNK = 500  # pods booked per hold of the lock during a re-list
+RELIST_PAUSE_S = 0.001  # between two chunks
 
 
 @dataclass(slots=True)
@@ -286,13 +288,52 @@ class SchedulerState:
 
     # --- pods ---------------------------------------------------------------------------
 
-    def apply_pod(self, obj: Obj, deleted: bool = False) -> None:
+    def prepare_pod(self, obj: Obj, deleted: bool = False) -> PodUpdate:
+        """What ``apply_pod`` needs of a Pod, decoded: safe without the lock, and where
+        the work is (parsing the spec, decoding the annotation), so that the lock is held
+        only for the bookings. A pod that looks unchanged is not parsed (a racy read of
+        ``pods``; ``apply_update`` parses it under the lock if that turns out wrong)."""
         meta = obj.get("metadata") or {}
         key = _pod_key(obj)
         uid = str(meta.get("uid") or "")
-        spec = obj.get("spec") or {}
+        rv = str(meta.get("resourceVersion") or "")
         phase = (obj.get("status") or {}).get("phase")
         if deleted or phase in TERMINAL_PHASES:
+            return PodUpdate(key, uid, rv, "", None, gone=True)
+        node_name = str((obj.get("spec") or {}).get("nodeName") or "")
+        raw = _annotations(obj).get(keys.ASSIGNMENT)
+        text = raw if isinstance(raw, str) else None
+        upd = PodUpdate(key, uid, rv, node_name, text, obj=obj)
+        known = self.pods.get(key)
+        if known is not None and (known.uid, known.node_name, known.assignment_text) == (
+            uid,
+            node_name,
+            text,
+        ):
+            return upd  # probably a status update: parsed only if needed after all
+        self._decode(upd)
+        return upd
+
+    def _decode(self, upd: PodUpdate) -> None:
+        try:
+            upd.request = self.parse(upd.obj) if upd.obj is not None else None
+        except SpecError:
+            upd.request = None
+        if upd.text is not None:
+            try:
+                upd.assignment = keys.decode_assignment(upd.key, upd.text)
+            except FormatError as exc:
+                upd.bad_assignment = str(exc)
+        upd.decoded = True
+
+    def apply_pod(self, obj: Obj, deleted: bool = False) -> None:
+        """A pod as the watch delivers it (lock held)."""
+        self.apply_update(self.prepare_pod(obj, deleted))
+
+    def apply_update(self, upd: PodUpdate) -> None:
+        """Book what a prepared pod update says (lock held)."""
+        key, uid, node_name, text = upd.key, upd.uid, upd.node_name, upd.text
+        if upd.gone:
             # A terminating pod (deletionTimestamp set) keeps its cards until it is gone
             # or terminal: its containers may still run.
             info = self.pods.get(key)
@@ -300,8 +341,6 @@ class SchedulerState:
                 del self.pods[key]
             self.release(key, uid)
             return
-        node_name = str(spec.get("nodeName") or "")
-        text = _annotations(obj).get(keys.ASSIGNMENT)
         known = self.pods.get(key)
         if (
             known is not None
@@ -311,27 +350,16 @@ class SchedulerState:
             and key not in self.reservations
         ):
             # A status update (kwok, kubelet) or a label: nothing Tessera reads changed.
-            known.resource_version = str(meta.get("resourceVersion") or "")
+            known.resource_version = upd.resource_version
             return
-        try:
-            request = self.parse(obj)
-        except SpecError:
-            request = None
-        assignment: Assignment | None = None
-        if isinstance(text, str):
-            try:
-                assignment = keys.decode_assignment(key, text)
-            except FormatError as exc:
-                self.problems["bad-assignment"] += 1
-                log.warning("%s", exc)
+        if not upd.decoded:
+            self._decode(upd)  # it changed after all since prepare_pod looked
+        if upd.bad_assignment:
+            self.problems["bad-assignment"] += 1
+            log.warning("%s", upd.bad_assignment)
+        request, assignment = upd.request, upd.assignment
         self.pods[key] = PodInfo(
-            key,
-            uid,
-            str(meta.get("resourceVersion") or ""),
-            node_name,
-            request,
-            assignment,
-            text if isinstance(text, str) else None,
+            key, uid, upd.resource_version, node_name, request, assignment, text
         )
         res = self.reservations.get(key)
         if res is not None and res.uid == uid:
@@ -355,23 +383,54 @@ class SchedulerState:
         elif held is not None and held.uid != uid:
             self.release(key)  # the name now belongs to another pod
 
-    def replace_pods(self, items: list[Obj]) -> None:
-        present = {(_pod_key(o), str((o.get("metadata") or {}).get("uid") or "")) for o in items}
-        for key, held in list(self._held.items()):
-            if (key, held.uid) in present:
-                continue
-            res = self.reservations.get(key)
-            if res is not None and res.uid == held.uid:
-                # Reserved after the list was taken (the scheduler offered us the pod, so it
-                # existed): keep it; the watch confirms it, and if the pod is gone after all,
-                # the reservation expires instead of holding the cards for ever.
-                res.binding = False
-                continue
-            self.release(key)
-        for key in [k for k, info in self.pods.items() if (k, info.uid) not in present]:
-            del self.pods[key]
-        for obj in items:
-            self.apply_pod(obj)
+    def replace_pods(self, items: list[Obj], chunk: int = RELIST_CHUNK) -> None:
+        """The complete set of pods (after a list). Parses outside the lock, then takes
+        the lock once to drop what is gone and once per ``chunk`` pods to book the rest:
+        a re-list of 50,000 pods never holds the verbs for more than one chunk.
+
+        Between chunks the verbs see the pods not yet applied as they were before the
+        list (still booked as they were), never fewer bookings than either view has.
+        """
+        updates = [self.prepare_pod(o) for o in items]
+        present = {(u.key, u.uid) for u in updates}
+        with self.lock:
+            for key, held in list(self._held.items()):
+                if (key, held.uid) in present:
+                    continue
+                res = self.reservations.get(key)
+                if res is not None and res.uid == held.uid:
+                    # Reserved after the list was taken (the scheduler offered us the pod,
+                    # so it existed): keep it; the watch confirms it, and if the pod is gone
+                    # after all, the reservation expires instead of holding the cards.
+                    res.binding = False
+                    continue
+                self.release(key)
+            for key in [k for k, info in self.pods.items() if (k, info.uid) not in present]:
+                del self.pods[key]
+        for start in range(0, len(updates), chunk):
+            with self.lock:
+                for upd in updates[start : start + chunk]:
+                    self.apply_update(upd)
+            # A released lock is not handed to a waiting verb: this thread would take it
+            # straight back. Sleeping lets the waiter in (100 chunks: ~0.1 s in all).
+            time.sleep(RELIST_PAUSE_S)
+
+
+@dataclass(slots=True)
+class PodUpdate:
+    """One pod as ``prepare_pod`` decoded it, for ``apply_update``."""
+
+    key: str
+    uid: str
+    resource_version: str
+    node_name: str
+    text: str | None  # the assignment annotation's bytes
+    obj: Obj | None = None
+    gone: bool = False  # deleted, or terminal: its cards go
+    decoded: bool = False  # request and assignment below are filled in
+    request: PodRequest | None = None
+    assignment: Assignment | None = None
+    bad_assignment: str = ""  # why the annotation does not decode
 
 
 def _inventory(name: str, text: str, alloc: dict[str, Any]) -> NodeInventory:
@@ -402,9 +461,9 @@ class _PodHandler:
         self._s = state
 
     def replace(self, items: list[Obj]) -> None:
-        with self._s.lock:
-            self._s.replace_pods(items)
+        self._s.replace_pods(items)  # takes the lock in steps
 
     def apply(self, event: WatchEvent) -> None:
+        upd = self._s.prepare_pod(event.object, deleted=event.type == "DELETED")
         with self._s.lock:
-            self._s.apply_pod(event.object, deleted=event.type == "DELETED")
+            self._s.apply_update(upd)
