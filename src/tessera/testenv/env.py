@@ -450,6 +450,16 @@ class TestEnv:
         self._write_scheduler_config(scheduler_config)
         self._start_scheduler(timeout)
 
+    def restart_apiserver(self, timeout: float = 90.0) -> None:
+        """Stop kube-apiserver and start it again on the same port (its clients reconnect;
+        etcd keeps the state). For chaos runs: watches break, requests in flight fail."""
+        if self.binaries is None:
+            raise TestEnvError("restart_apiserver needs the environment that started it")
+        proc = self.processes.pop("kube-apiserver", None)
+        if proc is not None:
+            proc.stop()
+        self._start_apiserver(timeout, taint_new_nodes="kube-controller-manager" in self.processes)
+
     # ---- clients -------------------------------------------------------------------------
 
     def ssl_context(self, client: bool = True) -> ssl.SSLContext:

@@ -1,0 +1,221 @@
+"""A chaos run: GPU pods in bursts while the extender, kube-scheduler and the API server
+are restarted and Bindings are held, then the counts that say nothing went wrong.
+
+    .venv/bin/python bench/chaos.py                      # 2,000 pods, 100 nodes x 8 cards
+    .venv/bin/python bench/chaos.py --pods 500 --every 8
+
+The e2e harness of the scheduler (tests/e2e/scheduler): a real control plane, kwok GPU
+nodes, ``tessera scheduler`` with its webhook and least-privilege RBAC, the real
+kube-scheduler. ``--pods`` pods of the e2e mix (fractional, whole-card, multi-card,
+model-constrained, some that never fit) arrive in bursts of ``--burst``; every
+``--every`` seconds one fault, in turn:
+
+* the extender is SIGKILLed and started again (nothing released, in-flight binds lost);
+* kube-scheduler is restarted (its queue and cache are lost);
+* kube-apiserver is restarted (every watch breaks, requests in flight fail);
+
+and a validating webhook holds the Binding of one pod in twenty (named ``slow-``) for
+12 s, past kube-scheduler's 5 s httpTimeout, so binds are retried while their first
+write is still in flight.
+
+Afterwards, from the API objects alone (the annotations say who holds which card): no
+card over its memory, cores or slots; no pod lost; every pod that fits is bound; no
+pod has two Bindings. Prints the counts. Nothing is asserted: a non-zero count is the
+finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from _machine import describe
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "src"))
+
+from tessera.kube import PODS, ApiError, Kind  # noqa: E402
+from tessera.testenv import TestEnv, ensure_binaries  # noqa: E402
+from tessera.testenv.process import free_port  # noqa: E402
+from tests.e2e.scheduler.checks import book_all, fits_now  # noqa: E402
+from tests.e2e.scheduler.harness import (  # noqa: E402
+    Extender,
+    Harness,
+    PodView,
+    gpu_nodes,
+    scheduler_config,
+)
+from tests.e2e.scheduler.test_scheduler_slow_bind import WEBHOOKS, SlowBinding  # noqa: E402
+from tests.e2e.scheduler.workload import mixed_pods  # noqa: E402
+
+NS = "chaos"
+NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
+
+
+def create_retrying(h: Harness, pod: dict[str, Any]) -> None:
+    """Create like a controller: refused while Tessera's webhook or the API server is
+    down, and tried again."""
+    for _ in range(600):
+        try:
+            h.admin.create(PODS, pod, NS)
+            return
+        except ApiError as exc:
+            if exc.status == 409 and "already exists" in exc.message:
+                return  # an earlier try landed without an answer
+            time.sleep(0.5)
+    raise RuntimeError(f"{pod['metadata']['name']}: could not be created in 5 minutes")
+
+
+def slow_binding_webhook(h: Harness) -> SlowBinding:
+    import base64
+
+    pair = h.env.issue_serving_cert("chaos-slow-binding")
+    hook = SlowBinding(str(pair.cert), str(pair.key))
+    h.apply({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "chaos-slow-binding"},
+        "webhooks": [{
+            "name": "slow-binding.chaos.tessera.io",
+            "clientConfig": {"url": f"https://127.0.0.1:{hook.port}/",
+                             "caBundle": base64.b64encode(h.env.ca.pem).decode()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["pods/binding"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 20,
+        }],
+    })  # fmt: skip
+    return hook
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--pods", type=int, default=2000)
+    ap.add_argument("--burst", type=int, default=250)
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--every", type=float, default=10.0, help="seconds between faults")
+    args = ap.parse_args()
+    console = Console()
+    say = lambda m: console.print(m, style="dim")  # noqa: E731
+    binaries = ensure_binaries(progress=lambda m: say(f"[testenv] {m}"))
+    with tempfile.TemporaryDirectory(prefix="ts-chaos-") as tmp:
+        work = Path(tmp)
+        port, webhook_port = free_port(), free_port()
+        env = TestEnv.start(
+            work / "env", binaries=binaries, scheduler_config=scheduler_config(port)
+        )
+        h = Harness(env, work, gpu_nodes(args.nodes, 8))
+        faults: list[str] = []
+        stop = threading.Event()
+        try:
+            kubeconfig = h.install_rbac()
+            env.create_gpu_nodes(h.nodes)
+            serving = env.issue_serving_cert("tessera-webhook")
+            h.extender = Extender(work, kubeconfig, port, webhook_port, serving.cert, serving.key)
+            h.extender.start()
+            h.install_webhooks(webhook_port)
+            h.admin.create(NAMESPACES, {"metadata": {"name": NS}})
+            h.ensure_default_service_account(NS)
+            hook = slow_binding_webhook(h)
+            pods = mixed_pods(args.pods, h.nodes, seed=23, prefix="p")
+            for i, p in enumerate(pods):
+                if i % 20 == 7:
+                    p["metadata"]["name"] = "slow-" + p["metadata"]["name"]
+            view = PodView(h.admin, NS)
+            ext = h.extender
+
+            def chaos() -> None:
+                kinds = itertools.cycle(("extender", "kube-scheduler", "kube-apiserver"))
+                while not stop.wait(args.every):
+                    kind = next(kinds)
+                    t0 = time.monotonic()
+                    try:
+                        if kind == "extender":
+                            ext.kill()
+                            ext.start()
+                        elif kind == "kube-scheduler":
+                            env.restart_scheduler(scheduler_config(port))
+                        else:
+                            env.restart_apiserver()
+                        faults.append(f"{kind} ({time.monotonic() - t0:.1f} s)")
+                        say(f"  fault: {kind} restarted in {time.monotonic() - t0:.1f} s")
+                    except Exception as exc:  # report, keep going
+                        faults.append(f"{kind} FAILED: {exc}")
+
+            chaos_thread = threading.Thread(target=chaos, daemon=True)
+            started = time.monotonic()
+            chaos_thread.start()
+            with ThreadPoolExecutor(16) as pool:
+                for b in range(0, len(pods), args.burst):
+                    list(pool.map(lambda p: create_retrying(h, p), pods[b : b + args.burst]))
+                    done = min(b + args.burst, len(pods))
+                    say(f"  burst {b // args.burst + 1}: {done} pods created")
+                    time.sleep(2.0)
+            # Faults go on until every pod that fits is bound (or 15 minutes pass).
+            deadline = time.monotonic() + 900
+            problems: list[str] = []
+            while time.monotonic() < deadline:
+                live = view.all()
+                _state, problems = book_all(h.admin, live)
+                waiting = [p for p in live if not p["spec"].get("nodeName") and fits_now(_state, p)]
+                if len(live) >= len(pods) and not waiting:
+                    break
+                time.sleep(3.0)
+            stop.set()
+            chaos_thread.join(120)
+            settled = time.monotonic() - started
+            live = view.all()
+            state, problems = book_all(h.admin, live)
+            bound = [p for p in live if p["spec"].get("nodeName")]
+            waiting = [p for p in live if not p["spec"].get("nodeName")]
+            fits = [p for p in waiting if fits_now(state, p)]
+            twice = sorted(n for n, c in hook.seen.items() if c > 1 and n.startswith("slow-"))
+            bound_names = {p["metadata"]["name"] for p in bound}
+            slow_bound = sum(1 for n in bound_names if n.startswith("slow-"))
+            view.stop()
+            h.admin.delete(WEBHOOKS, "chaos-slow-binding")
+            hook.close()
+        finally:
+            stop.set()
+            h.close()
+            env.stop()
+
+    t = Table(title=f"Chaos run: {args.pods} pods, {args.nodes} nodes x 8 cards ({describe()})")
+    t.add_column("count")
+    t.add_column("value", justify="right")
+    rows = [
+        ("pods created", len(pods)),
+        ("pods present at the end (lost: created - present)", len(live)),
+        ("bound", len(bound)),
+        ("pending that cannot fit (rightly waiting)", len(waiting) - len(fits)),
+        ("pending that fit now (should be 0)", len(fits)),
+        ("cards over memory / cores / slots, or bound without an assignment", len(problems)),
+        ("card invariant violations (check_invariants)", len(state.check_invariants())),
+        ("slow- pods bound", slow_bound),
+        ("slow- pods whose Binding the API server was asked twice", len(twice)),
+        ("faults injected", len(faults)),
+        ("seconds until settled", f"{settled:.0f}"),
+    ]
+    for name, value in rows:
+        t.add_row(name, str(value))
+    console.print(t)
+    console.print("faults: " + ", ".join(faults))
+    for p in problems[:10]:
+        console.print(f"problem: {p}", style="red")
+
+
+if __name__ == "__main__":
+    main()
