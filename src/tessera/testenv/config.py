@@ -13,11 +13,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tessera.model.names import ResourceNames
 
 __all__ = ["extender", "kubeconfig", "scheduler_config"]
 
 SCHEDULER_API = "kubescheduler.config.k8s.io/v1"
+
+
+def write_yaml(path: Path, data: Mapping[str, Any]) -> None:
+    """``data`` as YAML at ``path``, readable by its owner only (configs hold key paths)."""
+    path.write_text(yaml.safe_dump(dict(data), sort_keys=False))
+    path.chmod(0o600)
 
 
 def kubeconfig(

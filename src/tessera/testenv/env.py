@@ -189,7 +189,7 @@ class TestEnv:
     def _write_kubeconfigs(self) -> None:
         for name, pair in self._clients.items():
             path = self.kubeconfig if name == "admin" else self._component_kubeconfig(name)
-            self._write_yaml(
+            cfg.write_yaml(
                 path, cfg.kubeconfig(self.server, self.ca.cert_path, pair.cert, pair.key)
             )
 
@@ -389,7 +389,7 @@ class TestEnv:
             )
         except ValueError as exc:
             raise StartError("kube-scheduler", str(exc)) from None
-        self._write_yaml(self.state_dir / "scheduler-config.yaml", self._scheduler_config)
+        cfg.write_yaml(self.state_dir / "scheduler-config.yaml", self._scheduler_config)
 
     def _start_scheduler(self, timeout: float) -> None:
         kubeconfig = self._component_kubeconfig("kube-scheduler")
@@ -452,7 +452,10 @@ class TestEnv:
 
     def restart_apiserver(self, timeout: float = 90.0) -> None:
         """Stop kube-apiserver and start it again on the same port (its clients reconnect;
-        etcd keeps the state). For chaos runs: watches break, requests in flight fail."""
+        etcd keeps the state). For chaos runs: watches break, requests in flight fail.
+
+        In a tied environment the new process dies with the *thread* that calls this
+        (PR_SET_PDEATHSIG is per thread): call it from a thread that outlives the run."""
         if self.binaries is None:
             raise TestEnvError("restart_apiserver needs the environment that started it")
         proc = self.processes.pop("kube-apiserver", None)
@@ -598,11 +601,6 @@ class TestEnv:
         tmp = self.state_dir / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.rename(self.state_dir / STATE_FILE)
-
-    @staticmethod
-    def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
-        path.write_text(yaml.safe_dump(dict(data), sort_keys=False))
-        path.chmod(0o600)
 
 
 def _schedulable(node: Mapping[str, Any]) -> bool:

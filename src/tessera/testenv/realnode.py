@@ -35,11 +35,9 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from tessera.kube import NODES, ApiError
 from tessera.testenv import config as cfg
@@ -359,7 +357,7 @@ class RealNode:
             client=False,
             server=True,
         )
-        _write_yaml(
+        cfg.write_yaml(
             self.kubeconfig, cfg.kubeconfig(self.env.server, ca.cert_path, client.cert, client.key)
         )
         for p in ("kubelet", "healthz"):
@@ -369,7 +367,7 @@ class RealNode:
             json.dumps(self._cni_config(), indent=2) + "\n"
         )
         (self.state_dir / "containerd.toml").write_text(self._containerd_config())
-        _write_yaml(self.state_dir / "kubelet.yaml", self._kubelet_config(ca.cert_path, serving))
+        cfg.write_yaml(self.state_dir / "kubelet.yaml", self._kubelet_config(ca.cert_path, serving))
 
     def _cni_config(self) -> dict[str, Any]:
         return {
@@ -487,8 +485,3 @@ def _wait(pred: Any, timeout: float, proc: Process, what: str) -> None:
         if time.monotonic() > deadline:
             raise proc.fail(f"no {what} after {timeout:.0f} s")
         time.sleep(0.1)
-
-
-def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
-    path.write_text(yaml.safe_dump(dict(data), sort_keys=False))
-    path.chmod(0o600)
