@@ -224,7 +224,7 @@ def main() -> None:
         ("cards over memory / cores / slots, or bound without an assignment", len(problems)),
         ("card invariant violations (check_invariants)", len(state.check_invariants())),
         ("slow- pods bound", slow_bound),
-        ("slow- pods sent a second Binding (a restarted extender re-placed them)", len(twice)),
+        ("slow- pods whose Binding was sent again (the first lost to a restart)", len(twice)),
         ("faults injected", len(faults)),
         ("seconds until settled", f"{settled:.0f}"),
     ]
