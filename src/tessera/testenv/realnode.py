@@ -35,17 +35,22 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tessera.kube import NODES, ApiError
 from tessera.testenv import config as cfg
+from tessera.testenv.certs import CertPair
 from tessera.testenv.errors import TestEnvError
 from tessera.testenv.images import PAUSE_IMAGE
 from tessera.testenv.process import Process, free_port, pid_alive
 
-__all__ = ["CGROUP_ROOT_PREFIX", "RealNode", "missing_prerequisites"]
+if TYPE_CHECKING:
+    from tessera.kube.client import KubeClient
+    from tessera.testenv.env import TestEnv
+
+__all__ = ["CGROUP_ROOT_PREFIX", "SYSCTLS", "RealNode", "missing_prerequisites"]
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CGROUP_ROOT_PREFIX = "tessera-node-"
@@ -60,11 +65,8 @@ PRIVATE_MOUNTS = (
 )
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 STATE_FILE = "realnode.json"
-PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # kubelet finds mount, umount, nsenter ... here; not iptables (in /usr/sbin).
 NODE_PATH = "/usr/local/bin:/usr/bin:/bin"
-DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins")
 
 
 def missing_prerequisites() -> list[str]:
@@ -99,7 +101,7 @@ def _hierarchies() -> list[Path]:
 class RealNode:
     """One real node of a running ``TestEnv``. ``RealNode.start(env, ...)``; ``stop()``."""
 
-    def __init__(self, env: Any, state_dir: Path, name: str, tied: bool) -> None:
+    def __init__(self, env: TestEnv, state_dir: Path, name: str, tied: bool) -> None:
         self.env = env
         self.state_dir = state_dir
         self.name = name
@@ -109,7 +111,7 @@ class RealNode:
         self.processes: dict[str, Process] = {}
         self.ports: dict[str, int] = {}
         self._sysctls: dict[str, str] = {}
-        self._api: Any = None
+        self._api: KubeClient | None = None
 
     # ---- paths -----------------------------------------------------------------------
 
@@ -137,7 +139,7 @@ class RealNode:
     @classmethod
     def start(
         cls,
-        env: Any,
+        env: TestEnv,
         state_dir: Path | str,
         *,
         name: str = "localhost",
@@ -214,6 +216,8 @@ class RealNode:
 
     def start_kubelet(self, timeout: float = 90.0) -> None:
         """Start (or start again) the kubelet and wait until the node is Ready."""
+        if self.env.binaries is None:
+            raise TestEnvError("starting a kubelet needs the environment that built it")
         argv = self.nsenter(
             [
                 str(self.env.binaries["kubelet"]),
@@ -266,7 +270,7 @@ class RealNode:
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
 
     @classmethod
-    def attach(cls, env: Any, state_dir: Path | str) -> RealNode:
+    def attach(cls, env: TestEnv, state_dir: Path | str) -> RealNode:
         """The node recorded in ``state_dir`` by another process (``tessera dev-cluster``)."""
         state_dir = Path(state_dir).resolve()
         try:
@@ -421,7 +425,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = "{s / "cni" / "net.d"}"
 """
 
-    def _kubelet_config(self, ca_cert: Path, serving: Any) -> dict[str, Any]:
+    def _kubelet_config(self, ca_cert: Path, serving: CertPair) -> dict[str, Any]:
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
@@ -476,7 +480,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _wait(pred: Any, timeout: float, proc: Process, what: str) -> None:
+def _wait(pred: Callable[[], bool], timeout: float, proc: Process, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
         code = proc.exit_code()
