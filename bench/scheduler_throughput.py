@@ -112,7 +112,12 @@ class BindTimes:
                     self.running.setdefault(o["metadata"]["name"], now)
 
 
-def pod(name: str, scheduler: str) -> dict[str, Any]:
+WHOLE = {"tessera.io/gpu": "1"}
+# What the issue measured for sharing: 8,000 MiB and 10 % of one card (5 pods fit a card).
+SHARING = {"tessera.io/gpu-memory": "8000", "tessera.io/gpu-cores": "10"}
+
+
+def pod(name: str, scheduler: str, limits: dict[str, str] = WHOLE) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -121,7 +126,7 @@ def pod(name: str, scheduler: str) -> dict[str, Any]:
             "schedulerName": scheduler,
             "terminationGracePeriodSeconds": 0,
             "containers": [{"name": "main", "image": "busybox",
-                            "resources": {"limits": {"tessera.io/gpu": "1"}}}],
+                            "resources": {"limits": dict(limits)}}],
         },
     }  # fmt: skip
 
@@ -179,6 +184,7 @@ def run(
     config: dict[str, Any],
     extra: dict[str, int],
     kwok_pods: bool = True,
+    limits: dict[str, str] = WHOLE,
 ) -> RunResult:
     """One run (see RunResult). The run's pods are deleted at the end, so every run
     starts from the same cluster."""
@@ -189,7 +195,8 @@ def run(
     env.restart_scheduler(PARKED)
     scheduler = config["profiles"][0]["schedulerName"]
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda i: api.create(PODS, pod(f"p-{i:05d}", scheduler), ns), range(pods)))
+        list(pool.map(lambda i: api.create(PODS, pod(f"p-{i:05d}", scheduler, limits), ns),
+                      range(pods)))  # fmt: skip
     watch = BindTimes(api, ns)
     # Requests are counted from before the start (reading /metrics takes a loaded API
     # server a second or more) until every pod is Running (bound, with --kwok-pods off):
@@ -268,6 +275,12 @@ def main() -> None:
         "nothing -- the floor of an extender hop; both: tessera and null in every round",
     )  # fmt: skip
     ap.add_argument(
+        "--shape", choices=["whole", "sharing", "both"], default="whole",
+        help="the extender's pods: one whole card each (as stock's), a sharing slice "
+        "(8,000 MiB / 10 %%: tessera-sharing), or both kinds of run; stock always places "
+        "whole cards (it cannot share one)",
+    )  # fmt: skip
+    ap.add_argument(
         "--layout", choices=["shared", "split"], default="shared",
         help="shared: every process on every CPU; split: the extender on half the CPUs, "
         "everything else on the other half (see the module docstring)",
@@ -283,6 +296,9 @@ def main() -> None:
     )  # fmt: skip
     args = ap.parse_args()
     kinds = ["stock", *(["tessera", "null"] if args.extender == "both" else [args.extender])]
+    if args.shape != "whole":
+        sharing = [f"{k}-sharing" for k in kinds if k != "stock"]
+        kinds = ["stock", *sharing] if args.shape == "sharing" else [*kinds, *sharing]
     extender_cpus = split_cpus() if args.layout == "split" else None
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
     kwok_pods = args.kwok_pods == "run"
@@ -316,10 +332,12 @@ def main() -> None:
                     # Its own process per run, started before the run's window and
                     # stopped after: it watches every pod, so it must not tax other runs.
                     log_path = work / f"{kind}-{r}.log"
-                    ext = start_extender(env, port, log_path, extender_cpus, null=kind == "null")
+                    null = kind.startswith("null")
+                    ext = start_extender(env, port, log_path, extender_cpus, null=null)
+                    limits = SHARING if kind.endswith("-sharing") else WHOLE
                     result = run(env, api, f"{kind}-{r}", args.pods, extended,
-                                 {"extender": ext.pid}, kwok_pods)  # fmt: skip
-                    if kind == "tessera":
+                                 {"extender": ext.pid}, kwok_pods, limits)  # fmt: skip
+                    if kind.startswith("tessera"):
                         verbs = _add_verbs(verbs, _read_verbs(port))
                     ext.terminate()
                     ext.wait(15)
@@ -420,6 +438,8 @@ LABELS = {
     "stock": "stock kube-scheduler (extended resource)",
     "tessera": "with the Tessera extender (filter + bind)",
     "null": "with the null extender (bench/null_extender.py)",
+    "tessera-sharing": "Tessera extender, sharing pods (8,000 MiB / 10 %)",
+    "null-sharing": "null extender, sharing pods",
 }
 
 
@@ -429,7 +449,9 @@ def report(
     verbs: dict[str, tuple[int, float]],
 ) -> None:
     qps = f"qps {args.qps:g}" if args.qps else "default qps"
-    table = Table(title=f"kube-scheduler throughput, {args.pods} whole-card pods on {args.nodes} "
+    shape = {"whole": "whole-card", "sharing": "sharing", "both": "whole-card and sharing"}
+    table = Table(title=f"kube-scheduler throughput, {args.pods} {shape[args.shape]} pods on "
+                  f"{args.nodes} "
                   f"kwok nodes, {qps}, {args.rounds} rounds, {args.layout} CPUs "
                   f"({os.cpu_count()} CPUs, {platform.machine()})")  # fmt: skip
     table.add_column("run")
