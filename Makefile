@@ -36,9 +36,10 @@ testenv: setup
 	$(BIN)/python -m tessera.testenv.build
 
 # The in-container limiter, its fake driver and its C tests, normal and under ASan/UBSan
-# (pytest runs the C test cases: tests/integration/test_libvgpu.py).
-libvgpu:
-	$(MAKE) -C libvgpu all asan
+# (pytest runs the C test cases: tests/integration/test_libvgpu.py). The library itself is
+# built with zig cc (PyPI's ziglang, in .venv) against glibc 2.17: it loads in any image.
+libvgpu: setup
+	$(MAKE) -C libvgpu all asan ZIG="$(abspath $(BIN))/python -m ziglang"
 
 # The real node of the e2e tests (docs/testenv.md, "The real node"): containerd, runc and
 # the CNI plugins from Debian, a static busybox and glibc's static library for the test

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,6 +32,10 @@ from tessera.node.formats.usage import read_region
 REPO = Path(__file__).resolve().parents[2]
 LIBVGPU = REPO / "libvgpu"
 VARIANTS = {"normal": LIBVGPU / "build", "asan": LIBVGPU / "build" / "asan"}
+# What `make libvgpu` passes: the shipped library is built with zig cc (ziglang, a dev
+# dependency) against GLIBC_BASE.
+ZIG = f"{sys.executable} -m ziglang"
+GLIBC_BASE = (2, 17)
 _built: set[str] = set()
 
 
@@ -42,7 +47,7 @@ def ensure_built(variant: str) -> Path:
             fcntl.flock(lock, fcntl.LOCK_EX)
             target = "all" if variant == "normal" else "asan"
             done = subprocess.run(
-                ["make", "-C", str(LIBVGPU), "-j2", target],
+                ["make", "-C", str(LIBVGPU), "-j2", target, f"ZIG={ZIG}"],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -347,3 +352,27 @@ def test_the_fake_cards_report_each_process_memory_as_nvml_would(tmp_path: Path)
         proc.wait(10)
     time.sleep(0.6)  # past the discovery's pid cache
     assert disc.processes(cards[1].uuid) == []
+
+
+def _glibc_needs(library: Path) -> list[tuple[int, int]]:
+    """The GLIBC_x.y versions ``library``'s dynamic symbols need (objdump, from binutils,
+    which the C compiler the build needs brings)."""
+    out = subprocess.run(
+        ["objdump", "-T", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    found = {tuple(int(x) for x in v.split(".")[:2]) for v in re.findall(r"GLIBC_(\d+\.\d+)", out)}
+    return sorted(found)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("where", ["libvgpu.so", "libvgpu-test.so", "aarch64/libvgpu.so"])
+def test_the_library_loads_on_glibc_2_17_or_newer(where: str) -> None:
+    # Preloaded through /etc/ld.so.preload, a library that needs a newer glibc than the
+    # image has makes every process of the container fail, the shell included.
+    build = ensure_built("normal")
+    needs = _glibc_needs(build / where)
+    assert needs, f"{where}: no GLIBC versions found (not a glibc library?)"
+    too_new = [n for n in needs if n > GLIBC_BASE]
+    assert not too_new, (
+        f"{where} needs GLIBC_{'.'.join(map(str, max(needs)))}, above the baseline "
+        f"GLIBC_{'.'.join(map(str, GLIBC_BASE))}: images with an older glibc would refuse it"
+    )
