@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.node.pods import PodInfo
-from tessera.node.ports import Discovery, EventSink, GpuProcess, PodSource
+from tessera.node.ports import Discovery, EventSink, GpuProcess, PodSource, warn_best_effort
 
 __all__ = ["Backstop", "BackstopMode", "Breach", "container_of"]
 
@@ -190,8 +190,5 @@ class Backstop:
             f"libvgpu's accounting; {did}"
         )
         log.warning("backstop: %s: %s", pod.key, message)
-        try:
-            self.events.warn(pod, REASON, message)
-        except Exception:  # an Event is best effort
-            log.exception("could not post an Event on %s", pod.key)
+        warn_best_effort(self.events, pod, REASON, message)
         return Breach(pod.key, cname, uuid, used, cap_bytes, allowed, tuple(killed), now)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -34,7 +35,11 @@ __all__ = [
     "PodResourcesView",
     "PodSource",
     "XidEvent",
+    "warn_best_effort",
 ]
+
+
+log = logging.getLogger(__name__)
 
 
 class DiscoveryError(RuntimeError):
@@ -104,6 +109,15 @@ class EventSink(Protocol):
     """Warning Events on a pod (kubectl describe shows why its container did not start)."""
 
     def warn(self, pod: PodInfo, reason: str, message: str) -> None: ...
+
+
+def warn_best_effort(events: EventSink, pod: PodInfo, reason: str, message: str) -> None:
+    """``events.warn``, never raising: an Event only explains; the caller's answer (a gRPC
+    error, a kill, a restored file) stands whether or not it could be posted."""
+    try:
+        events.warn(pod, reason, message)
+    except Exception:
+        log.exception("could not post an Event on %s", pod.key)
 
 
 class NodePort(Protocol):

@@ -50,8 +50,7 @@ from tessera.node.formats.layout import AllocRecord, Layout
 from tessera.node.formats.limits import decode_limits, encode_limits, limits_for
 from tessera.node.isolation import ContainerEdits, Isolation, Visibility, container_edits
 from tessera.node.kubelet import slots as S
-from tessera.node.pods import PodInfo
-from tessera.node.ports import EventSink, PodResources, PodSource
+from tessera.node.ports import EventSink, PodResources, PodSource, warn_best_effort
 
 __all__ = ["AllocationError", "Allocator"]
 
@@ -304,15 +303,9 @@ class Allocator:
             f"({problem}); restored from {t.pod.key}'s assignment before the container starts"
         )
         log.warning("%s: %s", t.pod.key, message)
-        self._warn(t.pod, "TesseraLimitsRestored", message)
+        warn_best_effort(self.events, t.pod, "TesseraLimitsRestored", message)
         self.ledger.update(new)
         return new
-
-    def _warn(self, pod: PodInfo, reason: str, message: str) -> None:
-        try:
-            self.events.warn(pod, reason, message)
-        except Exception:  # an Event is best effort
-            log.exception("could not post an Event on %s", pod.key)
 
     def _slices_of(self, rec: AllocRecord) -> tuple[tuple[str, int, int], ...]:
         t = self.matcher.find((rec.pod_uid, rec.container))

@@ -32,7 +32,7 @@ from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
 from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
 from tessera.node.isolation import ContainerEdits
 from tessera.node.kubelet import slots as S
-from tessera.node.ports import EventSink
+from tessera.node.ports import EventSink, warn_best_effort
 
 __all__ = ["API_VERSION", "KUBELET_SOCKET", "RECENT", "DevicePluginServer", "device_list"]
 
@@ -200,10 +200,8 @@ class DevicePluginServer:
         except AllocationError as exc:
             log.warning("%s", exc.message)
             if exc.pod is not None:
-                try:
-                    self.events.warn(exc.pod, _REASONS.get(exc.code, "TesseraError"), exc.message)
-                except Exception:  # an Event is best effort; the gRPC error is the answer
-                    log.exception("could not post an Event on %s", exc.pod.key)
+                reason = _REASONS.get(exc.code, "TesseraError")
+                warn_best_effort(self.events, exc.pod, reason, exc.message)
             context.abort(_CODES.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
         except Exception as exc:  # never crash a handler; say what broke
             log.exception("device plugin call failed")
