@@ -304,12 +304,7 @@ class SchedulerState:
         raw = _annotations(obj).get(keys.ASSIGNMENT)
         text = raw if isinstance(raw, str) else None
         upd = PodUpdate(key, uid, rv, node_name, text, obj=obj)
-        known = self.pods.get(key)
-        if known is not None and (known.uid, known.node_name, known.assignment_text) == (
-            uid,
-            node_name,
-            text,
-        ):
+        if upd.unchanged_for(self.pods.get(key)):
             return upd  # probably a status update: parsed only if needed after all
         self._decode(upd)
         return upd
@@ -342,13 +337,7 @@ class SchedulerState:
             self.release(key, uid)
             return
         known = self.pods.get(key)
-        if (
-            known is not None
-            and known.uid == uid
-            and known.node_name == node_name
-            and known.assignment_text == text
-            and key not in self.reservations
-        ):
+        if known is not None and upd.unchanged_for(known) and key not in self.reservations:
             # A status update (kwok, kubelet) or a label: nothing Tessera reads changed.
             known.resource_version = upd.resource_version
             return
@@ -431,6 +420,15 @@ class PodUpdate:
     request: PodRequest | None = None
     assignment: Assignment | None = None
     bad_assignment: str = ""  # why the annotation does not decode
+
+    def unchanged_for(self, known: PodInfo | None) -> bool:
+        """Whether nothing Tessera reads differs from ``known`` (same pod, node and
+        assignment bytes): a status update or a label."""
+        return known is not None and (known.uid, known.node_name, known.assignment_text) == (
+            self.uid,
+            self.node_name,
+            self.text,
+        )
 
 
 def _inventory(name: str, text: str, alloc: dict[str, Any]) -> NodeInventory:
