@@ -55,7 +55,11 @@ from tests.e2e.scheduler.harness import (  # noqa: E402
     gpu_nodes,
     scheduler_config,
 )
-from tests.e2e.scheduler.test_scheduler_slow_bind import WEBHOOKS, SlowBinding  # noqa: E402
+from tests.e2e.scheduler.test_scheduler_slow_bind import (  # noqa: E402
+    WEBHOOKS,
+    SlowBinding,
+    slow_binding_config,
+)
 from tests.e2e.scheduler.workload import mixed_pods  # noqa: E402
 
 NS = "chaos"
@@ -77,27 +81,10 @@ def create_retrying(h: Harness, pod: dict[str, Any]) -> None:
 
 
 def slow_binding_webhook(h: Harness) -> SlowBinding:
-    import base64
-
     pair = h.env.issue_serving_cert("chaos-slow-binding")
     hook = SlowBinding(str(pair.cert), str(pair.key))
-    h.apply({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "chaos-slow-binding"},
-        "webhooks": [{
-            "name": "slow-binding.chaos.tessera.io",
-            "clientConfig": {"url": f"https://127.0.0.1:{hook.port}/",
-                             "caBundle": base64.b64encode(h.env.ca.pem).decode()},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods/binding"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
-            "failurePolicy": "Ignore",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 20,
-        }],
-    })  # fmt: skip
+    # Ignore, not Fail: the webhook must not stop Bindings when a restart cuts it off.
+    h.apply(slow_binding_config("chaos-slow-binding", hook, h.env.ca.pem, NS, "Ignore"))
     return hook
 
 

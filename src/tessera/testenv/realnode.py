@@ -169,11 +169,10 @@ class RealNode:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self._clean_cgroups()  # a node of the same name killed without stop()
-        for h in _hierarchies():
-            for sub in ("", "/runtime"):
-                d = h / (self.cgroup_root.lstrip("/") + sub)
+        for root in self._cgroup_roots():
+            for d in (root, root / "runtime"):
                 d.mkdir(parents=True, exist_ok=True)
-                if h.name == "cpuset":  # a new cpuset takes no task until it has cpus/mems
+                if root.parent.name == "cpuset":  # a new cpuset takes no task without cpus/mems
                     for f in ("cpuset.cpus", "cpuset.mems"):
                         (d / f).write_text((d.parent / f).read_text())
         self._write_configs()
@@ -316,16 +315,18 @@ class RealNode:
 
     # ---- cgroups and sysctls ---------------------------------------------------------
 
+    def _cgroup_roots(self) -> list[Path]:
+        """The node's cgroup root in every v1 hierarchy."""
+        return [h / self.cgroup_root.lstrip("/") for h in _hierarchies()]
+
     def _join_runtime_cgroup(self, pid: int) -> None:
-        for h in _hierarchies():
-            procs = h / self.cgroup_root.lstrip("/") / "runtime" / "cgroup.procs"
+        for root in self._cgroup_roots():
             with contextlib.suppress(OSError):
-                procs.write_text(str(pid))
+                (root / "runtime" / "cgroup.procs").write_text(str(pid))
 
     def _clean_cgroups(self) -> None:
         """Kill every process under the node's cgroup root, then remove its cgroups."""
-        roots = [h / self.cgroup_root.lstrip("/") for h in _hierarchies()]
-        roots = [r for r in roots if r.is_dir()]
+        roots = [r for r in self._cgroup_roots() if r.is_dir()]
         for _ in range(50):
             pids = {
                 int(p) for r in roots for d in _walk(r) for p in _read(d / "cgroup.procs").split()

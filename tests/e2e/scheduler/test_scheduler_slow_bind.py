@@ -82,6 +82,30 @@ class SlowBinding:
         self.server.server_close()
 
 
+def slow_binding_config(
+    name: str, hook: SlowBinding, ca_pem: bytes, namespace: str, failure_policy: str
+) -> Obj:
+    """The ValidatingWebhookConfiguration that sends the Bindings of ``namespace``'s pods
+    to ``hook`` (bench/chaos.py uses it too)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": f"{name}.e2e.tessera.io",
+            "clientConfig": {"url": f"https://127.0.0.1:{hook.port}/",
+                             "caBundle": base64.b64encode(ca_pem).decode()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["pods/binding"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "failurePolicy": failure_policy,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 20,
+        }],
+    }  # fmt: skip
+
+
 @pytest.fixture
 def slow_binding(harness: Harness) -> Iterator[SlowBinding]:
     h = harness
@@ -90,23 +114,7 @@ def slow_binding(harness: Harness) -> Iterator[SlowBinding]:
     h.ensure_default_service_account(ns)
     pair = h.env.issue_serving_cert("slow-binding")
     hook = SlowBinding(str(pair.cert), str(pair.key))
-    config = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "e2e-slow-binding"},
-        "webhooks": [{
-            "name": "slow-binding.e2e.tessera.io",
-            "clientConfig": {"url": f"https://127.0.0.1:{hook.port}/",
-                             "caBundle": base64.b64encode(h.env.ca.pem).decode()},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods/binding"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 20,
-        }],
-    }  # fmt: skip
+    config = slow_binding_config("e2e-slow-binding", hook, h.env.ca.pem, ns, "Fail")
     h.apply(config)
     try:
         _wait_until_consulted(h, hook, ns)
