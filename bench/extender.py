@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _stats import pct
 from rich.console import Console
 from rich.table import Table
 
@@ -81,11 +82,6 @@ def pod(i: int, rng: random.Random) -> dict[str, Any]:
             "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}],
         },
     }
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
 class FullPasses:

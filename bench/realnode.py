@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from _machine import describe
+from _stats import pct
 from rich.console import Console
 from rich.table import Table
 
@@ -88,11 +89,6 @@ def plain_pod(name: str, devices: Path) -> dict[str, Any]:
     pod = gpu_pod(name, 1000, 10, "exec sleep 3600", devices)
     pod["spec"]["containers"][0].pop("resources")
     return pod
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
 def startup(world: RealWorld, pods: int, console: Console) -> dict[str, list[float]]:
