@@ -20,7 +20,7 @@
    the cards of a pod that may be bound to them. A Conflict because an earlier try of
    this same bind landed (same UID, node and assignment; ``bind_once`` reads the pod to
    tell) is not a failure: the pod is bound as decided. If the write succeeds, the reservation stays
-   until the watch shows the pod bound with this assignment (``SchedulerState.apply_pod``
+   until the watch shows the pod bound with this assignment (``SchedulerState.apply_update``
    confirms it): the watch may still deliver events from before the bind, and an
    unbound pod without a reservation would be released.
 4. A pod the watch already shows bound is not bound again: a new pick of cards would
@@ -72,7 +72,7 @@ def _reserve(
         if bound:  # step 4 of the module docstring
             raise BindError("already-bound", f"pod {key} is already bound to {bound}")
         res = state.reservations.get(key)
-        if res is not None and res.uid == uid and res.node == args.node and state.held(key):
+        if res is not None and res.uid == uid and res.node == args.node:
             res.binding = True
             return res.assignment
         request: PodRequest | None = None
@@ -132,11 +132,8 @@ def begin_bind(
 
 def release_pending(state: SchedulerState, pending: PendingBind) -> None:
     """Step 3's release: drop the bind's reservation (if it is still this bind's)."""
-    key = pending.args.key
     with state.lock:
-        res = state.reservations.get(key)
-        if res is not None and res.assignment == pending.assignment:
-            state.release(key)
+        state.unreserve(pending.args.key, pending.assignment)
 
 
 def write_failed(state: SchedulerState, pending: PendingBind, exc: ApiError) -> BindError:

@@ -1,15 +1,18 @@
-"""The reservation book: which bookings in the cluster state are still tentative.
+"""The reservation book: the extender's assumed state, kept apart from what it observed.
 
 A reservation is taken when the extender decides where a pod goes (in ``filter``, or in
-``bind`` when no decision was taken before) and is booked into the ``ClusterState`` at
-once, so the very next scheduling cycle already sees those cards as taken -- even though
-the scheduler's bind for the first pod has not arrived yet. That is the scheduler's own
-"assume" step, for the cards it cannot see.
+``bind`` when no decision was taken before). ``SchedulerState`` books it into the
+``ClusterState`` at once, in place of whatever the pod's annotation says, so the very
+next scheduling cycle already sees those cards as taken -- even though the scheduler's
+bind for the first pod has not arrived yet. That is the scheduler's own "assume" step,
+for the cards it cannot see; like kube-scheduler's assumed pods, the record lives here,
+not in the observed state, and when it goes the pod falls back to what was observed.
 
 A reservation ends in one of three ways:
 
 * confirmed: the pod came back through the watch bound with its
-  ``tessera.io/assignment``; the booking stays and the record goes. A successful bind
+  ``tessera.io/assignment`` (or bound with another: the observed truth wins); the
+  record goes and the observed assignment is what stays booked. A successful bind
   alone does not confirm it: the watch may still deliver the pod's events from before
   the bind, and without the record such an event would read as "unbound, no annotation"
   and free the cards;
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.model.types import Assignment
+from tessera.model.types import Assignment, PodRequest
 
 __all__ = ["Reservation", "ReservationBook"]
 
@@ -37,6 +40,7 @@ __all__ = ["Reservation", "ReservationBook"]
 class Reservation:
     pod_key: str
     uid: str
+    request: PodRequest
     assignment: Assignment
     expires_at: float
     binding: bool = False  # a bind is writing it: never expires ...
@@ -61,10 +65,14 @@ class ReservationBook:
     def get(self, pod_key: str) -> Reservation | None:
         return self._by_key.get(pod_key)
 
-    def add(self, pod_key: str, uid: str, assignment: Assignment, now: float) -> Reservation:
-        r = Reservation(pod_key, uid, assignment, now + self.ttl_s)
-        self._by_key[pod_key] = r
+    def add(self, request: PodRequest, uid: str, assignment: Assignment, now: float) -> Reservation:
+        r = Reservation(request.key, uid, request, assignment, now + self.ttl_s)
+        self._by_key[r.pod_key] = r
         return r
+
+    def put(self, r: Reservation) -> None:
+        """Put back a reservation taken out with ``pop``."""
+        self._by_key[r.pod_key] = r
 
     def pop(self, pod_key: str) -> Reservation | None:
         return self._by_key.pop(pod_key, None)

@@ -1,13 +1,17 @@
 """The extender's view of the cluster, kept current by the node and pod reflectors.
 
-``SchedulerState`` owns a ``ClusterState`` (cards and bookings, the placement core's
-input) and the ``ReservationBook`` (which bookings are still tentative), and keeps what
-it needs of each Tessera pod (UID, resourceVersion, node, parsed request) for ``bind``.
+``SchedulerState`` keeps two records apart, as kube-scheduler keeps its assumed pods
+apart from its cache:
 
-Sources of truth, in order:
+1. ``observed``: what each pod's ``tessera.io/assignment`` annotation says (what a bind
+   wrote; survives restarts), changed only by the watch and the lists;
+2. ``reservations``: the decisions this process took and has not yet seen come back
+   (in flight), changed only by the verbs.
 
-1. a pod's ``tessera.io/assignment`` annotation (what a bind wrote; survives restarts);
-2. the reservations this process took and has not yet seen come back (in flight).
+The ``ClusterState`` (cards and bookings, the placement core's input) books one of the
+two per pod -- the reservation if there is one, else the observed assignment -- and
+``_settle`` is the one place that keeps it so. Beside them it keeps what ``bind`` needs
+of each Tessera pod (UID, resourceVersion, node, parsed request).
 
 A restarted extender lists the nodes and the pods and books every annotation again:
 nothing else is needed to know which card holds what, so it comes back with no double
@@ -136,7 +140,7 @@ class SchedulerState:
         self.doubt_s = doubt_s  # how long a bind of unknown outcome keeps its cards
         self.clock = clock
         self.pods: dict[str, PodInfo] = {}
-        self._held: dict[str, _Held] = {}
+        self.observed: dict[str, _Held] = {}  # what each pod's annotation says
         self._node_raw: dict[str, tuple[str, str, str]] = {}
         self.bad_nodes: dict[str, str] = {}  # node -> why its inventory was refused
         self.problems: Counter[str] = Counter()  # kind -> count, for metrics
@@ -150,57 +154,88 @@ class SchedulerState:
         return parse_pod(pod, names=self.names, compat=self.compat)
 
     # --- bookings (lock held) -----------------------------------------------------------
+    #
+    # Two records per pod, kept apart: ``observed`` (what its annotation says, from the
+    # watch) and ``reservations`` (what this process assumed and has not seen come back).
+    # The cluster state books exactly one of them -- the reservation if there is one (it
+    # is the newer decision), else the observed one -- and ``_settle`` keeps it so.
 
-    def hold(self, key: str, uid: str, request: PodRequest, assignment: Assignment) -> str:
-        """Book ``assignment`` for ``key``, replacing what it held. Returns "" or why not."""
-        self._unbook(key)
-        self._held[key] = _Held(uid, request, assignment)
-        return self._book(key)
+    def _wanted(self, key: str) -> _Held | None:
+        res = self.reservations.get(key)
+        if res is not None:
+            return _Held(res.uid, res.request, res.assignment)
+        return self.observed.get(key)
 
-    def _book(self, key: str) -> str:
-        held = self._held[key]
-        if held.assignment.node not in self.cluster:
+    def _settle(self, key: str) -> str:
+        """Make the cluster state book what ``key`` should hold. Returns "" or why not."""
+        want = self._wanted(key)
+        have = self.cluster.booking(key)
+        if have is not None:
+            if want is not None and (have.pod.uid, have.assignment) == (want.uid, want.assignment):
+                return ""
+            self.cluster.release(key)
+        if want is None:
+            return ""
+        if want.assignment.node not in self.cluster:
             return "node not in the cluster state"  # booked when the node comes
         try:
-            self.cluster.assign(held.request, held.assignment)
+            self.cluster.assign(want.request, want.assignment)
             return ""
         except (PlacementError, SpecError) as first:
-            fallback = request_from_assignment(key, held.assignment, held.request)
+            if key in self.reservations:
+                return str(first)  # the caller's decision no longer fits: it says so
+            # An annotation whose pod spec no longer parses to it: book the assignment.
+            fallback = request_from_assignment(key, want.assignment, want.request)
             try:
-                self.cluster.assign(fallback, held.assignment)
-                self._held[key] = _Held(held.uid, fallback, held.assignment)
+                self.cluster.assign(fallback, want.assignment)
                 return ""
             except (PlacementError, SpecError):
                 self.problems["conflicting-assignment"] += 1
                 log.error("pod %s: its assignment cannot be booked: %s", key, first)
                 return str(first)
 
-    def _unbook(self, key: str) -> None:
-        self._held.pop(key, None)
-        self.cluster.release(key)
-
     def release(self, key: str, uid: str | None = None) -> bool:
-        """Drop what ``key`` holds (only if it is ``uid``'s) and its reservation."""
-        held = self._held.get(key)
-        if held is None or (uid is not None and held.uid != uid):
+        """Forget what ``key`` holds, observed and assumed (only ``uid``'s, if given)."""
+        dropped = False
+        obs = self.observed.get(key)
+        if obs is not None and uid in (None, obs.uid):
+            del self.observed[key]
+            dropped = True
+        res = self.reservations.get(key)
+        if res is not None and uid in (None, res.uid):
+            self.reservations.pop(key)
+            dropped = True
+        if dropped:
+            self._settle(key)
+        return dropped
+
+    def unreserve(self, key: str, assignment: Assignment | None = None) -> bool:
+        """Drop ``key``'s reservation (only if it is for ``assignment``, if given): the
+        pod falls back to what its annotation says, if anything."""
+        res = self.reservations.get(key)
+        if res is None or assignment not in (None, res.assignment):
             return False
-        self._unbook(key)
         self.reservations.pop(key)
+        self._settle(key)
         return True
 
     def reserve(self, request: PodRequest, uid: str, assignment: Assignment) -> Reservation:
         """Book a tentative decision; raises PlacementError if it does not fit."""
-        problem = self.hold(request.key, uid, request, assignment)
+        previous = self.reservations.pop(request.key)
+        res = self.reservations.add(request, uid, assignment, self.clock())
+        problem = self._settle(request.key)
         if problem:
-            self._held.pop(request.key, None)
+            self.reservations.pop(request.key)
+            if previous is not None:
+                self.reservations.put(previous)
+            self._settle(request.key)
             raise PlacementError(problem, {assignment.node: problem})
-        return self.reservations.add(request.key, uid, assignment, self.clock())
+        return res
 
     def expire_reservations(self) -> int:
-        now = self.clock()
-        gone = self.reservations.expired(now)
+        gone = self.reservations.expired(self.clock())
         for r in gone:
-            self.release(r.pod_key, r.uid)
+            self.unreserve(r.pod_key, r.assignment)
         return len(gone)
 
     def doubt(self, key: str, assignment: Assignment) -> bool:
@@ -219,11 +254,12 @@ class SchedulerState:
         return info.node_name if info is not None and info.uid == uid else ""
 
     def held(self, key: str) -> Assignment | None:
-        h = self._held.get(key)
-        return h.assignment if h else None
+        """What ``key`` holds: its reservation, else its observed assignment."""
+        want = self._wanted(key)
+        return want.assignment if want else None
 
     def held_count(self) -> int:
-        return len(self._held)
+        return len(self.observed.keys() | {r.pod_key for r in self.reservations.all()})
 
     # --- nodes ------------------------------------------------------------------------
 
@@ -267,15 +303,17 @@ class SchedulerState:
             self._node_raw[name] = raw
             self.bad_nodes[name] = str(exc)
             return
-        for key, held in sorted(self._held.items()):
-            if held.assignment.node == name and self.cluster.booking(key) is None:
-                self._book(key)
+        waiting = {k for k, h in self.observed.items() if h.assignment.node == name}
+        waiting |= {r.pod_key for r in self.reservations.all() if r.node == name}
+        for key in sorted(waiting):
+            if self.cluster.booking(key) is None:
+                self._settle(key)
 
     def _remove_node(self, name: str) -> None:
         self._node_raw.pop(name, None)
         self.bad_nodes.pop(name, None)
         if name in self.cluster:
-            self.cluster.remove_node(name)  # its bookings go; _held keeps them
+            self.cluster.remove_node(name)  # its bookings go; observed keeps them
 
     def replace_nodes(self, items: list[Obj]) -> None:
         names = {(o.get("metadata") or {}).get("name") for o in items}
@@ -346,31 +384,39 @@ class SchedulerState:
         if upd.bad_assignment:
             self.problems["bad-assignment"] += 1
             log.warning("%s", upd.bad_assignment)
-        request, assignment = upd.request, upd.assignment
         self.pods[key] = PodInfo(
-            key, uid, upd.resource_version, node_name, request, assignment, text
+            key, uid, upd.resource_version, node_name, upd.request, upd.assignment, text
         )
-        res = self.reservations.get(key)
-        if res is not None and res.uid == uid:
-            if assignment == res.assignment:
-                self.reservations.pop(key)  # confirmed: the booking stays
-                return
-            if not node_name:
-                return  # a stale annotation; the bind in flight overwrites it
-            self.reservations.pop(key)
-        held = self._held.get(key)
+        self._observe(upd)
+        self._confirm(upd)
+        self._settle(key)
+
+    def _observe(self, upd: PodUpdate) -> None:
+        """Record what the pod's annotation says (lock held)."""
+        key, assignment = upd.key, upd.assignment
+        obs = self.observed.get(key)
         if assignment is not None:
-            if held is not None and held.uid == uid and held.assignment == assignment:
+            if obs is not None and (obs.uid, obs.assignment) == (upd.uid, assignment):
                 return
-            base = request or request_from_assignment(key, assignment, None)
-            base = dataclasses.replace(base, uid=uid)
-            self.hold(key, uid, base, assignment)
-        elif (
-            held is not None and held.uid == uid and not node_name and key not in self.reservations
-        ):
-            self.release(key, uid)  # the annotation was taken off an unbound pod
-        elif held is not None and held.uid != uid:
-            self.release(key)  # the name now belongs to another pod
+            base = upd.request or request_from_assignment(key, assignment, None)
+            self.observed[key] = _Held(upd.uid, dataclasses.replace(base, uid=upd.uid), assignment)
+        elif obs is None:
+            return
+        elif obs.uid != upd.uid:
+            del self.observed[key]  # the name now belongs to another pod
+        elif not upd.node_name:
+            del self.observed[key]  # the annotation was taken off an unbound pod
+        # else: a bound pod lost its annotation; its containers still hold the cards
+
+    def _confirm(self, upd: PodUpdate) -> None:
+        """What the pod's update says of this process's reservation (lock held): the
+        watch showing the pod bound -- with this assignment or another -- ends it."""
+        res = self.reservations.get(upd.key)
+        if res is None or res.uid != upd.uid:
+            return
+        if upd.assignment == res.assignment or upd.node_name:
+            self.reservations.pop(upd.key)
+        # else: unbound with a stale annotation; the bind in flight overwrites it
 
     def replace_pods(self, items: list[Obj], chunk: int = RELIST_CHUNK) -> None:
         """The complete set of pods (after a list). Parses outside the lock, then takes
@@ -383,17 +429,16 @@ class SchedulerState:
         updates = [self.prepare_pod(o) for o in items]
         present = {(u.key, u.uid) for u in updates}
         with self.lock:
-            for key, held in list(self._held.items()):
-                if (key, held.uid) in present:
-                    continue
-                res = self.reservations.get(key)
-                if res is not None and res.uid == held.uid:
+            for key, obs in list(self.observed.items()):
+                if (key, obs.uid) not in present:
+                    del self.observed[key]
+                    self._settle(key)
+            for res in self.reservations.all():
+                if (res.pod_key, res.uid) not in present:
                     # Reserved after the list was taken (the scheduler offered us the pod,
                     # so it existed): keep it; the watch confirms it, and if the pod is gone
                     # after all, the reservation expires instead of holding the cards.
                     res.binding = False
-                    continue
-                self.release(key)
             for key in [k for k, info in self.pods.items() if (k, info.uid) not in present]:
                 del self.pods[key]
         for start in range(0, len(updates), chunk):
