@@ -27,7 +27,6 @@ struct CUfunc_st { uint64_t ns; };
 struct CUmod_st { int unused; };
 struct CUmemPoolHandle_st { int dev; };
 struct CUarray_st { int dev; uint64_t bytes; };
-struct CUevent_st { int dev; uint64_t t; int recorded; };
 
 static fdev local_devs[MAXDEV];
 /* Device i's state: local, an entry of the FAKECUDA_SHARED array, or a card's own file. */
@@ -319,6 +318,11 @@ FX CUresult cuCtxSetCurrent(CUcontext c) {
     cur = c;
     return CUDA_SUCCESS;
 }
+FX CUresult cuCtxGetCurrent(CUcontext *c) {
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    *c = cur;
+    return CUDA_SUCCESS;
+}
 FX CUresult cuCtxGetDevice(CUdevice *d) {
     if (!d) return CUDA_ERROR_INVALID_VALUE;
     if (!cur) return CUDA_ERROR_INVALID_CONTEXT;
@@ -346,7 +350,12 @@ FX CUresult cuMemGetInfo(unsigned int *f, unsigned int *t) {
 }
 
 static CUresult alloc_v2(CUdeviceptr *p, size_t n) { return mem_add(p, n, cur_dev(), 1, 0); }
-FX CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return alloc_v2(p, n); }
+static CUresult unsafe_check(void);
+/* cuMemAlloc may synchronise: a "potentially unsafe" call during capture. */
+FX CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    CUresult r = unsafe_check();
+    return r != CUDA_SUCCESS ? r : alloc_v2(p, n);
+}
 FX CUresult cuMemAlloc(CUdeviceptr_v1 *p, unsigned int n) {
     unsigned long long v = 0;
     CUresult r = mem_add(p ? &v : NULL, n, cur_dev(), 1, LOW_ADDR);
@@ -459,9 +468,224 @@ FX CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
     return CUDA_SUCCESS;
 }
 
-static CUresult run(CUfunction f, int dev) {
+/* ---- Streams and stream capture ----
+ *
+ * Every stream keeps when its own last kernel ends (`until`); kernels of all streams
+ * still take turns on the device timeline. The legacy stream (NULL, CU_STREAM_LEGACY)
+ * waits for, and is waited for by, every blocking stream (created with flags 0, and the
+ * per-thread default stream); a non-blocking stream waits for nothing but itself. An
+ * event recorded on a stream completes when that stream's work before it does.
+ *
+ * Capture, with the driver's rules as the CUDA programming guide states them: work
+ * launched into a capturing stream is recorded into its graph, not run; the legacy stream
+ * may not be used while a blocking stream captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+ * a synchronising call (event, stream or context synchronise, event query, cuMemAlloc) is
+ * refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when the calling thread is
+ * prohibited from "potentially unsafe" calls -- its mode (cuThreadExchangeStreamCaptureMode)
+ * is not RELAXED and it captures itself, or its mode is GLOBAL and any thread captures in
+ * GLOBAL mode. Each illegal call invalidates the captures it hits, and cuStreamEndCapture
+ * then answers CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. */
+struct CUstream_st {
+    int dev, nonblocking, capturing, invalid, mode;
+    pthread_t owner;
+    uint64_t until, captured_ns;
+    struct CUstream_st *next;
+};
+/* A graph and an executable graph run as one kernel of their captured time: both start
+ * like a CUfunc_st, so a test may also pass a CUfunction as a CUgraphExec. */
+struct CUgraph_st { uint64_t ns; };
+static struct CUstream_st legacy_streams[MAXDEV];
+static __thread struct CUstream_st per_thread_streams[MAXDEV];
+static uint64_t blocking_until[MAXDEV]; /* end of the last kernel of any blocking stream */
+static struct CUstream_st *created;     /* streams made by cuStreamCreate */
+static pthread_mutex_t stream_mu = PTHREAD_MUTEX_INITIALIZER;
+static int global_captures;             /* captures begun in GLOBAL mode, process-wide */
+static int blocking_captures[MAXDEV];
+static __thread int thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static __thread int my_captures, my_global_captures; /* not RELAXED, begun by this thread */
+
+static struct CUstream_st *stream_of(CUstream s, int ptsz) {
+    int dev = cur_dev();
+    if (dev < 0) return NULL;
+    if (s == NULL) s = ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    struct CUstream_st *st = s == CU_STREAM_LEGACY       ? &legacy_streams[dev]
+                             : s == CU_STREAM_PER_THREAD ? &per_thread_streams[dev]
+                                                         : NULL;
+    if (st == NULL) return s;
+    st->dev = dev; /* the special handles are per device */
+    return st;
+}
+
+static int is_legacy(const struct CUstream_st *st) {
+    return st >= legacy_streams && st < legacy_streams + MAXDEV;
+}
+
+/* When work recorded on st now would be done (stream_mu held). */
+static uint64_t stream_done(const struct CUstream_st *st) {
+    uint64_t t = st->until;
+    if (!st->nonblocking) {
+        uint64_t other = is_legacy(st) ? blocking_until[st->dev] : legacy_streams[st->dev].until;
+        if (other > t) t = other;
+    }
+    return t;
+}
+
+/* Invalidate every capture on dev (dev < 0: on every device) that is blocking (or any). */
+static void invalidate(int dev, int blocking_only) {
+    for (struct CUstream_st *st = created; st; st = st->next)
+        if (st->capturing && (dev < 0 || st->dev == dev) && (!blocking_only || !st->nonblocking))
+            st->invalid = 1;
+    for (int i = 0; i < MAXDEV; i++)
+        if (per_thread_streams[i].capturing && (dev < 0 || i == dev)) per_thread_streams[i].invalid = 1;
+}
+
+/* The capture errors of using st now: IMPLICIT for the legacy stream while a blocking
+ * stream of its device captures (stream_mu held). */
+static CUresult legacy_check(const struct CUstream_st *st) {
+    if (!is_legacy(st) || blocking_captures[st->dev] == 0) return CUDA_SUCCESS;
+    invalidate(st->dev, 1);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+}
+
+/* UNSUPPORTED when this thread is prohibited from potentially unsafe calls now. */
+static CUresult unsafe_check(void) {
+    pthread_mutex_lock(&stream_mu);
+    int prohibited = thread_mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+                     (my_captures > 0 || (thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                                          global_captures > my_global_captures));
+    if (prohibited) invalidate(-1, 0);
+    pthread_mutex_unlock(&stream_mu);
+    return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+FX CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
+    if (!s || flags > CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+    if (!cur) return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUstream_st *st = calloc(1, sizeof *st);
+    st->dev = cur->dev;
+    st->nonblocking = flags == CU_STREAM_NON_BLOCKING;
+    pthread_mutex_lock(&stream_mu);
+    st->next = created;
+    created = st;
+    pthread_mutex_unlock(&stream_mu);
+    *s = st;
+    return CUDA_SUCCESS;
+}
+
+FX CUresult cuStreamDestroy_v2(CUstream s) {
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&stream_mu);
+    struct CUstream_st **pp = &created;
+    while (*pp && *pp != s) pp = &(*pp)->next;
+    if (!*pp) {
+        pthread_mutex_unlock(&stream_mu);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (s->capturing) {
+        pthread_mutex_unlock(&stream_mu);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    *pp = s->next;
+    pthread_mutex_unlock(&stream_mu);
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+FX CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+    if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *st = stream_of(s, 0);
+    if (!st) return CUDA_ERROR_INVALID_CONTEXT;
+    if (is_legacy(st)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    pthread_mutex_lock(&stream_mu);
+    if (st->capturing) {
+        pthread_mutex_unlock(&stream_mu);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    *st = (struct CUstream_st){st->dev, st->nonblocking, 1, 0, mode, pthread_self(), st->until, 0, st->next};
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures++, my_global_captures++;
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED) my_captures++;
+    if (!st->nonblocking) blocking_captures[st->dev]++;
+    pthread_mutex_unlock(&stream_mu);
+    return CUDA_SUCCESS;
+}
+
+FX CUresult cuStreamEndCapture(CUstream s, CUgraph *graph) {
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *st = stream_of(s, 0);
+    if (!st) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&stream_mu);
+    if (!st->capturing) {
+        pthread_mutex_unlock(&stream_mu);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    if (st->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(st->owner, pthread_self())) {
+        pthread_mutex_unlock(&stream_mu);
+        return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    }
+    st->capturing = 0;
+    if (st->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures--, my_global_captures--;
+    if (st->mode != CU_STREAM_CAPTURE_MODE_RELAXED) my_captures--;
+    if (!st->nonblocking) blocking_captures[st->dev]--;
+    int invalid = st->invalid;
+    uint64_t ns = st->captured_ns;
+    pthread_mutex_unlock(&stream_mu);
+    *graph = NULL;
+    if (invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    *graph = calloc(1, sizeof **graph);
+    (*graph)->ns = ns;
+    return CUDA_SUCCESS;
+}
+
+FX CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status) {
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *st = stream_of(s, 0);
+    if (!st) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&stream_mu);
+    CUresult r = legacy_check(st);
+    *status = !st->capturing ? CU_STREAM_CAPTURE_STATUS_NONE
+              : st->invalid  ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                             : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    pthread_mutex_unlock(&stream_mu);
+    return r;
+}
+
+FX CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    int old = thread_mode;
+    thread_mode = (int)*mode;
+    *mode = (CUstreamCaptureMode)old;
+    return CUDA_SUCCESS;
+}
+
+FX CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
+    if (!exec || !graph || flags > 15) return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraph_st *e = calloc(1, sizeof *e);
+    e->ns = graph->ns;
+    *exec = (CUgraphExec)e;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuGraphDestroy(CUgraph graph) {
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    free(graph);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuGraphExecDestroy(CUgraphExec exec) {
+    if (!exec) return CUDA_ERROR_INVALID_VALUE;
+    free(exec);
+    return CUDA_SUCCESS;
+}
+
+/* A kernel of f->ns on stream st: recorded if st captures, else queued on the device. */
+static CUresult run_on(CUfunction f, struct CUstream_st *st) {
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
-    if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!st) return CUDA_ERROR_INVALID_CONTEXT;
+    int dev = st->dev;
+    pthread_mutex_lock(&stream_mu);
+    CUresult r = legacy_check(st);
+    if (r == CUDA_SUCCESS && st->capturing) st->captured_ns += f->ns;
+    int captured = st->capturing;
+    pthread_mutex_unlock(&stream_mu);
+    if (r != CUDA_SUCCESS || captured) return r;
     fdev *d = devs_at(dev);
     pthread_mutex_lock(&d->mu);
     uint64_t now = now_ns();
@@ -479,52 +703,69 @@ static CUresult run(CUfunction f, int dev) {
     d->nlog++;
     d->launches++;
     pthread_mutex_unlock(&d->mu);
+    pthread_mutex_lock(&stream_mu);
+    st->until = start + f->ns;
+    if (!st->nonblocking && !is_legacy(st) && st->until > blocking_until[dev]) blocking_until[dev] = st->until;
+    pthread_mutex_unlock(&stream_mu);
     return CUDA_SUCCESS;
+}
+static CUresult run(CUfunction f, CUstream s, int ptsz) {
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    return run_on(f, stream_of(s, ptsz));
 }
 
 #define GRID_OK (gx && gy && gz && bx && by && bz)
 FX CUresult cuLaunchKernel(VG_LAUNCH_ARGS_DECL, void **p, void **x) {
-    (void)shmem, (void)stream, (void)p, (void)x;
-    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+    (void)shmem, (void)p, (void)x;
+    return GRID_OK ? run(f, stream, 0) : CUDA_ERROR_INVALID_VALUE;
 }
 FX CUresult cuLaunchKernel_ptsz(VG_LAUNCH_ARGS_DECL, void **p, void **x) {
-    (void)shmem, (void)stream, (void)p, (void)x;
-    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+    (void)shmem, (void)p, (void)x;
+    return GRID_OK ? run(f, stream, 1) : CUDA_ERROR_INVALID_VALUE;
 }
 FX CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **x) {
     (void)p, (void)x;
-    return c ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+    return c ? run(f, c->hStream, 0) : CUDA_ERROR_INVALID_VALUE;
 }
 FX CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **x) {
     (void)p, (void)x;
-    return c ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+    return c ? run(f, c->hStream, 1) : CUDA_ERROR_INVALID_VALUE;
 }
 FX CUresult cuLaunchCooperativeKernel(VG_LAUNCH_ARGS_DECL, void **p) {
-    (void)shmem, (void)stream, (void)p;
-    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+    (void)shmem, (void)p;
+    return GRID_OK ? run(f, stream, 0) : CUDA_ERROR_INVALID_VALUE;
 }
 FX CUresult cuLaunchCooperativeKernel_ptsz(VG_LAUNCH_ARGS_DECL, void **p) {
-    (void)shmem, (void)stream, (void)p;
-    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+    (void)shmem, (void)p;
+    return GRID_OK ? run(f, stream, 1) : CUDA_ERROR_INVALID_VALUE;
 }
 FX CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *l, unsigned n, unsigned fl) {
     (void)fl;
     if (!l || n == 0) return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned i = 0; i < n; i++) run(l[i].function, cur_dev());
+    for (unsigned i = 0; i < n; i++) {
+        CUresult r = run(l[i].function, l[i].hStream, 0);
+        if (r != CUDA_SUCCESS) return r;
+    }
     return CUDA_SUCCESS;
 }
-/* In the fake a CUgraphExec is a CUfunction: the graph runs as one kernel. */
-FX CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)s; return run((CUfunction)g, cur_dev()); }
-FX CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { (void)s; return run((CUfunction)g, cur_dev()); }
-FX CUresult cuLaunch(CUfunction f) { return run(f, cur_dev()); }
-FX CUresult cuLaunchGrid(CUfunction f, int w, int h) { return w > 0 && h > 0 ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE; }
+FX CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { return run((CUfunction)g, s, 0); }
+FX CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return run((CUfunction)g, s, 1); }
+FX CUresult cuLaunch(CUfunction f) { return run(f, NULL, 0); }
+FX CUresult cuLaunchGrid(CUfunction f, int w, int h) { return w > 0 && h > 0 ? run(f, NULL, 0) : CUDA_ERROR_INVALID_VALUE; }
 FX CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s) {
-    (void)s;
-    return w > 0 && h > 0 ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+    return w > 0 && h > 0 ? run(f, s, 0) : CUDA_ERROR_INVALID_VALUE;
 }
 
 static CUresult sync_dev(int dev) {
     if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = unsafe_check();
+    if (r != CUDA_SUCCESS) return r;
+    pthread_mutex_lock(&stream_mu);
+    int capturing = blocking_captures[dev] > 0;
+    for (struct CUstream_st *st = created; st; st = st->next) capturing |= st->capturing && st->dev == dev;
+    if (capturing) invalidate(dev, 0);
+    pthread_mutex_unlock(&stream_mu);
+    if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     __atomic_fetch_add(&sync_calls, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&devs_at(dev)->mu);
     uint64_t t = devs_at(dev)->busy_until;
@@ -534,7 +775,10 @@ static CUresult sync_dev(int dev) {
 }
 FX CUresult cuCtxSynchronize(void) { return sync_dev(cur_dev()); }
 
-/* Events: a recorded event "completes" when the device reaches it on its timeline. */
+/* Events: a recorded event "completes" when its stream's work before it does. One
+ * recorded into a capturing stream is a node of the graph: it has no time, and waiting
+ * on it is CUDA_ERROR_CAPTURED_EVENT. */
+struct CUevent_st { int dev; uint64_t t; int recorded, captured; };
 FX CUresult cuEventCreate(CUevent *e, unsigned int flags) {
     if (!e || flags > 15) return CUDA_ERROR_INVALID_VALUE;
     if (!cur) return CUDA_ERROR_INVALID_CONTEXT;
@@ -547,47 +791,83 @@ FX CUresult cuEventDestroy_v2(CUevent e) {
     return CUDA_SUCCESS;
 }
 FX CUresult cuEventRecord(CUevent e, CUstream s) {
-    (void)s;
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    fdev *d = devs_at(e->dev);
-    pthread_mutex_lock(&d->mu);
-    uint64_t now = now_ns();
-    e->t = mine_until[e->dev] > now ? mine_until[e->dev] : now;
-    e->recorded = 1;
-    pthread_mutex_unlock(&d->mu);
-    return CUDA_SUCCESS;
+    struct CUstream_st *st = stream_of(s, 0);
+    if (!st) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&stream_mu);
+    CUresult r = legacy_check(st);
+    if (r == CUDA_SUCCESS) {
+        uint64_t now = now_ns(), done = stream_done(st);
+        e->captured = st->capturing;
+        e->recorded = !st->capturing;
+        e->t = done > now ? done : now;
+    }
+    pthread_mutex_unlock(&stream_mu);
+    return r;
+}
+static CUresult event_ready(CUevent e) {
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    if (e->captured) return CUDA_ERROR_CAPTURED_EVENT;
+    return unsafe_check();
 }
 FX CUresult cuEventSynchronize(CUevent e) {
-    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = event_ready(e);
+    if (r != CUDA_SUCCESS) return r;
     __atomic_fetch_add(&sync_calls, 1, __ATOMIC_RELAXED);
     if (e->recorded && e->t > now_ns()) sleep_until(e->t);
     return CUDA_SUCCESS;
 }
+FX CUresult cuEventQuery(CUevent e) {
+    CUresult r = event_ready(e);
+    if (r != CUDA_SUCCESS) return r;
+    return e->recorded && e->t > now_ns() ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
 FX CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     if (!ms) return CUDA_ERROR_INVALID_VALUE;
     if (!a || !b) return CUDA_ERROR_INVALID_HANDLE;
+    if (a->captured || b->captured) return CUDA_ERROR_CAPTURED_EVENT;
     if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
     *ms = (float)((double)((int64_t)b->t - (int64_t)a->t) / 1e6);
     return CUDA_SUCCESS;
 }
-FX CUresult cuStreamSynchronize(CUstream s) { (void)s; return sync_dev(cur_dev()); }
+FX CUresult cuStreamSynchronize(CUstream s) {
+    struct CUstream_st *st = stream_of(s, 0);
+    if (!st) return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = unsafe_check();
+    if (r != CUDA_SUCCESS) return r;
+    pthread_mutex_lock(&stream_mu);
+    r = legacy_check(st);
+    if (r == CUDA_SUCCESS && st->capturing) {
+        st->invalid = 1;
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    uint64_t t = stream_done(st);
+    pthread_mutex_unlock(&stream_mu);
+    if (r != CUDA_SUCCESS) return r;
+    __atomic_fetch_add(&sync_calls, 1, __ATOMIC_RELAXED);
+    if (t > now_ns()) sleep_until(t);
+    return CUDA_SUCCESS;
+}
 
 /* ---- cuGetProcAddress: the driver's rules, over the fake's own table ---- */
 
 #define PROC(name, params, args) {#name, (void *)name},
 static const struct { const char *name; void *fn; } procs[] = {
     VG_CUDA_FUNCS(PROC) VG_CUDA_USED(PROC) PROC(cuDevicePrimaryCtxRetain, , )
-    PROC(cuCtxSetCurrent, , ) PROC(cuModuleLoadData, , ) PROC(cuModuleGetFunction, , )
+    PROC(cuCtxSetCurrent, , ) PROC(cuCtxGetCurrent, , ) PROC(cuModuleLoadData, , ) PROC(cuModuleGetFunction, , )
     PROC(cuStreamSynchronize, , ) PROC(cuDriverGetVersion, , ) PROC(cuEventDestroy_v2, , )
-    PROC(cuDeviceGet, , ) PROC(cuDeviceGetCount, , ) {NULL, NULL},
+    PROC(cuDeviceGet, , ) PROC(cuDeviceGetCount, , ) PROC(cuEventQuery, , )
+    PROC(cuStreamCreate, , ) PROC(cuStreamDestroy_v2, , ) PROC(cuStreamBeginCapture_v2, , )
+    PROC(cuStreamEndCapture, , ) PROC(cuGraphInstantiateWithFlags, , ) PROC(cuGraphDestroy, , )
+    PROC(cuGraphExecDestroy, , ) {NULL, NULL},
 };
 
 /* With FAKECUDA_PROC_INTERNAL=1, cuGetProcAddress hands out internal entry points for
  * cuMemAlloc and cuLaunchKernel (as real drivers may), not the exported symbols. */
 static CUresult internal_cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return alloc_v2(p, n); }
 static CUresult internal_cuLaunchKernel(VG_LAUNCH_ARGS_DECL, void **p, void **x) {
-    (void)shmem, (void)stream, (void)p, (void)x;
-    return GRID_OK ? run(f, cur_dev()) : CUDA_ERROR_INVALID_VALUE;
+    (void)shmem, (void)p, (void)x;
+    return GRID_OK ? run(f, stream, 0) : CUDA_ERROR_INVALID_VALUE;
 }
 
 static void *proc_named(const char *name) {
@@ -596,10 +876,22 @@ static void *proc_named(const char *name) {
     return NULL;
 }
 
+/* With FAKECUDA_PROC_LOG=<file>, every lookup is appended to it as "<name> <version>
+ * <flags>" lines: what a real CUDA runtime asks the driver for (tests/integration). */
+static void log_lookup(const char *sym, int ver, cuuint64_t flags) {
+    const char *path = getenv("FAKECUDA_PROC_LOG");
+    if (!path || !path[0]) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    fprintf(f, "%s %d %llu\n", sym, ver, (unsigned long long)flags);
+    fclose(f);
+}
+
 static CUresult get_proc(const char *sym, void **pfn, int ver, cuuint64_t flags) {
     char name[128];
     void *fn = NULL;
     if (!sym || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    log_lookup(sym, ver, flags);
     if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
         snprintf(name, sizeof name, "%s_ptsz", sym);
         fn = proc_named(name);

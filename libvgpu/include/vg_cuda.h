@@ -27,9 +27,15 @@ enum {
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
+    CUDA_ERROR_CAPTURED_EVENT = 907,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
     CUDA_ERROR_UNKNOWN = 999,
 };
 
@@ -41,6 +47,7 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUarray_st *CUarray;
+typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
@@ -50,6 +57,21 @@ typedef uint64_t cuuint64_t;
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
+
+/* Streams: creation flags, the two special handles, and stream capture. */
+enum { CU_STREAM_DEFAULT = 0, CU_STREAM_NON_BLOCKING = 1 };
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+typedef enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+} CUstreamCaptureStatus;
+typedef enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+} CUstreamCaptureMode;
 
 /* cuGetProcAddress flags and status. */
 enum {
@@ -231,7 +253,9 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuEventCreate, (CUevent *ev, unsigned int flags), (ev, flags))                         \
     X(cuEventRecord, (CUevent ev, CUstream s), (ev, s))                                      \
     X(cuEventSynchronize, (CUevent ev), (ev))                                                \
-    X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end), (ms, start, end))
+    X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end), (ms, start, end))         \
+    X(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus *status), (s, status))         \
+    X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *mode), (mode))
 
 #define VG_DECLARE(name, params, args) CUresult name params;
 VG_CUDA_FUNCS(VG_DECLARE)
@@ -243,11 +267,20 @@ CUresult cuDeviceGet(CUdevice *dev, int ordinal);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
 CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxGetCurrent(CUcontext *ctx);
 CUresult cuDriverGetVersion(int *version);
 CUresult cuModuleLoadData(CUmodule *mod, const void *image);
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name);
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuEventDestroy_v2(CUevent ev);
+CUresult cuEventQuery(CUevent ev);
+CUresult cuStreamCreate(CUstream *s, unsigned int flags);
+CUresult cuStreamDestroy_v2(CUstream s);
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream s, CUgraph *graph);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+CUresult cuGraphDestroy(CUgraph graph);
+CUresult cuGraphExecDestroy(CUgraphExec exec);
 
 #ifdef __cplusplus
 }

@@ -4,12 +4,22 @@
  * Closed loop, per card, shared by the container's processes through the region:
  *   1. Before a launch, refill the card's bucket at share% of wall time; while it is below
  *      zero, sleep (counted as throttled time).
- *   2. The first launch after a drain opens a measurement window and records a CUDA event
- *      on the legacy stream. The first launch that finds the window at least VG_WINDOW_NS
- *      old records a second event, waits for it (the drain) and charges the bucket with
- *      the GPU time between the two events: the window's GPU occupancy, timed by the GPU
- *      itself, so a late host wake-up is not charged. Without events (a driver that
- *      refuses them) the window is timed on the host around cuCtxSynchronize.
+ *   2. The first launch after a drain opens a measurement window. The first launch on each
+ *      stream inside the window records a start event on that stream, and every launch
+ *      records the stream's end event after itself -- on the launch's own stream, never
+ *      on the legacy stream, so work on non-blocking streams (NCCL, side streams) is
+ *      timed and nothing waits on or joins a stream the application did not name. The
+ *      first launch that finds the window at least VG_WINDOW_NS old waits for the end
+ *      events (the drain) and charges the bucket with the union of the streams' spans:
+ *      the window's GPU occupancy, timed by the GPU itself, so a late host wake-up is not
+ *      charged. Without events (a driver that refuses them) the window is timed on the
+ *      host around cuCtxSynchronize. Up to VG_WIN_STREAMS streams a window; work on more
+ *      at once is not charged (said once on stderr).
+ *   2b. Stream capture (CUDA graphs): a launch into a capturing stream is not run, so it
+ *      is neither gated nor timed -- no event, no sleep, nothing the capture would
+ *      record or refuse; the graph's work is charged when cuGraphLaunch runs it. The
+ *      drain runs with this thread's capture mode RELAXED, so another thread's capture
+ *      in GLOBAL mode neither refuses the drain's waits nor is invalidated by them.
  *   3. Windows of several processes of the container that overlap in time are charged
  *      once (the union), through the card's charged_until in the region: on a real GPU
  *      overlapping work time-slices, so both processes saw the same wall time.
@@ -24,6 +34,7 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "vg_bucket.h"
@@ -41,14 +52,24 @@
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 
+#define VG_WIN_STREAMS 16
+
+typedef struct vg_win_stream {
+    CUstream s;
+    CUevent start, end; /* created once per slot; kept for the next windows */
+    int used;           /* s has work in this window */
+} vg_win_stream;
+
 typedef struct vg_window {
+    pthread_mutex_t mu;
     uint64_t start_ns; /* host time the window opened; 0: closed */
-    int draining;
-    int timed;         /* ev[0] was recorded when this window opened */
-    CUevent ev[2];     /* created once per card; NULL: time on the host */
+    int host_timed;    /* the driver refused events: time windows on the host */
+    int n;             /* streams used in this window: st[0..n) */
+    vg_win_stream st[VG_WIN_STREAMS];
 } vg_window;
 
 static vg_window vg_win[VG_MAX_CARDS];
+static int vg_untracked_said; /* the log line below is written once a process */
 
 static struct {
     uint64_t last_read_ns;
@@ -59,12 +80,14 @@ static struct {
 /* A child of fork owns none of the parent's windows or events. Registered with the first
  * gated launch, before any window opens (the state's own fork handler is vg_state.c's). */
 static void vg_compute_atfork_child(void) {
-    for (int i = 0; i < VG_MAX_CARDS; i++) vg_win[i] = (vg_window){0, 0, 0, {NULL, NULL}};
+    memset(vg_win, 0, sizeof vg_win);
+    for (int i = 0; i < VG_MAX_CARDS; i++) pthread_mutex_init(&vg_win[i].mu, NULL);
 }
 
 static pthread_once_t vg_compute_once = PTHREAD_ONCE_INIT;
 
 static void vg_compute_register_atfork(void) {
+    for (int i = 0; i < VG_MAX_CARDS; i++) pthread_mutex_init(&vg_win[i].mu, NULL);
     pthread_atfork(NULL, NULL, vg_compute_atfork_child);
 }
 
@@ -104,24 +127,56 @@ static void vg_sleep_ns(uint64_t ns) {
 }
 
 typedef struct vg_launch {
-    int card;  /* -1: not accounted */
-    int gated; /* inside a measurement window */
+    int card;   /* -1: not accounted */
+    int gated;  /* inside a measurement window */
+    int slot;   /* its stream's slot in the window; -1: untracked */
+    CUstream s; /* the stream it runs on, as an explicit handle */
 } vg_launch;
 
-static CUresult vg_launch_begin(vg_launch *l) {
+/* Whether s is capturing: its work is recorded into a graph, not run. */
+static int vg_capturing(CUstream s) {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return VG_CALL(cuStreamIsCapturing, s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* Open the window if closed, and the slot of stream s in it (start event recorded on s
+ * when s is new to the window); -1 when s cannot be tracked. w->mu held. */
+static int vg_window_slot(vg_window *w, CUstream s, uint64_t now) {
+    if (w->start_ns == 0) w->start_ns = now;
+    if (w->host_timed) return -1;
+    for (int i = 0; i < w->n; i++)
+        if (w->st[i].s == s) return i;
+    if (w->n == VG_WIN_STREAMS) return -1;
+    vg_win_stream *ws = &w->st[w->n];
+    if (ws->start == NULL && (VG_CALL(cuEventCreate, &ws->start, 0) != CUDA_SUCCESS ||
+                              VG_CALL(cuEventCreate, &ws->end, 0) != CUDA_SUCCESS)) {
+        ws->start = ws->end = NULL;
+        w->host_timed = 1; /* no events from this driver: host timing from now on */
+        return -1;
+    }
+    if (VG_CALL(cuEventRecord, ws->start, s) != CUDA_SUCCESS) return -1;
+    ws->s = s;
+    ws->used = 0;
+    return w->n++;
+}
+
+static CUresult vg_launch_begin(vg_launch *l, CUstream s) {
     l->card = -1;
     l->gated = 0;
+    l->slot = -1;
+    l->s = s;
     vg_mode m = vg_init();
     if (m == VG_MODE_BROKEN) return CUDA_ERROR_NOT_INITIALIZED;
-    int card = -1, s;
-    if (m == VG_MODE_INERT || vg_current_card(&card) != 0 || card < 0 || (s = vg_my_slot()) < 0)
+    int card = -1, slot;
+    if (m == VG_MODE_INERT || vg_current_card(&card) != 0 || card < 0 || (slot = vg_my_slot()) < 0)
         return CUDA_SUCCESS;
-    vg_card_rec *rec = &vg_g.region->slots[s].cards[card];
+    vg_card_rec *rec = &vg_g.region->slots[slot].cards[card];
     const vg_card_limit *cl = &vg_g.limits.cards[card];
     l->card = card;
     ADD(&rec->launches, 1);
     if (cl->policy == VG_POLICY_BEST_EFFORT) return CUDA_SUCCESS;
     if (cl->policy == VG_POLICY_FIXED && cl->cores_percent >= 100) return CUDA_SUCCESS;
+    if (vg_capturing(s)) return CUDA_SUCCESS; /* charged when the graph is launched */
 
     vg_card_state *cs = &vg_g.region->hdr.cards[card];
     uint64_t now = vg_now_ns(), waited_from = 0;
@@ -137,13 +192,15 @@ static CUresult vg_launch_begin(vg_launch *l) {
     if (waited_from != 0) ADD(&rec->throttled_ns, now - waited_from);
     pthread_once(&vg_compute_once, vg_compute_register_atfork);
     vg_window *w = &vg_win[card];
-    uint64_t closed = 0;
-    if (__atomic_compare_exchange_n(&w->start_ns, &closed, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        if (w->ev[0] == NULL && (VG_CALL(cuEventCreate, &w->ev[0], 0) != CUDA_SUCCESS ||
-                                 VG_CALL(cuEventCreate, &w->ev[1], 0) != CUDA_SUCCESS))
-            w->ev[0] = w->ev[1] = NULL;
-        STORE(&w->timed, w->ev[0] != NULL && VG_CALL(cuEventRecord, w->ev[0], NULL) == CUDA_SUCCESS);
+    pthread_mutex_lock(&w->mu);
+    l->slot = vg_window_slot(w, s, now);
+    if (l->slot < 0 && !w->host_timed && !vg_untracked_said) {
+        vg_untracked_said = 1;
+        vg_log("work on more than %d streams of one card inside %llu ms: the streams past "
+               "the first %d are not charged to the compute share",
+               VG_WIN_STREAMS, VG_WINDOW_NS / 1000000ull, VG_WIN_STREAMS);
     }
+    pthread_mutex_unlock(&w->mu);
     l->gated = 1;
     return CUDA_SUCCESS;
 }
@@ -161,39 +218,91 @@ static uint64_t vg_union_charge(vg_card_state *cs, uint64_t start, uint64_t end,
     return (uint64_t)((double)busy * (double)(end - until) / (double)(end - start));
 }
 
-static void vg_launch_end(const vg_launch *l) {
+/* GPU time covered by the union of the window's stream spans [start_i, end_i], all
+ * taken relative to stream 0's start; -1 when the driver cannot time them. */
+static int64_t vg_window_busy(vg_window *w) {
+    double lo[VG_WIN_STREAMS], hi[VG_WIN_STREAMS];
+    int n = 0;
+    for (int i = 0; i < w->n; i++) {
+        vg_win_stream *ws = &w->st[i];
+        float a = 0.0f, b = 0.0f;
+        if (!ws->used) continue;
+        if (VG_CALL(cuEventSynchronize, ws->end) != CUDA_SUCCESS ||
+            VG_CALL(cuEventElapsedTime, &a, w->st[0].start, ws->start) != CUDA_SUCCESS ||
+            VG_CALL(cuEventElapsedTime, &b, w->st[0].start, ws->end) != CUDA_SUCCESS)
+            return -1;
+        if (b <= a) continue;
+        /* insertion by start: n is at most VG_WIN_STREAMS */
+        int j = n++;
+        for (; j > 0 && lo[j - 1] > a; j--) lo[j] = lo[j - 1], hi[j] = hi[j - 1];
+        lo[j] = a;
+        hi[j] = b;
+    }
+    double busy = 0.0, reach = -1e300;
+    for (int i = 0; i < n; i++) {
+        double from = lo[i] > reach ? lo[i] : reach;
+        if (hi[i] > from) busy += hi[i] - from;
+        if (hi[i] > reach) reach = hi[i];
+    }
+    return (int64_t)(busy * 1e6);
+}
+
+static void vg_launch_end(const vg_launch *l, CUresult launched) {
     if (!l->gated) return;
     vg_window *w = &vg_win[l->card];
-    uint64_t start = LOAD(&w->start_ns);
-    if (start == 0 || vg_now_ns() - start < VG_WINDOW_NS) return;
-    int idle = 0;
-    if (!__atomic_compare_exchange_n(&w->draining, &idle, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return; /* another thread is draining */
-    uint64_t busy = 0;
-    float ms = -1.0f;
-    if (LOAD(&w->timed) && VG_CALL(cuEventRecord, w->ev[1], NULL) == CUDA_SUCCESS &&
-        VG_CALL(cuEventSynchronize, w->ev[1]) == CUDA_SUCCESS &&
-        VG_CALL(cuEventElapsedTime, &ms, w->ev[0], w->ev[1]) == CUDA_SUCCESS && ms >= 0.0f)
-        busy = (uint64_t)((double)ms * 1e6);
-    else
-        VG_CALL(cuCtxSynchronize);
+    pthread_mutex_lock(&w->mu);
+    if (l->slot >= 0 && l->slot < w->n && w->st[l->slot].s == l->s && launched == CUDA_SUCCESS &&
+        VG_CALL(cuEventRecord, w->st[l->slot].end, l->s) == CUDA_SUCCESS)
+        w->st[l->slot].used = 1;
+    uint64_t start = w->start_ns;
+    if (start == 0 || vg_now_ns() - start < VG_WINDOW_NS) {
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    /* The drain. Its waits are "potentially unsafe" calls under another thread's capture
+     * in GLOBAL mode: this thread says RELAXED for their length (a driver without the
+     * call has no capture either). */
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    int relaxed = VG_CALL(cuThreadExchangeStreamCaptureMode, &mode) == CUDA_SUCCESS;
+    int64_t busy = w->host_timed ? -1 : vg_window_busy(w);
+    if (busy < 0) VG_CALL(cuCtxSynchronize);
+    if (relaxed) VG_CALL(cuThreadExchangeStreamCaptureMode, &mode);
     uint64_t end = vg_now_ns();
-    if (ms < 0.0f) busy = end - start;
-    STORE(&w->start_ns, 0);
+    if (busy < 0) busy = (int64_t)(end - start);
+    w->start_ns = 0;
+    w->n = 0;
     vg_card_state *cs = &vg_g.region->hdr.cards[l->card];
-    uint64_t charge = vg_union_charge(cs, start, end, busy);
+    uint64_t charge = vg_union_charge(cs, start, end, (uint64_t)busy);
     vg_bucket_charge(cs, charge);
     ADD(&vg_g.region->slots[vg_g.slot].cards[l->card].busy_ns, charge);
-    STORE(&w->draining, 0);
+    pthread_mutex_unlock(&w->mu);
 }
+
+/* The stream each launch entry runs on, as an explicit handle: NULL in a _ptsz entry is
+ * the per-thread default stream, in the others the legacy stream. */
+static CUstream vg_explicit(CUstream s, int ptsz) {
+    return s != NULL ? s : ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+}
+#define VG_STREAM_cuLaunchKernel vg_explicit(stream, 0)
+#define VG_STREAM_cuLaunchKernel_ptsz vg_explicit(stream, 1)
+#define VG_STREAM_cuLaunchKernelEx vg_explicit(cfg ? cfg->hStream : NULL, 0)
+#define VG_STREAM_cuLaunchKernelEx_ptsz vg_explicit(cfg ? cfg->hStream : NULL, 1)
+#define VG_STREAM_cuLaunchCooperativeKernel vg_explicit(stream, 0)
+#define VG_STREAM_cuLaunchCooperativeKernel_ptsz vg_explicit(stream, 1)
+#define VG_STREAM_cuLaunchCooperativeKernelMultiDevice vg_explicit(list && n ? list[0].hStream : NULL, 0)
+#define VG_STREAM_cuGraphLaunch vg_explicit(s, 0)
+#define VG_STREAM_cuGraphLaunch_ptsz vg_explicit(s, 1)
+#define VG_STREAM_cuLaunch CU_STREAM_LEGACY
+#define VG_STREAM_cuLaunchGrid CU_STREAM_LEGACY
+#define VG_STREAM_cuLaunchGridAsync vg_explicit(s, 0)
 
 #define VG_DEFINE_LAUNCH(name, params, args)                                                 \
     VG_EXPORT CUresult name params {                                                         \
         vg_launch l;                                                                         \
-        CUresult r = vg_launch_begin(&l);                                                    \
+        CUresult r = vg_launch_begin(&l, VG_STREAM_##name);                                  \
         if (r != CUDA_SUCCESS) return r;                                                     \
         r = VG_CALL(name, VG_UNPAREN args);                                                  \
-        vg_launch_end(&l);                                                                   \
+        vg_launch_end(&l, r);                                                                \
         return r;                                                                            \
     }
 #define VG_UNPAREN(...) __VA_ARGS__

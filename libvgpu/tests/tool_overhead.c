@@ -27,6 +27,24 @@ int main(int argc, char **argv) {
     for (uint64_t i = 0; i < n; i++) cuGraphLaunch((CUgraphExec)f, NULL);
     printf("cuGraphLaunch %.1f\n", per_call(t0, n));
 
+    CUstream s = NULL;
+    CHECK_RC(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    t0 = vgt_now_ns();
+    for (uint64_t i = 0; i < n; i++) cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+    printf("cuLaunchKernel (non-blocking stream) %.1f\n", per_call(t0, n));
+
+    /* Launches recorded into a capture (CUDA graphs): nothing runs, nothing is gated. */
+    CUgraph g = NULL;
+    CHECK_RC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    t0 = vgt_now_ns();
+    for (uint64_t i = 0; i < n; i++) cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+    printf("cuLaunchKernel (into a capture) %.1f\n", per_call(t0, n));
+    CUresult ended = cuStreamEndCapture(s, &g);
+    if (ended == CUDA_SUCCESS) cuGraphDestroy(g);
+    else fprintf(stderr, "the capture was invalidated (%d)\n", ended);
+    CHECK_RC(cuStreamSynchronize(s), CUDA_SUCCESS);
+    CHECK_RC(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+
     uint64_t m = n / 10;
     t0 = vgt_now_ns();
     for (uint64_t i = 0; i < m; i++) {

@@ -50,6 +50,12 @@ static inline uint64_t vgt_refused(const vg_region *r, int card) {
     return sum;
 }
 
+static inline void vgt_sleep_ms(unsigned ms) {
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 static inline CUfunction vgt_kernel(uint64_t ns) {
     CUmodule m = NULL;
     CUfunction f = NULL;
