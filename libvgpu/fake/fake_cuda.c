@@ -270,7 +270,8 @@ FX CUresult cuInit(unsigned int flags) {
 }
 FX CUresult cuDriverGetVersion(int *v) {
     if (!v) return CUDA_ERROR_INVALID_VALUE;
-    *v = 12040;
+    const char *e = getenv("FAKECUDA_DRIVER_VERSION"); /* e.g. 13000 for a CUDA 13 runtime */
+    *v = e && atoi(e) > 0 ? atoi(e) : 12040;
     return CUDA_SUCCESS;
 }
 FX CUresult cuDeviceGetCount(int *n) {
@@ -877,13 +878,14 @@ static void *proc_named(const char *name) {
 }
 
 /* With FAKECUDA_PROC_LOG=<file>, every lookup is appended to it as "<name> <version>
- * <flags>" lines: what a real CUDA runtime asks the driver for (tests/integration). */
-static void log_lookup(const char *sym, int ver, cuuint64_t flags) {
+ * <flags> <the fake's symbol it resolved to, or ->" lines: what a real CUDA runtime asks
+ * the driver for (tests/integration/test_cuda_runtime.py). */
+static void log_lookup(const char *sym, int ver, cuuint64_t flags, const char *resolved) {
     const char *path = getenv("FAKECUDA_PROC_LOG");
     if (!path || !path[0]) return;
     FILE *f = fopen(path, "a");
     if (!f) return;
-    fprintf(f, "%s %d %llu\n", sym, ver, (unsigned long long)flags);
+    fprintf(f, "%s %d %llu %s\n", sym, ver, (unsigned long long)flags, resolved ? resolved : "-");
     fclose(f);
 }
 
@@ -891,7 +893,6 @@ static CUresult get_proc(const char *sym, void **pfn, int ver, cuuint64_t flags)
     char name[128];
     void *fn = NULL;
     if (!sym || !pfn) return CUDA_ERROR_INVALID_VALUE;
-    log_lookup(sym, ver, flags);
     if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
         snprintf(name, sizeof name, "%s_ptsz", sym);
         fn = proc_named(name);
@@ -900,7 +901,8 @@ static CUresult get_proc(const char *sym, void **pfn, int ver, cuuint64_t flags)
         snprintf(name, sizeof name, "%s_v2", sym);
         fn = proc_named(name);
     }
-    if (!fn) fn = proc_named(sym);
+    if (!fn && (fn = proc_named(sym)) != NULL) snprintf(name, sizeof name, "%s", sym);
+    log_lookup(sym, ver, flags, fn ? name : NULL);
     *pfn = NULL;
     if (!fn) return CUDA_ERROR_NOT_FOUND;
     const char *internal = getenv("FAKECUDA_PROC_INTERNAL");

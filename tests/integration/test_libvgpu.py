@@ -9,12 +9,10 @@ failure shows the case's own output (file, line, condition, message).
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,35 +26,7 @@ from tessera.model.types import ComputePolicy
 from tessera.node.burst.coordinator import Coordinator, Tenant
 from tessera.node.formats.limits import CardLimit, Limits, encode_limits
 from tessera.node.formats.usage import read_region
-
-REPO = Path(__file__).resolve().parents[2]
-LIBVGPU = REPO / "libvgpu"
-VARIANTS = {"normal": LIBVGPU / "build", "asan": LIBVGPU / "build" / "asan"}
-# What `make libvgpu` passes: the shipped library is built with zig cc (ziglang, a dev
-# dependency) against GLIBC_BASE.
-ZIG = f"{sys.executable} -m ziglang"
-GLIBC_BASE = (2, 17)
-_built: set[str] = set()
-
-
-def ensure_built(variant: str) -> Path:
-    """Build libvgpu (``all`` or ``asan``) once per session; the build directory."""
-    if variant not in _built:
-        (LIBVGPU / "build").mkdir(exist_ok=True)
-        with open(LIBVGPU / "build" / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            target = "all" if variant == "normal" else "asan"
-            done = subprocess.run(
-                ["make", "-C", str(LIBVGPU), "-j2", target, f"ZIG={ZIG}"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-        assert done.returncode == 0, (
-            f"make -C libvgpu {target} failed:\n{done.stdout}\n{done.stderr}"
-        )
-        _built.add(variant)
-    return VARIANTS[variant]
+from tests.integration._libvgpu import GLIBC_BASE, LIBVGPU, VARIANTS, ensure_built
 
 
 def _cases() -> list[Any]:  # pytest.param objects
