@@ -308,11 +308,74 @@ FX CUresult cuDeviceTotalMem(unsigned int *b, CUdevice dev) {
     if (r == CUDA_SUCCESS) *b = v > 0xffffffffu ? 0xffffffffu : (unsigned int)v;
     return r;
 }
+/* Contexts: the primary context of each device (retained and released by count) and
+ * created ones (cuCtxCreate*, current on return as the driver makes them), green ones. */
+static int primary_refs[MAXDEV];
+static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 FX CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice dev) {
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&ctx_mu);
+    primary_refs[dev]++;
+    pthread_mutex_unlock(&ctx_mu);
     *c = &ctxs[dev];
+    return CUDA_SUCCESS;
+}
+static CUresult primary_release(CUdevice dev, int reset) {
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&ctx_mu);
+    CUresult r = CUDA_SUCCESS;
+    if (reset) primary_refs[dev] = 0;
+    else if (primary_refs[dev] == 0) r = CUDA_ERROR_INVALID_CONTEXT;
+    else primary_refs[dev]--;
+    pthread_mutex_unlock(&ctx_mu);
+    return r;
+}
+FX CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev, 0); }
+FX CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev, 0); }
+FX CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_release(dev, 1); }
+FX CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_release(dev, 1); }
+static CUresult ctx_create(CUcontext *c, unsigned int flags, CUdevice dev) {
+    if (!c || flags > 0x1f) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *c = calloc(1, sizeof **c);
+    (*c)->dev = dev;
+    cur = *c;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice dev) { return ctx_create(c, flags, dev); }
+FX CUresult cuCtxCreate(CUcontext *c, unsigned int flags, CUdevice dev) { return ctx_create(c, flags, dev); }
+FX CUresult cuCtxCreate_v3(CUcontext *c, CUexecAffinityParam *p, int n, unsigned int flags, CUdevice dev) {
+    if (n < 0 || (n > 0 && !p)) return CUDA_ERROR_INVALID_VALUE;
+    return ctx_create(c, flags, dev);
+}
+FX CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, CUdevice dev) {
+    (void)p;
+    return ctx_create(c, flags, dev);
+}
+static int is_primary(CUcontext c) { return c >= ctxs && c < ctxs + MAXDEV; }
+FX CUresult cuCtxDestroy_v2(CUcontext c) {
+    if (!c || is_primary(c)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (cur == c) cur = NULL;
+    free(c);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuCtxDestroy(CUcontext c) { return cuCtxDestroy_v2(c); }
+struct CUgreenCtx_st { int dev; };
+FX CUresult cuGreenCtxCreate(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
+    if (!g || !desc || flags != 1) return CUDA_ERROR_INVALID_VALUE; /* CU_GREEN_CTX_DEFAULT_STREAM */
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *g = calloc(1, sizeof **g);
+    (*g)->dev = dev;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuGreenCtxDestroy(CUgreenCtx g) {
+    if (!g) return CUDA_ERROR_INVALID_HANDLE;
+    free(g);
     return CUDA_SUCCESS;
 }
 FX CUresult cuCtxSetCurrent(CUcontext c) {
@@ -446,6 +509,46 @@ FX CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) {
                              d->NumChannels * elem(d->Format));
 }
 FX CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) { return cuArray3DCreate_v2(a, d); }
+/* Mipmapped arrays: every level, each half the one before (at least 1). */
+struct CUmipmappedArray_st { unsigned long long key; };
+FX CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
+    if (!m || !d || d->Width == 0 || d->NumChannels == 0 || levels == 0) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t bytes = 0;
+    for (unsigned l = 0; l < levels; l++) {
+        uint64_t w = d->Width >> l, h = d->Height >> l, z = d->Depth >> l;
+        bytes += (w ? w : 1) * (d->Height ? (h ? h : 1) : 1) * (d->Depth ? (z ? z : 1) : 1) *
+                 d->NumChannels * elem(d->Format);
+    }
+    unsigned long long key = 0;
+    CUresult r = mem_add(&key, bytes, cur_dev(), 1, HANDLE);
+    if (r != CUDA_SUCCESS) return r;
+    *m = malloc(sizeof **m);
+    (*m)->key = key;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
+    if (!m) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = mem_del(m->key);
+    if (r == CUDA_SUCCESS) free(m);
+    return r;
+}
+/* External memory: the size the descriptor names, on the current device. */
+struct CUextMemory_st { unsigned long long key; };
+FX CUresult cuImportExternalMemory(CUexternalMemory *m, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *d) {
+    if (!m || !d || d->size == 0 || d->type < 1 || d->type > 8) return CUDA_ERROR_INVALID_VALUE;
+    unsigned long long key = 0;
+    CUresult r = mem_add(&key, d->size, cur_dev(), 1, HANDLE);
+    if (r != CUDA_SUCCESS) return r;
+    *m = malloc(sizeof **m);
+    (*m)->key = key;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuDestroyExternalMemory(CUexternalMemory m) {
+    if (!m) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = mem_del(m->key);
+    if (r == CUDA_SUCCESS) free(m);
+    return r;
+}
 FX CUresult cuArrayDestroy(CUarray a) {
     if (!a) return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = mem_del(a->bytes);
@@ -854,7 +957,7 @@ FX CUresult cuStreamSynchronize(CUstream s) {
 
 #define PROC(name, params, args) {#name, (void *)name},
 static const struct { const char *name; void *fn; } procs[] = {
-    VG_CUDA_FUNCS(PROC) VG_CUDA_USED(PROC) PROC(cuDevicePrimaryCtxRetain, , )
+    VG_CUDA_FUNCS(PROC) VG_CUDA_USED(PROC)
     PROC(cuCtxSetCurrent, , ) PROC(cuCtxGetCurrent, , ) PROC(cuModuleLoadData, , ) PROC(cuModuleGetFunction, , )
     PROC(cuStreamSynchronize, , ) PROC(cuDriverGetVersion, , ) PROC(cuEventDestroy_v2, , )
     PROC(cuDeviceGet, , ) PROC(cuDeviceGetCount, , ) PROC(cuEventQuery, , )

@@ -51,6 +51,12 @@ typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUextMemory_st *CUexternalMemory;
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
+typedef struct CUexecAffinityParam_st CUexecAffinityParam; /* only passed through */
+typedef struct CUctxCreateParams_st CUctxCreateParams;     /* only passed through */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
 
@@ -147,6 +153,22 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
     unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
 
+/* External memory (Vulkan, D3D, NvSciBuf, ...). */
+typedef struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st {
+    int type; /* CUexternalMemoryHandleType */
+    union {
+        int fd;
+        struct {
+            void *handle;
+            const void *name;
+        } win32;
+        const void *nvSciBufObject;
+    } handle;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+} CUDA_EXTERNAL_MEMORY_HANDLE_DESC;
+
 /* Launches. */
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct CUlaunchConfig_st {
@@ -176,7 +198,8 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
  * X(name, parameter list, argument list). The library expands this one table into its
  * symbol enum, name table, real-function pointers and exported hooks (STYLE.md).
  */
-#define VG_CUDA_FUNCS(X) VG_CUDA_MEM_FUNCS(X) VG_CUDA_LAUNCH_FUNCS(X) VG_CUDA_ENTRY_FUNCS(X)
+#define VG_CUDA_FUNCS(X)                                                                     \
+    VG_CUDA_MEM_FUNCS(X) VG_CUDA_CTX_FUNCS(X) VG_CUDA_LAUNCH_FUNCS(X) VG_CUDA_ENTRY_FUNCS(X)
 
 /* Memory: every allocation path, its free, and the queries that report the slice. */
 #define VG_CUDA_MEM_FUNCS(X)                                                                 \
@@ -212,7 +235,32 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuArrayCreate_v2, (CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d), (a, d))                \
     X(cuArray3DCreate, (CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d), (a, d))               \
     X(cuArray3DCreate_v2, (CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d), (a, d))            \
-    X(cuArrayDestroy, (CUarray a), (a))
+    X(cuArrayDestroy, (CUarray a), (a))                                                      \
+    X(cuMipmappedArrayCreate, (CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d,        \
+                               unsigned int levels), (m, d, levels))                         \
+    X(cuMipmappedArrayDestroy, (CUmipmappedArray m), (m))                                    \
+    X(cuImportExternalMemory, (CUexternalMemory *m,                                          \
+                               const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *d), (m, d))           \
+    X(cuDestroyExternalMemory, (CUexternalMemory m), (m))
+
+/* Contexts: each is charged the limits file's context_mib on its card (vg_context.c). */
+#define VG_CUDA_CTX_FUNCS(X)                                                                 \
+    X(cuCtxCreate, (CUcontext *c, unsigned int flags, CUdevice dev), (c, flags, dev))        \
+    X(cuCtxCreate_v2, (CUcontext *c, unsigned int flags, CUdevice dev), (c, flags, dev))     \
+    X(cuCtxCreate_v3, (CUcontext *c, CUexecAffinityParam *p, int n, unsigned int flags,      \
+                       CUdevice dev), (c, p, n, flags, dev))                                 \
+    X(cuCtxCreate_v4, (CUcontext *c, CUctxCreateParams *p, unsigned int flags, CUdevice dev),\
+      (c, p, flags, dev))                                                                    \
+    X(cuCtxDestroy, (CUcontext c), (c))                                                      \
+    X(cuCtxDestroy_v2, (CUcontext c), (c))                                                   \
+    X(cuDevicePrimaryCtxRetain, (CUcontext *c, CUdevice dev), (c, dev))                      \
+    X(cuDevicePrimaryCtxRelease, (CUdevice dev), (dev))                                      \
+    X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev))                                   \
+    X(cuDevicePrimaryCtxReset, (CUdevice dev), (dev))                                        \
+    X(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev))                                     \
+    X(cuGreenCtxCreate, (CUgreenCtx *g, CUdevResourceDesc desc, CUdevice dev,                \
+                         unsigned int flags), (g, desc, dev, flags))                         \
+    X(cuGreenCtxDestroy, (CUgreenCtx g), (g))
 
 /* Compute: every way to put work on the GPU. All share one hook body (vg_compute.c). */
 #define VG_CUDA_LAUNCH_FUNCS(X)                                                              \
@@ -265,7 +313,6 @@ VG_CUDA_USED(VG_DECLARE)
 /* Also used by the tests and the fake driver. */
 CUresult cuDeviceGet(CUdevice *dev, int ordinal);
 CUresult cuDeviceGetCount(int *count);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext *ctx);
 CUresult cuDriverGetVersion(int *version);

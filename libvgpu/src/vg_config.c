@@ -128,7 +128,7 @@ enum { F_UUID = 1, F_MEM = 2, F_CORES = 4, F_POLICY = 8, F_ALL = 15 };
 
 typedef struct vg_limits_ctx {
     vg_limits *out;
-    int have_region, have_allowance, have_cards;
+    int have_region, have_allowance, have_cards, have_context;
     int card_fields[VG_MAX_CARDS];
 } vg_limits_ctx;
 
@@ -176,6 +176,18 @@ static int vg_limits_kv(const vg_kv *kv, void *vctx, char *err, size_t errlen) {
         if (r != VG_NUM_OK) return vg_num_err(kv, r, 1, VG_MAX_CARDS, err, errlen);
         out->ncards = (int)n;
         c->have_cards = 1;
+        return VG_OK;
+    }
+    if (vg_key_is(kv, "context_mib")) {
+        uint64_t mib = 0;
+        vg_num r = vg_parse_u64(kv->val, kv->vlen, 0, 1ULL << 20, &mib);
+        if (c->have_context) {
+            vg_errf(err, errlen, "line %d: key 'context_mib' given twice", kv->lineno);
+            return VG_ERR;
+        }
+        if (r != VG_NUM_OK) return vg_num_err(kv, r, 0, 1ULL << 20, err, errlen);
+        out->context_bytes = mib << 20;
+        c->have_context = 1;
         return VG_OK;
     }
     int i = 0;

@@ -29,6 +29,7 @@ typedef struct vg_limits {
     vg_card_limit cards[VG_MAX_CARDS];
     char region[256];
     char allowance[256];
+    uint64_t context_bytes; /* charged per CUDA context (context_mib=, default 0) */
 } vg_limits;
 
 /* Result of parsing one integer: absent and malformed are different answers. */

@@ -10,14 +10,9 @@
 #include <stdint.h>
 
 #include "vg_export.h"
+#include "vg_hold.h"
 #include "vg_real.h"
 #include "vg_state.h"
-
-typedef struct vg_hold {
-    int card;
-    uint64_t bytes;
-    int held; /* quota reserved in the region */
-} vg_hold;
 
 #define VG_GUARD()                                                                           \
     do {                                                                                     \
@@ -31,7 +26,7 @@ static uint64_t vg_mul(uint64_t a, uint64_t b) {
 
 /* Reserve bytes on card before the driver is called. CUDA_SUCCESS: call the driver
  * (h->held says whether quota was taken); otherwise the answer to give the caller. */
-static CUresult vg_hold_card(int card, uint64_t bytes, vg_hold *h) {
+CUresult vg_hold_card(int card, uint64_t bytes, vg_hold *h) {
     h->held = 0;
     h->card = card;
     h->bytes = bytes;
@@ -49,7 +44,7 @@ static CUresult vg_hold_card(int card, uint64_t bytes, vg_hold *h) {
 
 /* As vg_hold_card, on the card of the current context. Without a context the driver
  * answers (CUDA_ERROR_INVALID_CONTEXT), so nothing is reserved. */
-static CUresult vg_hold_current(uint64_t bytes, vg_hold *h) {
+CUresult vg_hold_current(uint64_t bytes, vg_hold *h) {
     int card = -1;
     vg_mode m = vg_init();
     h->held = 0;
@@ -69,7 +64,7 @@ static CUresult vg_hold_grow(vg_hold *h, uint64_t actual) {
 }
 
 /* After the driver answered r: keep the reservation under key, or give it back. */
-static void vg_hold_done(vg_hold *h, CUresult r, vg_table *t, uint64_t key) {
+void vg_hold_done(vg_hold *h, CUresult r, vg_table *t, uint64_t key) {
     if (!h->held) return;
     if (r == CUDA_SUCCESS && vg_table_put(t, key, h->bytes, h->card) == VG_OK) return;
     vg_region_unreserve(vg_g.region, vg_g.slot, h->card, h->bytes);
@@ -77,12 +72,12 @@ static void vg_hold_done(vg_hold *h, CUresult r, vg_table *t, uint64_t key) {
 
 /* Before a free: take key out of the table (so a racing allocation that gets the same
  * address back from the driver is not confused with it). */
-static void vg_forget_begin(vg_table *t, uint64_t key, vg_hold *h) {
+void vg_forget_begin(vg_table *t, uint64_t key, vg_hold *h) {
     h->held = vg_init() == VG_MODE_ACTIVE && vg_table_take(t, key, &h->bytes, &h->card);
 }
 
 /* After the driver freed (r == CUDA_SUCCESS) give the quota back; else put key back. */
-static void vg_forget_end(vg_table *t, uint64_t key, vg_hold *h, CUresult r) {
+void vg_forget_end(vg_table *t, uint64_t key, vg_hold *h, CUresult r) {
     if (!h->held) return;
     if (r == CUDA_SUCCESS)
         vg_region_unreserve(vg_g.region, vg_g.slot, h->card, h->bytes);
@@ -296,6 +291,59 @@ VG_EXPORT CUresult cuArrayDestroy(CUarray a) {
     vg_forget_begin(&vg_arrays, (uint64_t)(uintptr_t)a, &h);
     CUresult r = VG_CALL(cuArrayDestroy, a);
     vg_forget_end(&vg_arrays, (uint64_t)(uintptr_t)a, &h, r);
+    return r;
+}
+
+/* Every level of a mipmapped array, each half the one before in each dimension the
+ * descriptor has (at least 1). */
+static uint64_t vg_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels) {
+    uint64_t sum = 0;
+    for (unsigned l = 0; l < levels && l < 64; l++) {
+        size_t w = d->Width >> l, h = d->Height >> l, z = d->Depth >> l;
+        uint64_t b = vg_array_bytes(w ? w : 1, d->Height ? (h ? h : 1) : 0, d->Depth ? (z ? z : 1) : 0,
+                                    d->Format, d->NumChannels);
+        sum = sum > UINT64_MAX - b ? UINT64_MAX : sum + b;
+    }
+    return sum;
+}
+
+VG_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                          unsigned int levels) {
+    vg_hold h;
+    CUresult r = vg_hold_current(m && d ? vg_mipmap_bytes(d, levels) : 0, &h);
+    if (r != CUDA_SUCCESS) return r;
+    r = VG_CALL(cuMipmappedArrayCreate, m, d, levels);
+    vg_hold_done(&h, r, &vg_arrays, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*m : 0);
+    return r;
+}
+
+VG_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
+    vg_hold h;
+    VG_GUARD();
+    vg_forget_begin(&vg_arrays, (uint64_t)(uintptr_t)m, &h);
+    CUresult r = VG_CALL(cuMipmappedArrayDestroy, m);
+    vg_forget_end(&vg_arrays, (uint64_t)(uintptr_t)m, &h, r);
+    return r;
+}
+
+/* ---- external memory (Vulkan, D3D, NvSciBuf): the size its descriptor names, on the
+ * current context's card; it is device memory the container uses ---- */
+
+VG_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *m, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *d) {
+    vg_hold h;
+    CUresult r = vg_hold_current(m && d ? d->size : 0, &h);
+    if (r != CUDA_SUCCESS) return r;
+    r = VG_CALL(cuImportExternalMemory, m, d);
+    vg_hold_done(&h, r, &vg_arrays, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*m : 0);
+    return r;
+}
+
+VG_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory m) {
+    vg_hold h;
+    VG_GUARD();
+    vg_forget_begin(&vg_arrays, (uint64_t)(uintptr_t)m, &h);
+    CUresult r = VG_CALL(cuDestroyExternalMemory, m);
+    vg_forget_end(&vg_arrays, (uint64_t)(uintptr_t)m, &h, r);
     return r;
 }
 

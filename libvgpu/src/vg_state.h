@@ -34,7 +34,9 @@ typedef struct vg_state {
 } vg_state;
 
 extern vg_state vg_g;
-extern vg_table vg_ptrs, vg_handles, vg_arrays, vg_pools;
+/* Allocations by pointer, VMM handles, opaque driver objects (arrays, mipmapped arrays,
+ * external memory), pools (card only), contexts (created and green). */
+extern vg_table vg_ptrs, vg_handles, vg_arrays, vg_pools, vg_ctxs;
 
 /* Initialise once; returns the mode. */
 vg_mode vg_init(void);

@@ -30,6 +30,15 @@ static void parses_the_documented_example(void) {
     CHECK(l.cards[1].memory_bytes == 4096ull << 20, "mem1");
     CHECK(l.cards[1].cores_percent == 20 && l.cards[1].policy == VG_POLICY_BURST, "card1");
     CHECK(strcmp(l.cards[1].uuid, "GPU-77c0ffee-0000-4000-8000-00000000beef") == 0, "uuid1");
+    CHECK(l.context_bytes == 0, "no context_mib: nothing charged per context");
+}
+
+static void context_mib_is_the_charge_per_context(void) {
+    char text[4096], err[256] = "";
+    snprintf(text, sizeof text, "%scontext_mib=300\n", GOOD);
+    vg_limits l;
+    CHECK_RC(vg_limits_parse(text, strlen(text), &l, err, sizeof err), VG_OK);
+    CHECK(l.context_bytes == 300ull << 20, "context_bytes %llu", (unsigned long long)l.context_bytes);
 }
 
 /* Replace the first occurrence of from in GOOD with to, parse, and expect an error that
@@ -69,6 +78,9 @@ static void refuses_bad_files_naming_the_rule(void) {
                  "given twice");
     expect_error("version=1\n", "version=1\r\n", "carriage return");
     expect_error("cards=2\n", "cards\n", "expected key=value");
+    expect_error("cards=2\n", "cards=2\ncontext_mib=1048577\n", "context_mib: outside 0..1048576");
+    expect_error("cards=2\n", "cards=2\ncontext_mib=300M\n", "context_mib: not a decimal integer");
+    expect_error("cards=2\n", "cards=2\ncontext_mib=1\ncontext_mib=2\n", "'context_mib' given twice");
 }
 
 static void empty_and_odd_input(void) {
@@ -135,6 +147,7 @@ static void read_file_sizes(void) {
     CHECK(vg_read_file(path, buf, sizeof buf) == -1 && errno == EFBIG, "too big");
 }
 
-VGT_MAIN(VGT_CASE(parses_the_documented_example), VGT_CASE(refuses_bad_files_naming_the_rule),
+VGT_MAIN(VGT_CASE(parses_the_documented_example), VGT_CASE(context_mib_is_the_charge_per_context),
+         VGT_CASE(refuses_bad_files_naming_the_rule),
          VGT_CASE(empty_and_odd_input), VGT_CASE(numbers_keep_unset_apart_from_invalid),
          VGT_CASE(uuids), VGT_CASE(allowance_file), VGT_CASE(read_file_sizes))

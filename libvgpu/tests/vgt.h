@@ -128,13 +128,14 @@ typedef struct vgt_card {
     const char *policy;
 } vgt_card;
 
-/* Write a limits file for these cards in a fresh directory and point the test build of
- * libvgpu at it (TESSERA_TEST_LIMITS). Returns the directory (region, allowance inside). */
-static inline const char *vgt_limits(int n, const vgt_card *cards) {
+/* Write a limits file for these cards (and the lines in extra, e.g. "context_mib=16\n")
+ * in a fresh directory and point the test build of libvgpu at it (TESSERA_TEST_LIMITS).
+ * Returns the directory (region, allowance inside). */
+static inline const char *vgt_limits_with(int n, const vgt_card *cards, const char *extra) {
     const char *dir = vgt_tmpdir();
     char text[4096], path[512];
-    int off = snprintf(text, sizeof text, "version=1\nregion=%s/region\nallowance=%s/allowance\ncards=%d\n",
-                       dir, dir, n);
+    int off = snprintf(text, sizeof text, "version=1\nregion=%s/region\nallowance=%s/allowance\ncards=%d\n%s",
+                       dir, dir, n, extra);
     for (int i = 0; i < n; i++)
         off += snprintf(text + off, sizeof text - (size_t)off,
                         "card.%d.uuid=%s\ncard.%d.memory_mib=%llu\ncard.%d.cores_percent=%d\ncard.%d.policy=%s\n",
@@ -144,6 +145,8 @@ static inline const char *vgt_limits(int n, const vgt_card *cards) {
     setenv("TESSERA_TEST_LIMITS", path, 1);
     return dir;
 }
+
+static inline const char *vgt_limits(int n, const vgt_card *cards) { return vgt_limits_with(n, cards, ""); }
 
 /* Write the allowance file of the container in dir. */
 static inline void vgt_allowance(const char *dir, uint64_t written_ms, int n, const int *pct) {

@@ -747,3 +747,20 @@ def test_a_long_running_agent_keeps_bounded_records(env: Env) -> None:
     for _ in range(RECENT + 200):  # a card flapping: every change is recorded
         env.agent._apply_health({U1})
     assert len(env.agent.health_changes) == RECENT
+
+
+def test_the_agents_context_charge_reaches_every_limits_file(env: Env) -> None:
+    # --context-mib: libvgpu charges each CUDA context against the cap; the agent writes
+    # the charge into the limits file of every container it starts.
+    env.agent.stop()
+    env.new_agent(context_mib=300).start()
+    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
+    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    obj, kpod, assignment = pod_obj("c0", [("main", [(U0, 4000, 20)])], created=0)
+    env.pods.put(obj)
+    started = env.kubelet.run(kpod)
+    limits = decode_limits(
+        (Path(started[0].mount(CONTAINER_ETC_DIR).host_path) / "limits").read_text()
+    )
+    ca = assignment.containers[0]
+    assert limits == limits_for(ca, card_order=[U0], context_mib=300)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tessera.errors import FormatError
@@ -151,3 +153,31 @@ def test_limits_for_refuses_a_foreign_card_order() -> None:
     a = ContainerAssignment("main", (CardSlice(U0, 1, 1),))
     with pytest.raises(FormatError, match="card_order"):
         limits_for(a, card_order=[U1])
+
+
+def test_context_charge_is_written_only_when_set_and_round_trips() -> None:
+    charged = Limits(TWO.cards, TWO.region, TWO.allowance, context_mib=300)
+    text = encode_limits(charged)
+    assert "context_mib=300\n" in text and "context_mib" not in encode_limits(TWO)
+    assert decode_limits(text) == charged
+    assert decode_limits(EXPECTED).context_mib == 0  # absent: nothing charged
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("context_mib=1048577", "context_mib: 1048577 is outside 0..1048576"),
+        ("context_mib=1G", "context_mib: not a decimal integer"),
+    ],
+)
+def test_a_bad_context_charge_names_the_key_and_the_rule(line: str, message: str) -> None:
+    with pytest.raises(FormatError, match=re.escape(message)):
+        decode_limits(EXPECTED + line + "\n")
+    with pytest.raises(FormatError, match=re.escape("context_mib: must be 0..1048576, got -1")):
+        encode_limits(Limits(TWO.cards, TWO.region, TWO.allowance, context_mib=-1))
+
+
+def test_limits_for_carries_the_agents_context_charge() -> None:
+    a = ContainerAssignment("main", (CardSlice(U0, 8192, 30),), ComputePolicy.FIXED_SHARE)
+    assert limits_for(a, context_mib=256).context_mib == 256
+    assert limits_for(a).context_mib == 0

@@ -62,6 +62,7 @@ class AgentConfig:
     backstop: BackstopMode = BackstopMode.KILL
     backstop_slack_mib: int = 512  # per process: the driver context NVML counts
     backstop_interval_s: float = 1.0
+    context_mib: int = 0  # libvgpu's charge per CUDA context (limits file context_mib)
 
 
 class Agent:
@@ -148,6 +149,7 @@ class Agent:
             events=self.events,
             isolation=cfg.isolation,
             visibility=cfg.visibility,
+            context_mib=cfg.context_mib,
         )
         self.plugin = DevicePluginServer(
             allocator=self.allocator,

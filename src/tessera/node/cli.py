@@ -66,6 +66,15 @@ def node_agent(
             min=0, help="Per process, device memory the driver counts that libvgpu does not."
         ),
     ] = 512,
+    context_mib: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=1 << 20,
+            help="Device memory libvgpu charges against a container's cap for each CUDA "
+            "context it creates (the driver's own per-context memory); 0 charges nothing.",
+        ),
+    ] = 0,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the node agent: discovery, inventory, device plugin, health, cleanup."""
@@ -123,6 +132,7 @@ def node_agent(
         recovery_s=recovery_s,
         backstop=mode,
         backstop_slack_mib=backstop_slack_mib,
+        context_mib=context_mib,
     )
     layout = Layout(state_dir)
     mps = MpsDaemon(layout.mps_pipe, layout.mps_log) if iso is Isolation.MPS else None

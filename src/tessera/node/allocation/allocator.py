@@ -71,6 +71,7 @@ class Allocator:
         isolation: Isolation = Isolation.HOOK,
         visibility: Visibility = Visibility.ENV,
         clock: Callable[[], float] = time.time,
+        context_mib: int = 0,
     ) -> None:
         self.node = node
         self.cards = {c.uuid: c for c in cards}
@@ -83,6 +84,7 @@ class Allocator:
         self.isolation = isolation
         self.visibility = visibility
         self.clock = clock
+        self.context_mib = context_mib  # written into every limits file
         self.matcher = Matcher(node, pods, podres)
         self.ledger = Ledger(layout.read_allocs())
         self.corrections = 0
@@ -326,7 +328,8 @@ class Allocator:
             created=self.clock(),
         )
         try:
-            text = encode_limits(limits_for(t.assignment, card_order=order))
+            limits = limits_for(t.assignment, card_order=order, context_mib=self.context_mib)
+            text = encode_limits(limits)
         except FormatError as exc:
             raise AllocationError(FAILED_PRECONDITION, f"pod {t.pod.key}: {exc}", t.pod) from exc
         self.layout.write_alloc(rec, text)

@@ -35,6 +35,7 @@ MAX_CARDS = 16  # also VG_MAX_CARDS in libvgpu/include/vg_protocol.h
 LIMITS_PATH = "/etc/tessera/limits"  # compiled into libvgpu; mounted read-only
 REGION_PATH = "/var/run/tessera/usage/region"
 ALLOWANCE_PATH = "/var/run/tessera/allowance/allowance"
+MAX_CONTEXT_MIB = 1 << 20  # libvgpu's bound for context_mib
 
 _UUID = re.compile(
     r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -61,6 +62,7 @@ class Limits:
     cards: tuple[CardLimit, ...]
     region: str = REGION_PATH
     allowance: str = ALLOWANCE_PATH
+    context_mib: int = 0  # charged against a card's cap for each CUDA context on it
 
 
 def parse_lines(what: str, text: str) -> dict[str, str]:
@@ -108,6 +110,10 @@ def _check(limits: Limits) -> None:
     for path_key, path in (("region", limits.region), ("allowance", limits.allowance)):
         if not path.startswith("/") or "\n" in path:
             raise FormatError(_WHAT, f"{path_key}: must be an absolute path on one line")
+    if not 0 <= limits.context_mib <= MAX_CONTEXT_MIB:
+        raise FormatError(
+            _WHAT, f"context_mib: must be 0..{MAX_CONTEXT_MIB}, got {limits.context_mib}"
+        )
     seen: set[str] = set()
     for i, c in enumerate(limits.cards):
         key = f"card.{i}"
@@ -136,6 +142,8 @@ def encode_limits(limits: Limits) -> str:
         f"allowance={limits.allowance}",
         f"cards={len(limits.cards)}",
     ]
+    if limits.context_mib:
+        lines.append(f"context_mib={limits.context_mib}")
     for c in limits.cards:
         p = f"card.{c.ordinal}."
         lines += [
@@ -187,6 +195,7 @@ def decode_limits(text: str) -> Limits:
         cards=tuple(cards),
         region=need("region"),
         allowance=allowance if allowance is not None else ALLOWANCE_PATH,
+        context_mib=parse_int(_WHAT, "context_mib", kv.get("context_mib", "0"), 0, MAX_CONTEXT_MIB),
     )
     _check(limits)
     return limits
@@ -198,6 +207,7 @@ def limits_for(
     card_order: Iterable[str] | None = None,
     region: str = REGION_PATH,
     allowance: str = ALLOWANCE_PATH,
+    context_mib: int = 0,
 ) -> Limits:
     """The limits of one container from its assignment.
 
@@ -224,6 +234,6 @@ def limits_for(
             # No compute reserved on this card: nothing to cap or guarantee.
             card_policy = ComputePolicy.BEST_EFFORT
         cards.append(CardLimit(i, uuid, s.memory_mib, cores, card_policy))
-    limits = Limits(cards=tuple(cards), region=region, allowance=allowance)
+    limits = Limits(cards=tuple(cards), region=region, allowance=allowance, context_mib=context_mib)
     _check(limits)
     return limits
