@@ -199,21 +199,66 @@ def child_cupy_fill(cap_mib: int) -> dict:
     }
 
 
-def child_spin(seconds: float, cycles: int) -> dict:
+def child_spin(seconds: float, cycles: int, streams: int = 0) -> dict:
+    """Spin kernels for ``seconds``: on the legacy stream, or alternating between
+    ``streams`` non-blocking streams (NCCL and side-stream work)."""
     d = Driver()
     mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
     d.check(d.lib.cuModuleLoadData(ctypes.byref(mod), SPIN_PTX + b"\0"), "cuModuleLoadData")
     d.check(d.lib.cuModuleGetFunction(ctypes.byref(fn), mod, b"spin"), "cuModuleGetFunction")
     arg = ctypes.c_uint64(cycles)
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))
+    handles = []
+    for _ in range(streams):
+        s = ctypes.c_void_p()
+        d.check(d.lib.cuStreamCreate(ctypes.byref(s), 1), "cuStreamCreate")  # NON_BLOCKING
+        handles.append(s)
     launch = d.lib.cuLaunchKernel
     n, end = 0, time.monotonic() + seconds
     start = time.monotonic()
     while time.monotonic() < end:
-        d.check(launch(fn, 1, 1, 1, 1, 1, 1, 0, None, params, None), "cuLaunchKernel")
+        s = handles[n % len(handles)] if handles else None
+        d.check(launch(fn, 1, 1, 1, 1, 1, 1, 0, s, params, None), "cuLaunchKernel")
         n += 1
     d.check(d.lib.cuCtxSynchronize(), "cuCtxSynchronize")
     return {"kernels_per_s": n / (time.monotonic() - start)}
+
+
+def child_torch_graph(seconds: float) -> dict:
+    """torch.cuda.graph: capture a few matmuls on a side stream, then replay for
+    ``seconds``. Under libvgpu the capture must succeed and replays be throttled."""
+    import torch
+
+    a = torch.randn(2048, 2048, device="cuda")
+    b = torch.randn(2048, 2048, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            (a @ b).relu_()  # warm-up outside the capture, as the docs ask
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        c = a
+        for _ in range(8):
+            c = (c @ b).relu_() / 2048.0
+    torch.cuda.synchronize()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        g.replay()
+        n += 1
+    torch.cuda.synchronize()
+    return {"captured": True, "replays_per_s": n / (time.perf_counter() - start)}
+
+
+def child_context(hold_s: float) -> dict:
+    """Create the primary context and hold it, for the parent to read what the driver
+    counts for it (nvidia-smi's per-process memory): the figure for --context-mib."""
+    d = Driver()
+    free, total = d.mem_info()
+    print(json.dumps({"pid": os.getpid(), "ready": True}), flush=True)
+    time.sleep(hold_s)
+    return {"free": free, "total": total}
 
 
 def child_torch_step(steps: int) -> dict:
@@ -256,19 +301,54 @@ def part_frameworks(tmp: Path, uuid: str) -> dict:
             lim,
             {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
         ),
+        "torch_malloc_async": child(
+            ["child", "torch_fill", "2048"],
+            lim,
+            {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
+        ),
         "cupy": child(["child", "cupy_fill", "2048"], lim),
     }
 
 
 def part_share(tmp: Path, uuid: str) -> dict:
     cycles = str(1_000_000)  # about 0.5-1 ms per kernel
-    base = child(["child", "spin", "5", cycles], None).get("kernels_per_s", 0.0)
-    out: dict = {"unlimited_kernels_per_s": base, "targets": {}}
-    for target in (10, 30, 50, 70, 90):
-        lim = write_limits(tmp / f"share{target}", uuid, 4096, target, "fixed-share")
-        got = child(["child", "spin", "8", cycles], lim).get("kernels_per_s", 0.0)
-        out["targets"][target] = 100.0 * got / base if base else None
+    out: dict = {}
+    for streams in ("0", "2"):  # the legacy stream; two non-blocking streams
+        base = child(["child", "spin", "5", cycles, streams], None).get("kernels_per_s", 0.0)
+        row: dict = {"unlimited_kernels_per_s": base, "targets": {}}
+        for target in (10, 30, 50, 70, 90):
+            lim = write_limits(tmp / f"share{target}-{streams}", uuid, 4096, target, "fixed-share")
+            got = child(["child", "spin", "8", cycles, streams], lim).get("kernels_per_s", 0.0)
+            row["targets"][target] = 100.0 * got / base if base else None
+        out["legacy stream" if streams == "0" else "two non-blocking streams"] = row
     return out
+
+
+def part_graphs(tmp: Path, uuid: str) -> dict:
+    """torch.cuda.graph capture and replay under fixed-share 50, against unlimited."""
+    base = child(["child", "torch_graph", "5"], None)
+    lim = write_limits(tmp / "graph50", uuid, 8192, 50, "fixed-share")
+    held = child(["child", "torch_graph", "8"], lim)
+    ratio = None
+    if base.get("replays_per_s") and held.get("replays_per_s"):
+        ratio = 100.0 * held["replays_per_s"] / base["replays_per_s"]
+    return {"unlimited": base, "fixed_share_50": held, "achieved_percent": ratio}
+
+
+def part_context(tmp: Path, uuid: str) -> dict:
+    """What one CUDA context costs on this GPU and driver (the value for --context-mib):
+    nvidia-smi's memory for a process that holds only a primary context."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "child", "context", "5"], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline() or "{}")
+    time.sleep(1.0)
+    q = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+    rows = subprocess.run(q, capture_output=True, text=True, check=False).stdout
+    proc.wait(timeout=30)
+    mine = [r for r in rows.splitlines() if r.split(",")[0].strip() == str(first.get("pid"))]
+    return {"context_mib": int(mine[0].split(",")[1]) if mine else None, "nvidia_smi": rows}
 
 
 def part_overhead(tmp: Path, uuid: str, launch_bench: str) -> dict:
@@ -277,6 +357,7 @@ def part_overhead(tmp: Path, uuid: str, launch_bench: str) -> dict:
         "native": None,
         "best-effort": write_limits(tmp / "ob", uuid, 65536, 0, "best-effort"),
         "fixed-share 100": write_limits(tmp / "of", uuid, 65536, 100, "fixed-share"),
+        "fixed-share 50": write_limits(tmp / "of50", uuid, 65536, 50, "fixed-share"),
     }
     for name, lim in configs.items():
         runs = []
@@ -330,7 +411,11 @@ def main() -> None:
             if fn is not None:
                 result = fn(int(rest[0]))
             elif what == "spin":
-                result = child_spin(float(rest[0]), int(rest[1]))
+                result = child_spin(float(rest[0]), int(rest[1]), int(rest[2]) if rest[2:] else 0)
+            elif what == "torch_graph":
+                result = child_torch_graph(float(rest[0]))
+            elif what == "context":
+                result = child_context(float(rest[0]))
             else:
                 result = child_torch_step(int(rest[0]))
         except ImportError as exc:
@@ -340,15 +425,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--launch-bench", required=True)
-    parser.add_argument("part", choices=["all", "cap", "frameworks", "share", "overhead", "smi"])
+    parts_all = ["cap", "frameworks", "share", "graphs", "context", "overhead", "smi"]
+    parser.add_argument("part", choices=["all", *parts_all])
     args = parser.parse_args()
     uuid = gpu_uuid()
     results: dict = {"uuid": uuid}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        parts = (
-            ["cap", "frameworks", "share", "overhead", "smi"] if args.part == "all" else [args.part]
-        )
+        parts = parts_all if args.part == "all" else [args.part]
         for part in parts:
             print(f"-- {part}", flush=True)
             if part == "overhead":

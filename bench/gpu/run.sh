@@ -8,11 +8,15 @@
 #   1. memory cap through the driver API (ctypes): cap-1 MiB fits, cap+1 MiB is OOM,
 #      cuMemGetInfo/cuDeviceTotalMem show the slice, cuGetProcAddress path;
 #   2. PyTorch and CuPy filling memory to the cap (OOM at the cap, mem_get_info = slice),
-#      PyTorch with expandable segments (VMM, cuMemCreate);
-#   3. achieved compute share for 10/30/50/70/90% vs an unlimited run (PTX spin kernel);
-#   4. interception overhead: launch-heavy loop (C, empty kernel) and a PyTorch training
-#      step, native vs preloaded;
-#   5. nvidia-smi inside a preloaded process.
+#      PyTorch with expandable segments (VMM, cuMemCreate) and with the cudaMallocAsync
+#      backend (stream-ordered pools);
+#   3. achieved compute share for 10/30/50/70/90% vs an unlimited run (PTX spin kernel),
+#      on the legacy stream and on two non-blocking streams;
+#   4. torch.cuda.graph: capture on a side stream and replay under fixed-share 50;
+#   5. what one CUDA context costs here (nvidia-smi per process): the --context-mib value;
+#   6. interception overhead: launch-heavy loop (C, empty kernel) and a PyTorch training
+#      step, native vs preloaded (best-effort, fixed-share 100 and 50);
+#   7. nvidia-smi inside a preloaded process.
 # The limits come from a file this script writes (the test build's TESSERA_TEST_LIMITS).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
