@@ -25,7 +25,12 @@
 struct CUctx_st { int dev; };
 struct CUfunc_st { uint64_t ns; };
 struct CUmod_st { int unused; };
-struct CUmemPoolHandle_st { int dev; };
+/* A stream-ordered pool keeps up to its release threshold of freed memory (`retained`,
+ * still used on the device) and hands it out again before taking more. */
+struct CUmemPoolHandle_st { int dev, is_default; uint64_t threshold, retained; };
+static struct CUmemPoolHandle_st default_pools[MAXDEV];
+static CUmemoryPool current_pools[MAXDEV]; /* NULL: the default pool */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 struct CUarray_st { int dev; uint64_t bytes; };
 
 static fdev local_devs[MAXDEV];
@@ -44,7 +49,7 @@ static __thread CUcontext cur;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* Allocations: address -> (bytes, dev). A simple locked list is plenty for tests. */
-typedef struct alloc { uint64_t key, bytes; int dev, device_mem; struct alloc *next; } alloc;
+typedef struct alloc { uint64_t key, bytes; int dev, device_mem; struct CUmemPoolHandle_st *pool; struct alloc *next; } alloc;
 static alloc *allocs;
 static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t next_addr = 0x7f0000000000ull, next_low = 0x10000000ull, next_handle = 1;
@@ -237,6 +242,7 @@ static CUresult mem_add(unsigned long long *out, uint64_t bytes, int dev, int de
     a->bytes = bytes;
     a->dev = dev;
     a->device_mem = device_mem;
+    a->pool = NULL;
     a->next = allocs;
     allocs = a;
     *out = a->key;
@@ -444,12 +450,65 @@ FX CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) {
 }
 FX CUresult cuMemFree_v2(CUdeviceptr p) { return mem_del(p); }
 FX CUresult cuMemFree(CUdeviceptr_v1 p) { return mem_del(p); }
-FX CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return alloc_v2(p, n); }
-FX CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return alloc_v2(p, n); }
-static CUresult pool_alloc(CUdeviceptr *p, size_t n, CUmemoryPool pool) {
-    if (!pool) return CUDA_ERROR_INVALID_VALUE;
-    return mem_add(p, n, pool->dev, 1, 0);
+static CUmemoryPool default_pool(int dev) {
+    default_pools[dev].dev = dev;
+    default_pools[dev].is_default = 1;
+    return &default_pools[dev];
 }
+/* n bytes from pool: its retained memory first (already used on the device), then more. */
+static CUresult pool_alloc(CUdeviceptr *p, size_t n, CUmemoryPool pool) {
+    if (!pool || !p || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pool_mu);
+    uint64_t reuse = pool->retained < n ? pool->retained : n;
+    pool->retained -= reuse;
+    account(devs_at(pool->dev), -(int64_t)reuse); /* mem_add charges all n again */
+    CUresult r = mem_add(p, n, pool->dev, 1, 0);
+    if (r != CUDA_SUCCESS) {
+        account(devs_at(pool->dev), (int64_t)reuse);
+        pool->retained += reuse;
+    } else {
+        pthread_mutex_lock(&alloc_mu);
+        for (alloc *a = allocs; a; a = a->next)
+            if (a->key == *p) a->pool = pool;
+        pthread_mutex_unlock(&alloc_mu);
+    }
+    pthread_mutex_unlock(&pool_mu);
+    return r;
+}
+static CUresult async_alloc(CUdeviceptr *p, size_t n) {
+    int dev = cur_dev();
+    if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    return pool_alloc(p, n, current_pools[dev] ? current_pools[dev] : default_pool(dev));
+}
+/* A free: pool memory goes back to its pool, which keeps it up to its threshold. */
+static CUresult async_free(CUdeviceptr key) {
+    pthread_mutex_lock(&pool_mu);
+    pthread_mutex_lock(&alloc_mu);
+    alloc *a = allocs;
+    while (a && a->key != key) a = a->next;
+    struct CUmemPoolHandle_st *pool = a ? a->pool : NULL;
+    uint64_t keep = 0;
+    if (pool) {
+        uint64_t room = pool->threshold > pool->retained ? pool->threshold - pool->retained : 0;
+        keep = a->bytes < room ? a->bytes : room;
+    }
+    pthread_mutex_unlock(&alloc_mu);
+    CUresult r = mem_del(key);
+    if (r == CUDA_SUCCESS && keep) {
+        account(devs_at(pool->dev), (int64_t)keep); /* still the pool's */
+        pool->retained += keep;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    return r;
+}
+static void pool_release_to(CUmemoryPool pool, uint64_t keep) {
+    if (pool->retained > keep) {
+        account(devs_at(pool->dev), -(int64_t)(pool->retained - keep));
+        pool->retained = keep;
+    }
+}
+FX CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return async_alloc(p, n); }
+FX CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return async_alloc(p, n); }
 FX CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
     (void)s;
     return pool_alloc(p, n, pool);
@@ -458,17 +517,59 @@ FX CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool 
     (void)s;
     return pool_alloc(p, n, pool);
 }
-FX CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return mem_del(p); }
-FX CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return mem_del(p); }
+FX CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return async_free(p); }
+FX CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return async_free(p); }
+FX CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = default_pool(dev);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (!inited) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = current_pools[dev] ? current_pools[dev] : default_pool(dev);
+    return CUDA_SUCCESS;
+}
+FX CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= ndev || pool->dev != dev) return CUDA_ERROR_INVALID_DEVICE;
+    current_pools[dev] = pool;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+    if (!pool || !value || attr < 1 || attr > 8) return CUDA_ERROR_INVALID_VALUE;
+    if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
+        pthread_mutex_lock(&pool_mu);
+        pool->threshold = *(const uint64_t *)value;
+        pool_release_to(pool, pool->threshold); /* the driver releases the excess */
+        pthread_mutex_unlock(&pool_mu);
+    }
+    return CUDA_SUCCESS;
+}
+FX CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pool_mu);
+    pool_release_to(pool, keep);
+    pthread_mutex_unlock(&pool_mu);
+    return CUDA_SUCCESS;
+}
 FX CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
     if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
     if (props->location.id < 0 || props->location.id >= ndev) return CUDA_ERROR_INVALID_DEVICE;
-    *pool = malloc(sizeof **pool);
+    *pool = calloc(1, sizeof **pool);
     (*pool)->dev = props->location.id;
     return CUDA_SUCCESS;
 }
 FX CUresult cuMemPoolDestroy(CUmemoryPool pool) {
-    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (!pool || pool->is_default) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pool_mu);
+    pool_release_to(pool, 0);
+    for (int i = 0; i < MAXDEV; i++)
+        if (current_pools[i] == pool) current_pools[i] = NULL;
+    pthread_mutex_unlock(&pool_mu);
     free(pool);
     return CUDA_SUCCESS;
 }
@@ -963,7 +1064,8 @@ static const struct { const char *name; void *fn; } procs[] = {
     PROC(cuDeviceGet, , ) PROC(cuDeviceGetCount, , ) PROC(cuEventQuery, , )
     PROC(cuStreamCreate, , ) PROC(cuStreamDestroy_v2, , ) PROC(cuStreamBeginCapture_v2, , )
     PROC(cuStreamEndCapture, , ) PROC(cuGraphInstantiateWithFlags, , ) PROC(cuGraphDestroy, , )
-    PROC(cuGraphExecDestroy, , ) {NULL, NULL},
+    PROC(cuGraphExecDestroy, , ) PROC(cuDeviceGetDefaultMemPool, , )
+    PROC(cuDeviceSetMemPool, , ) {NULL, NULL},
 };
 
 /* With FAKECUDA_PROC_INTERNAL=1, cuGetProcAddress hands out internal entry points for

@@ -127,6 +127,17 @@ typedef struct CUmemPoolProps_st {
     unsigned char reserved[54];
 } CUmemPoolProps;
 
+typedef enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4, /* cuuint64_t: freed bytes the pool keeps */
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+} CUmemPool_attribute;
+
 /* Arrays. */
 typedef enum {
     CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
@@ -227,6 +238,9 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream s), (dptr, s))                        \
     X(cuMemPoolCreate, (CUmemoryPool *pool, const CUmemPoolProps *props), (pool, props))     \
     X(cuMemPoolDestroy, (CUmemoryPool pool), (pool))                                         \
+    X(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void *value),     \
+      (pool, attr, value))                                                                   \
+    X(cuMemPoolTrimTo, (CUmemoryPool pool, size_t keep), (pool, keep))                       \
     X(cuMemCreate, (CUmemGenericAllocationHandle *h, size_t size,                            \
                     const CUmemAllocationProp *prop, unsigned long long flags),              \
       (h, size, prop, flags))                                                                \
@@ -303,7 +317,8 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuEventSynchronize, (CUevent ev), (ev))                                                \
     X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end), (ms, start, end))         \
     X(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus *status), (s, status))         \
-    X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *mode), (mode))
+    X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *mode), (mode))                \
+    X(cuDeviceGetMemPool, (CUmemoryPool *pool, CUdevice dev), (pool, dev))
 
 #define VG_DECLARE(name, params, args) CUresult name params;
 VG_CUDA_FUNCS(VG_DECLARE)
@@ -328,6 +343,8 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph *graph);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
 CUresult cuGraphDestroy(CUgraph graph);
 CUresult cuGraphExecDestroy(CUgraphExec exec);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
 
 #ifdef __cplusplus
 }

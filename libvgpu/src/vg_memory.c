@@ -7,7 +7,9 @@
  * application sees the driver's own answer.
  */
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "vg_export.h"
 #include "vg_hold.h"
@@ -142,9 +144,19 @@ VG_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned in
     return r;
 }
 
+static int vg_pool_free_begin(CUdeviceptr dptr, uint64_t *bytes, int *rec);
+static void vg_pool_free_end(CUdeviceptr dptr, uint64_t bytes, int rec, CUresult r);
+
 VG_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
     vg_hold h;
+    uint64_t bytes = 0;
+    int rec = -1;
     VG_GUARD();
+    if (vg_pool_free_begin(dptr, &bytes, &rec)) { /* stream-ordered memory, freed here */
+        CUresult r = VG_CALL(cuMemFree_v2, dptr);
+        vg_pool_free_end(dptr, bytes, rec, r);
+        return r;
+    }
     vg_forget_begin(&vg_ptrs, dptr, &h);
     CUresult r = VG_CALL(cuMemFree_v2, dptr);
     vg_forget_end(&vg_ptrs, dptr, &h, r);
@@ -160,11 +172,132 @@ VG_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
     return r;
 }
 
-/* ---- stream-ordered allocations and pools ---- */
+/* ---- stream-ordered allocations and pools ----
+ *
+ * A pool keeps up to its release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 0 by
+ * default; PyTorch's cudaMallocAsync backend raises it to "keep everything") of freed
+ * memory reserved on the card, and hands it out again before taking more. libvgpu counts
+ * what pools reserve, not only what they hand out: a free keeps its bytes charged as the
+ * pool's `retained` up to the threshold, an allocation from the pool uses the retained
+ * charge first, and lowering the threshold, cuMemPoolTrimTo and destroying the pool give
+ * the rest back. (Otherwise another allocation path could take the cap again beside a
+ * full pool.) Each pool is recorded with its card the first time libvgpu sees it:
+ * created (cuMemPoolCreate: the card its props name) or a device's pool (the current
+ * pool of the current context's device, asked of the driver at each cuMemAllocAsync).
+ */
+#define VG_MAX_POOLS 64
+
+typedef struct vg_pool {
+    CUmemoryPool handle; /* NULL: free record */
+    int card;
+    uint64_t threshold, retained;
+} vg_pool;
+
+static vg_pool vg_pool_recs[VG_MAX_POOLS];
+static pthread_mutex_t vg_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t vg_pool_once = PTHREAD_ONCE_INIT;
+
+/* A child of fork owns none of its parent's pools (nor their charge). */
+static void vg_pool_atfork_child(void) {
+    pthread_mutex_init(&vg_pool_mu, NULL);
+    memset(vg_pool_recs, 0, sizeof vg_pool_recs);
+}
+
+static void vg_pool_register_atfork(void) { pthread_atfork(NULL, NULL, vg_pool_atfork_child); }
+
+/* The record of pool (made with card if new); NULL when all records are taken (the pool
+ * is then counted as before: what it hands out). vg_pool_mu held. */
+static vg_pool *vg_pool_of(CUmemoryPool pool, int card) {
+    vg_pool *free_rec = NULL;
+    pthread_once(&vg_pool_once, vg_pool_register_atfork);
+    for (int i = 0; i < VG_MAX_POOLS; i++) {
+        if (vg_pool_recs[i].handle == pool) return &vg_pool_recs[i];
+        if (vg_pool_recs[i].handle == NULL && free_rec == NULL) free_rec = &vg_pool_recs[i];
+    }
+    if (free_rec == NULL || card < 0) return NULL;
+    *free_rec = (vg_pool){pool, card, 0, 0};
+    return free_rec;
+}
+
+/* Give back what pool retains above keep. vg_pool_mu held. */
+static void vg_pool_release_to(vg_pool *p, uint64_t keep) {
+    if (p->retained <= keep) return;
+    vg_region_unreserve(vg_g.region, vg_g.slot, p->card, p->retained - keep);
+    p->retained = keep;
+}
+
+/* n bytes from pool (card: its card if new): the retained charge first, then a hold.
+ * Returns the answer for the caller; on success *rec (may be NULL) and *h are set. */
+static CUresult vg_pool_take(CUmemoryPool pool, int card, uint64_t n, vg_pool **rec, vg_hold *h,
+                             uint64_t *reused) {
+    *reused = 0;
+    pthread_mutex_lock(&vg_pool_mu);
+    vg_pool *p = vg_pool_of(pool, card);
+    if (p != NULL) {
+        *reused = p->retained < n ? p->retained : n;
+        p->retained -= *reused;
+        card = p->card;
+    }
+    pthread_mutex_unlock(&vg_pool_mu);
+    *rec = p;
+    CUresult r = vg_hold_card(card, n - *reused, h);
+    if (r != CUDA_SUCCESS && *reused) {
+        pthread_mutex_lock(&vg_pool_mu);
+        p->retained += *reused;
+        pthread_mutex_unlock(&vg_pool_mu);
+    }
+    return r;
+}
+
+/* After the driver answered r for an allocation from a pool. */
+static void vg_pool_took(vg_pool *p, vg_hold *h, uint64_t reused, CUresult r, CUdeviceptr ptr) {
+    if (r != CUDA_SUCCESS) {
+        vg_hold_done(h, r, &vg_ptrs, 0);
+        if (reused) {
+            pthread_mutex_lock(&vg_pool_mu);
+            p->retained += reused;
+            pthread_mutex_unlock(&vg_pool_mu);
+        }
+        return;
+    }
+    if (p == NULL) {
+        vg_hold_done(h, r, &vg_ptrs, ptr);
+        return;
+    }
+    /* The pointer holds all it took (new hold and reused charge); its card field says
+     * which pool record, so the free can give it back to the pool. */
+    if (vg_table_put(&vg_pool_ptrs, ptr, h->bytes + reused, (int)(p - vg_pool_recs)) != VG_OK) {
+        vg_hold_done(h, CUDA_ERROR_UNKNOWN, &vg_ptrs, 0);
+        if (reused) vg_region_unreserve(vg_g.region, vg_g.slot, p->card, reused);
+    }
+}
+
+/* The current context's card and its device's current pool; -1 without a context. */
+static int vg_current_pool(CUmemoryPool *pool) {
+    CUdevice dev = -1;
+    int card = -1;
+    *pool = NULL;
+    if (vg_current_card(&card) != 0 || VG_CALL(cuCtxGetDevice, &dev) != CUDA_SUCCESS ||
+        VG_CALL(cuDeviceGetMemPool, pool, dev) != CUDA_SUCCESS)
+        return -1;
+    return card;
+}
 
 #define VG_ALLOC_ASYNC(name)                                                                 \
     VG_EXPORT CUresult name(CUdeviceptr *dptr, size_t size, CUstream s) {                    \
         vg_hold h;                                                                           \
+        CUmemoryPool pool = NULL;                                                            \
+        vg_pool *rec = NULL;                                                                 \
+        uint64_t reused = 0;                                                                 \
+        int card;                                                                            \
+        if (vg_init() == VG_MODE_ACTIVE && dptr != NULL && size != 0 &&                      \
+            (card = vg_current_pool(&pool)) >= 0) {                                          \
+            CUresult r = vg_pool_take(pool, card, size, &rec, &h, &reused);                  \
+            if (r != CUDA_SUCCESS) return r;                                                 \
+            r = VG_CALL(name, dptr, size, s);                                                \
+            vg_pool_took(rec, &h, reused, r, r == CUDA_SUCCESS ? *dptr : 0);                 \
+            return r;                                                                        \
+        }                                                                                    \
         CUresult r = vg_hold_current(dptr ? size : 0, &h);                                   \
         if (r != CUDA_SUCCESS) return r;                                                     \
         r = VG_CALL(name, dptr, size, s);                                                    \
@@ -174,19 +307,23 @@ VG_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
 VG_ALLOC_ASYNC(cuMemAllocAsync)
 VG_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 
-/* A pool made by cuMemPoolCreate is on the device its props name; any other pool (the
- * device's default pool) belongs to the current context's device. */
+/* A pool made by cuMemPoolCreate is on the card its props name; any other pool (a
+ * device's default pool) belongs to the current context's card. */
 #define VG_ALLOC_POOL(name)                                                                  \
     VG_EXPORT CUresult name(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) { \
         vg_hold h;                                                                           \
-        uint64_t ignored = 0;                                                                \
+        vg_pool *rec = NULL;                                                                 \
+        uint64_t reused = 0;                                                                 \
         int card = -1;                                                                       \
-        CUresult r;                                                                          \
-        if (vg_init() == VG_MODE_ACTIVE &&                                                   \
-            vg_table_get(&vg_pools, (uint64_t)(uintptr_t)pool, &ignored, &card))             \
-            r = vg_hold_card(card, dptr ? size : 0, &h);                                     \
-        else                                                                                 \
-            r = vg_hold_current(dptr ? size : 0, &h);                                        \
+        if (vg_init() == VG_MODE_ACTIVE && dptr != NULL && size != 0 && pool != NULL &&      \
+            vg_current_card(&card) == 0) {                                                   \
+            CUresult r = vg_pool_take(pool, card, size, &rec, &h, &reused);                  \
+            if (r != CUDA_SUCCESS) return r;                                                 \
+            r = VG_CALL(name, dptr, size, pool, s);                                          \
+            vg_pool_took(rec, &h, reused, r, r == CUDA_SUCCESS ? *dptr : 0);                 \
+            return r;                                                                        \
+        }                                                                                    \
+        CUresult r = vg_hold_current(dptr && pool ? size : 0, &h);                           \
         if (r != CUDA_SUCCESS) return r;                                                     \
         r = VG_CALL(name, dptr, size, pool, s);                                              \
         vg_hold_done(&h, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);                        \
@@ -195,10 +332,37 @@ VG_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 VG_ALLOC_POOL(cuMemAllocFromPoolAsync)
 VG_ALLOC_POOL(cuMemAllocFromPoolAsync_ptsz)
 
+/* A free of pool memory (cuMemFreeAsync, or cuMemFree, which may free it too): the pool
+ * keeps it charged up to its threshold. */
+static int vg_pool_free_begin(CUdeviceptr dptr, uint64_t *bytes, int *rec) {
+    return vg_g.mode == VG_MODE_ACTIVE && vg_table_take(&vg_pool_ptrs, dptr, bytes, rec);
+}
+
+static void vg_pool_free_end(CUdeviceptr dptr, uint64_t bytes, int rec, CUresult r) {
+    if (r != CUDA_SUCCESS) {
+        vg_table_put(&vg_pool_ptrs, dptr, bytes, rec);
+        return;
+    }
+    pthread_mutex_lock(&vg_pool_mu);
+    vg_pool *p = &vg_pool_recs[rec];
+    uint64_t room = p->threshold > p->retained ? p->threshold - p->retained : 0;
+    uint64_t keep = bytes < room ? bytes : room;
+    p->retained += keep;
+    if (bytes > keep) vg_region_unreserve(vg_g.region, vg_g.slot, p->card, bytes - keep);
+    pthread_mutex_unlock(&vg_pool_mu);
+}
+
 #define VG_FREE_ASYNC(name)                                                                  \
     VG_EXPORT CUresult name(CUdeviceptr dptr, CUstream s) {                                  \
         vg_hold h;                                                                           \
+        uint64_t bytes = 0;                                                                  \
+        int rec = -1;                                                                        \
         VG_GUARD();                                                                          \
+        if (vg_pool_free_begin(dptr, &bytes, &rec)) {                                        \
+            CUresult r = VG_CALL(name, dptr, s);                                             \
+            vg_pool_free_end(dptr, bytes, rec, r);                                           \
+            return r;                                                                        \
+        }                                                                                    \
         vg_forget_begin(&vg_ptrs, dptr, &h);                                                 \
         CUresult r = VG_CALL(name, dptr, s);                                                 \
         vg_forget_end(&vg_ptrs, dptr, &h, r);                                                \
@@ -211,17 +375,56 @@ VG_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pro
     VG_GUARD();
     CUresult r = VG_CALL(cuMemPoolCreate, pool, props);
     if (r == CUDA_SUCCESS && vg_g.mode == VG_MODE_ACTIVE && props != NULL &&
-        props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-        vg_table_put(&vg_pools, (uint64_t)(uintptr_t)*pool, 0, vg_card_of_dev(props->location.id));
+        props->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        pthread_mutex_lock(&vg_pool_mu);
+        vg_pool_of(*pool, vg_card_of_dev(props->location.id));
+        pthread_mutex_unlock(&vg_pool_mu);
+    }
     return r;
 }
 
 VG_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
-    uint64_t ignored = 0;
-    int card = 0;
     VG_GUARD();
     CUresult r = VG_CALL(cuMemPoolDestroy, pool);
-    if (r == CUDA_SUCCESS) vg_table_take(&vg_pools, (uint64_t)(uintptr_t)pool, &ignored, &card);
+    if (r == CUDA_SUCCESS && vg_g.mode == VG_MODE_ACTIVE && pool != NULL) {
+        pthread_mutex_lock(&vg_pool_mu);
+        vg_pool *p = vg_pool_of(pool, -1);
+        if (p != NULL) {
+            vg_pool_release_to(p, 0);
+            p->handle = NULL;
+        }
+        pthread_mutex_unlock(&vg_pool_mu);
+    }
+    return r;
+}
+
+VG_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+    VG_GUARD();
+    CUresult r = VG_CALL(cuMemPoolSetAttribute, pool, attr, value);
+    if (r == CUDA_SUCCESS && vg_g.mode == VG_MODE_ACTIVE && attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD &&
+        value != NULL && pool != NULL) {
+        int card = -1;
+        vg_current_card(&card); /* a pool seen first here: a device's pool, this card */
+        pthread_mutex_lock(&vg_pool_mu);
+        vg_pool *p = vg_pool_of(pool, card);
+        if (p != NULL) {
+            p->threshold = *(const cuuint64_t *)value;
+            vg_pool_release_to(p, p->threshold);
+        }
+        pthread_mutex_unlock(&vg_pool_mu);
+    }
+    return r;
+}
+
+VG_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    VG_GUARD();
+    CUresult r = VG_CALL(cuMemPoolTrimTo, pool, keep);
+    if (r == CUDA_SUCCESS && vg_g.mode == VG_MODE_ACTIVE && pool != NULL) {
+        pthread_mutex_lock(&vg_pool_mu);
+        vg_pool *p = vg_pool_of(pool, -1);
+        if (p != NULL) vg_pool_release_to(p, keep);
+        pthread_mutex_unlock(&vg_pool_mu);
+    }
     return r;
 }
 

@@ -16,7 +16,7 @@
 
 vg_state vg_g = {.slot = -1};
 vg_table vg_ptrs = VG_TABLE_INIT, vg_handles = VG_TABLE_INIT, vg_arrays = VG_TABLE_INIT,
-         vg_pools = VG_TABLE_INIT, vg_ctxs = VG_TABLE_INIT;
+         vg_ctxs = VG_TABLE_INIT, vg_pool_ptrs = VG_TABLE_INIT;
 static pthread_once_t vg_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t vg_slot_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -58,8 +58,8 @@ static void vg_atfork_child(void) {
     vg_table_reset(&vg_ptrs);
     vg_table_reset(&vg_handles);
     vg_table_reset(&vg_arrays);
-    vg_table_reset(&vg_pools);
     vg_table_reset(&vg_ctxs);
+    vg_table_reset(&vg_pool_ptrs);
 }
 
 static void vg_do_init(void) {

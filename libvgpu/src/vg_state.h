@@ -35,8 +35,9 @@ typedef struct vg_state {
 
 extern vg_state vg_g;
 /* Allocations by pointer, VMM handles, opaque driver objects (arrays, mipmapped arrays,
- * external memory), pools (card only), contexts (created and green). */
-extern vg_table vg_ptrs, vg_handles, vg_arrays, vg_pools, vg_ctxs;
+ * external memory), contexts (created and green), stream-ordered
+ * allocations from a recorded pool (card field: the pool record, vg_memory.c). */
+extern vg_table vg_ptrs, vg_handles, vg_arrays, vg_ctxs, vg_pool_ptrs;
 
 /* Initialise once; returns the mode. */
 vg_mode vg_init(void);

@@ -269,7 +269,61 @@ static void invalid_limits_fail_closed(void) {
     CHECK_RC(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_NOT_INITIALIZED);
 }
 
+/* A pool that keeps freed memory (PyTorch's cudaMallocAsync backend raises the default
+ * pool's release threshold to "everything") holds it on the card: it counts against the
+ * cap until the pool reuses it, trims it, lowers its threshold or is destroyed. */
+static void pool_retention_counts_against_the_cap(int explicit_pool) {
+    const char *dir = one_card();
+    const vg_region *r = vgt_region(dir);
+    CUmemoryPool pool = NULL;
+    if (explicit_pool) {
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        CHECK_RC(cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+    } else {
+        CHECK_RC(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
+    }
+    cuuint64_t keep_all = UINT64_MAX;
+    CHECK_RC(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all), CUDA_SUCCESS);
+    CUdeviceptr a = 0, b = 0;
+    CHECK_RC(explicit_pool ? cuMemAllocFromPoolAsync(&a, 200 * VGT_MIB, pool, NULL)
+                           : cuMemAllocAsync(&a, 200 * VGT_MIB, NULL), CUDA_SUCCESS);
+    CHECK_RC(cuMemFreeAsync(a, NULL), CUDA_SUCCESS);
+    CHECK(fakecuda_used(0) == 200 * VGT_MIB, "the fake pool keeps %llu", (unsigned long long)fakecuda_used(0));
+    CHECK(vgt_used(r, 0) == 200 * VGT_MIB, "retained memory counted: %llu", (unsigned long long)vgt_used(r, 0));
+    /* Another path cannot take the cap again beside the full pool. */
+    CHECK_RC(cuMemAlloc_v2(&b, 100 * VGT_MIB), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(fakecuda_used(0) <= CAP, "the card holds %llu past the cap", (unsigned long long)fakecuda_used(0));
+    /* The pool hands its retained memory out again without a new charge. */
+    CHECK_RC(explicit_pool ? cuMemAllocFromPoolAsync(&a, 150 * VGT_MIB, pool, NULL)
+                           : cuMemAllocAsync(&a, 150 * VGT_MIB, NULL), CUDA_SUCCESS);
+    CHECK(vgt_used(r, 0) == 200 * VGT_MIB, "reuse charged again: %llu", (unsigned long long)vgt_used(r, 0));
+    CHECK_RC(cuMemFreeAsync(a, NULL), CUDA_SUCCESS);
+    /* Lowering the threshold releases the excess; trimming releases the rest. */
+    cuuint64_t keep_50 = 50 * VGT_MIB;
+    CHECK_RC(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_50), CUDA_SUCCESS);
+    CHECK(vgt_used(r, 0) == 50 * VGT_MIB, "threshold 50 MiB: %llu", (unsigned long long)vgt_used(r, 0));
+    CHECK_RC(cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS);
+    CHECK(vgt_used(r, 0) == 0 && fakecuda_used(0) == 0, "trimmed: %llu counted, %llu on the card",
+          (unsigned long long)vgt_used(r, 0), (unsigned long long)fakecuda_used(0));
+    CHECK_RC(cuMemAlloc_v2(&b, CAP), CUDA_SUCCESS);
+    CHECK_RC(cuMemFree_v2(b), CUDA_SUCCESS);
+    if (explicit_pool) {
+        CHECK_RC(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all), CUDA_SUCCESS);
+        CHECK_RC(cuMemAllocFromPoolAsync(&a, 100 * VGT_MIB, pool, NULL), CUDA_SUCCESS);
+        CHECK_RC(cuMemFreeAsync(a, NULL), CUDA_SUCCESS);
+        CHECK(vgt_used(r, 0) == 100 * VGT_MIB, "kept %llu", (unsigned long long)vgt_used(r, 0));
+        CHECK_RC(cuMemPoolDestroy(pool), CUDA_SUCCESS);
+        CHECK(vgt_used(r, 0) == 0, "a destroyed pool left %llu", (unsigned long long)vgt_used(r, 0));
+    }
+}
+static void default_pool_retention(void) { pool_retention_counts_against_the_cap(0); }
+static void created_pool_retention(void) { pool_retention_counts_against_the_cap(1); }
+
 VGT_MAIN(VGT_CASE(cap_minus_1mib_fits_cap_plus_1mib_does_not), VGT_CASE(frees_return_quota),
+         VGT_CASE(default_pool_retention), VGT_CASE(created_pool_retention),
          VGT_CASE(pitch_path), VGT_CASE(managed_path), VGT_CASE(async_path), VGT_CASE(async_ptsz_path),
          VGT_CASE(pool_path), VGT_CASE(vmm_path), VGT_CASE(array_path), VGT_CASE(array3d_path),
          VGT_CASE(v1_path), VGT_CASE(host_vmm_is_not_device_memory),
