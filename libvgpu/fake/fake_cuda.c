@@ -475,9 +475,12 @@ static CUresult pool_alloc(CUdeviceptr *p, size_t n, CUmemoryPool pool) {
     pthread_mutex_unlock(&pool_mu);
     return r;
 }
-static CUresult async_alloc(CUdeviceptr *p, size_t n) {
+static int capture_alloc(CUstream s, int ptsz, uint64_t n);
+static CUresult async_alloc(CUdeviceptr *p, size_t n, CUstream s, int ptsz) {
     int dev = cur_dev();
     if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (p && n && capture_alloc(s, ptsz, n)) /* a memory node of the capture's graph */
+        return mem_add(p, n, dev, 0, 0);
     return pool_alloc(p, n, current_pools[dev] ? current_pools[dev] : default_pool(dev));
 }
 /* A free: pool memory goes back to its pool, which keeps it up to its threshold. */
@@ -507,8 +510,8 @@ static void pool_release_to(CUmemoryPool pool, uint64_t keep) {
         pool->retained = keep;
     }
 }
-FX CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return async_alloc(p, n); }
-FX CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return async_alloc(p, n); }
+FX CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { return async_alloc(p, n, s, 0); }
+FX CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { return async_alloc(p, n, s, 1); }
 FX CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
     (void)s;
     return pool_alloc(p, n, pool);
@@ -693,12 +696,17 @@ FX CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
 struct CUstream_st {
     int dev, nonblocking, capturing, invalid, mode;
     pthread_t owner;
-    uint64_t until, captured_ns;
+    uint64_t until, captured_ns, captured_alloc; /* kernels and stream-ordered allocations */
     struct CUstream_st *next;
 };
-/* A graph and an executable graph run as one kernel of their captured time: both start
+/* A graph runs as one kernel of its captured time, and its memory nodes (one per
+ * allocation; a capture's allocations make one node) are reserved when it is
+ * instantiated, kept until the executable graph is destroyed. An executable graph starts
  * like a CUfunc_st, so a test may also pass a CUfunction as a CUgraphExec. */
-struct CUgraph_st { uint64_t ns; };
+struct CUgraphNode_st { int type, dev; uint64_t bytes; CUdeviceptr dptr; struct CUgraphNode_st *next; };
+struct CUgraph_st { uint64_t ns; struct CUgraphNode_st *nodes; size_t nnodes; };
+typedef struct { uint64_t ns; unsigned long long mem; } fake_exec;
+static void graph_add(CUgraph g, int type, int dev, uint64_t bytes, CUdeviceptr dptr);
 static struct CUstream_st legacy_streams[MAXDEV];
 static __thread struct CUstream_st per_thread_streams[MAXDEV];
 static uint64_t blocking_until[MAXDEV]; /* end of the last kernel of any blocking stream */
@@ -806,7 +814,7 @@ FX CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
         pthread_mutex_unlock(&stream_mu);
         return CUDA_ERROR_ILLEGAL_STATE;
     }
-    *st = (struct CUstream_st){st->dev, st->nonblocking, 1, 0, mode, pthread_self(), st->until, 0, st->next};
+    *st = (struct CUstream_st){st->dev, st->nonblocking, 1, 0, mode, pthread_self(), st->until, 0, 0, st->next};
     if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global_captures++, my_global_captures++;
     if (mode != CU_STREAM_CAPTURE_MODE_RELAXED) my_captures++;
     if (!st->nonblocking) blocking_captures[st->dev]++;
@@ -832,12 +840,13 @@ FX CUresult cuStreamEndCapture(CUstream s, CUgraph *graph) {
     if (st->mode != CU_STREAM_CAPTURE_MODE_RELAXED) my_captures--;
     if (!st->nonblocking) blocking_captures[st->dev]--;
     int invalid = st->invalid;
-    uint64_t ns = st->captured_ns;
+    uint64_t ns = st->captured_ns, alloc = st->captured_alloc;
     pthread_mutex_unlock(&stream_mu);
     *graph = NULL;
     if (invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     *graph = calloc(1, sizeof **graph);
     (*graph)->ns = ns;
+    if (alloc) graph_add(*graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC, st->dev, alloc, 0);
     return CUDA_SUCCESS;
 }
 
@@ -862,22 +871,122 @@ FX CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
     return CUDA_SUCCESS;
 }
 
-FX CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
-    if (!exec || !graph || flags > 15) return CUDA_ERROR_INVALID_VALUE;
-    struct CUgraph_st *e = calloc(1, sizeof *e);
+FX CUresult cuGraphCreate(CUgraph *graph, unsigned int flags) {
+    if (!graph || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    *graph = calloc(1, sizeof **graph);
+    return CUDA_SUCCESS;
+}
+static void graph_add(CUgraph g, int type, int dev, uint64_t bytes, CUdeviceptr dptr) {
+    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    *n = (struct CUgraphNode_st){type, dev, bytes, dptr, g->nodes};
+    g->nodes = n;
+    g->nnodes++;
+}
+FX CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                   CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    if (!node || !g || (n && !deps) || !p || p->bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->poolProps.location.id < 0 || p->poolProps.location.id >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&alloc_mu); /* an address reserved for the graph; no memory yet */
+    p->dptr = next_addr;
+    next_addr += (p->bytesize + 0xfff) & ~0xfffull;
+    pthread_mutex_unlock(&alloc_mu);
+    graph_add(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC, p->poolProps.location.id, p->bytesize, 0);
+    *node = g->nodes;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *n) {
+    if (!g || !n) return CUDA_ERROR_INVALID_VALUE;
+    if (nodes) {
+        size_t i = 0;
+        for (struct CUgraphNode_st *x = g->nodes; x && i < *n; x = x->next) nodes[i++] = x;
+        for (; i < *n; i++) nodes[i] = NULL;
+    }
+    *n = g->nnodes;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type) {
+    if (!node || !type) return CUDA_ERROR_INVALID_VALUE;
+    *type = (CUgraphNodeType)node->type;
+    return CUDA_SUCCESS;
+}
+FX CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    if (!node || !p || node->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_INVALID_VALUE;
+    memset(p, 0, sizeof *p);
+    p->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->poolProps.location.id = node->dev;
+    p->bytesize = node->bytes;
+    p->dptr = node->dptr;
+    return CUDA_SUCCESS;
+}
+/* Instantiate: the graph's memory nodes are reserved on the device now (at most one
+ * device per graph in the fake). */
+static CUresult instantiate(CUgraphExec *exec, CUgraph graph) {
+    if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t bytes = 0;
+    int dev = 0;
+    for (struct CUgraphNode_st *x = graph->nodes; x; x = x->next)
+        if (x->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) bytes += x->bytes, dev = x->dev;
+    fake_exec *e = calloc(1, sizeof *e);
     e->ns = graph->ns;
+    if (bytes) {
+        CUresult r = mem_add(&e->mem, bytes, dev, 1, HANDLE);
+        if (r != CUDA_SUCCESS) {
+            free(e);
+            return r;
+        }
+    }
     *exec = (CUgraphExec)e;
     return CUDA_SUCCESS;
 }
+FX CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
+    return flags > 15 ? CUDA_ERROR_INVALID_VALUE : instantiate(exec, graph);
+}
+FX CUresult cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *err, char *log, size_t n) {
+    (void)err, (void)log, (void)n;
+    return instantiate(exec, graph);
+}
+FX CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *err, char *log, size_t n) {
+    (void)err, (void)log, (void)n;
+    return instantiate(exec, graph);
+}
+FX CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    return p ? instantiate(exec, graph) : CUDA_ERROR_INVALID_VALUE;
+}
+FX CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    return p ? instantiate(exec, graph) : CUDA_ERROR_INVALID_VALUE;
+}
 FX CUresult cuGraphDestroy(CUgraph graph) {
     if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    while (graph->nodes) {
+        struct CUgraphNode_st *x = graph->nodes;
+        graph->nodes = x->next;
+        if (x->dptr) mem_del(x->dptr);
+        free(x);
+    }
     free(graph);
     return CUDA_SUCCESS;
 }
 FX CUresult cuGraphExecDestroy(CUgraphExec exec) {
     if (!exec) return CUDA_ERROR_INVALID_VALUE;
-    free(exec);
+    fake_exec *e = (fake_exec *)exec;
+    if (e->mem) mem_del(e->mem);
+    free(e);
     return CUDA_SUCCESS;
+}
+
+/* Whether stream s captures; if so, n bytes join its graph's memory. */
+static int capture_alloc(CUstream s, int ptsz, uint64_t n) {
+    struct CUstream_st *st = stream_of(s, ptsz);
+    if (!st) return 0;
+    pthread_mutex_lock(&stream_mu);
+    int capturing = st->capturing;
+    if (capturing) st->captured_alloc += n;
+    pthread_mutex_unlock(&stream_mu);
+    return capturing;
 }
 
 /* A kernel of f->ns on stream st: recorded if st captures, else queued on the device. */
@@ -1063,8 +1172,8 @@ static const struct { const char *name; void *fn; } procs[] = {
     PROC(cuStreamSynchronize, , ) PROC(cuDriverGetVersion, , ) PROC(cuEventDestroy_v2, , )
     PROC(cuDeviceGet, , ) PROC(cuDeviceGetCount, , ) PROC(cuEventQuery, , )
     PROC(cuStreamCreate, , ) PROC(cuStreamDestroy_v2, , ) PROC(cuStreamBeginCapture_v2, , )
-    PROC(cuStreamEndCapture, , ) PROC(cuGraphInstantiateWithFlags, , ) PROC(cuGraphDestroy, , )
-    PROC(cuGraphExecDestroy, , ) PROC(cuDeviceGetDefaultMemPool, , )
+    PROC(cuStreamEndCapture, , ) PROC(cuGraphDestroy, , ) PROC(cuGraphCreate, , )
+    PROC(cuGraphAddMemAllocNode, , ) PROC(cuDeviceGetDefaultMemPool, , )
     PROC(cuDeviceSetMemPool, , ) {NULL, NULL},
 };
 

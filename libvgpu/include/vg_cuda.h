@@ -48,6 +48,8 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUarray_st *CUarray;
 typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st CUDA_GRAPH_INSTANTIATE_PARAMS; /* passed through */
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
@@ -137,6 +139,17 @@ typedef enum {
     CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
     CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
 } CUmemPool_attribute;
+
+/* Graph memory nodes. */
+typedef enum { CU_GRAPH_NODE_TYPE_KERNEL = 0, CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10, CU_GRAPH_NODE_TYPE_MEM_FREE = 11 } CUgraphNodeType;
+typedef struct CUmemAccessDesc_st CUmemAccessDesc;
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr; /* out */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
 
 /* Arrays. */
 typedef enum {
@@ -255,7 +268,18 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuMipmappedArrayDestroy, (CUmipmappedArray m), (m))                                    \
     X(cuImportExternalMemory, (CUexternalMemory *m,                                          \
                                const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *d), (m, d))           \
-    X(cuDestroyExternalMemory, (CUexternalMemory m), (m))
+    X(cuDestroyExternalMemory, (CUexternalMemory m), (m))                                    \
+    X(cuGraphInstantiate, (CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,           \
+                           size_t n), (e, g, err, log, n))                                   \
+    X(cuGraphInstantiate_v2, (CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,        \
+                              size_t n), (e, g, err, log, n))                                \
+    X(cuGraphInstantiateWithFlags, (CUgraphExec *e, CUgraph g, unsigned long long flags),    \
+      (e, g, flags))                                                                         \
+    X(cuGraphInstantiateWithParams, (CUgraphExec *e, CUgraph g,                              \
+                                     CUDA_GRAPH_INSTANTIATE_PARAMS *p), (e, g, p))           \
+    X(cuGraphInstantiateWithParams_ptsz, (CUgraphExec *e, CUgraph g,                         \
+                                          CUDA_GRAPH_INSTANTIATE_PARAMS *p), (e, g, p))      \
+    X(cuGraphExecDestroy, (CUgraphExec e), (e))
 
 /* Contexts: each is charged the limits file's context_mib on its card (vg_context.c). */
 #define VG_CUDA_CTX_FUNCS(X)                                                                 \
@@ -318,7 +342,10 @@ typedef struct CUDA_LAUNCH_PARAMS_st {
     X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end), (ms, start, end))         \
     X(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus *status), (s, status))         \
     X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *mode), (mode))                \
-    X(cuDeviceGetMemPool, (CUmemoryPool *pool, CUdevice dev), (pool, dev))
+    X(cuDeviceGetMemPool, (CUmemoryPool *pool, CUdevice dev), (pool, dev))                   \
+    X(cuGraphGetNodes, (CUgraph g, CUgraphNode *nodes, size_t *n), (g, nodes, n))             \
+    X(cuGraphNodeGetType, (CUgraphNode node, CUgraphNodeType *type), (node, type))           \
+    X(cuGraphMemAllocNodeGetParams, (CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *p), (node, p))
 
 #define VG_DECLARE(name, params, args) CUresult name params;
 VG_CUDA_FUNCS(VG_DECLARE)
@@ -340,9 +367,10 @@ CUresult cuStreamCreate(CUstream *s, unsigned int flags);
 CUresult cuStreamDestroy_v2(CUstream s);
 CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture(CUstream s, CUgraph *graph);
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
 CUresult cuGraphDestroy(CUgraph graph);
-CUresult cuGraphExecDestroy(CUgraphExec exec);
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *params);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
 

@@ -133,8 +133,7 @@ typedef struct vg_launch {
     CUstream s; /* the stream it runs on, as an explicit handle */
 } vg_launch;
 
-/* Whether s is capturing: its work is recorded into a graph, not run. */
-static int vg_capturing(CUstream s) {
+int vg_capturing(CUstream s) {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     return VG_CALL(cuStreamIsCapturing, s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
 }

@@ -283,13 +283,18 @@ static int vg_current_pool(CUmemoryPool *pool) {
     return card;
 }
 
-#define VG_ALLOC_ASYNC(name)                                                                 \
+/* On a capturing stream the allocation is a memory node of the graph: charged when the
+ * graph is instantiated (vg_graph.c), not here. */
+#define VG_ALLOC_ASYNC(name, ptsz)                                                           \
     VG_EXPORT CUresult name(CUdeviceptr *dptr, size_t size, CUstream s) {                    \
         vg_hold h;                                                                           \
         CUmemoryPool pool = NULL;                                                            \
         vg_pool *rec = NULL;                                                                 \
         uint64_t reused = 0;                                                                 \
         int card;                                                                            \
+        if (vg_init() == VG_MODE_ACTIVE && dptr != NULL && size != 0 &&                      \
+            vg_capturing(s != NULL ? s : (ptsz) ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY))  \
+            return VG_CALL(name, dptr, size, s);                                             \
         if (vg_init() == VG_MODE_ACTIVE && dptr != NULL && size != 0 &&                      \
             (card = vg_current_pool(&pool)) >= 0) {                                          \
             CUresult r = vg_pool_take(pool, card, size, &rec, &h, &reused);                  \
@@ -304,8 +309,8 @@ static int vg_current_pool(CUmemoryPool *pool) {
         vg_hold_done(&h, r, &vg_ptrs, r == CUDA_SUCCESS ? *dptr : 0);                        \
         return r;                                                                            \
     }
-VG_ALLOC_ASYNC(cuMemAllocAsync)
-VG_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
+VG_ALLOC_ASYNC(cuMemAllocAsync, 0)
+VG_ALLOC_ASYNC(cuMemAllocAsync_ptsz, 1)
 
 /* A pool made by cuMemPoolCreate is on the card its props name; any other pool (a
  * device's default pool) belongs to the current context's card. */

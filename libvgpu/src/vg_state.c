@@ -16,7 +16,8 @@
 
 vg_state vg_g = {.slot = -1};
 vg_table vg_ptrs = VG_TABLE_INIT, vg_handles = VG_TABLE_INIT, vg_arrays = VG_TABLE_INIT,
-         vg_ctxs = VG_TABLE_INIT, vg_pool_ptrs = VG_TABLE_INIT;
+         vg_ctxs = VG_TABLE_INIT, vg_pool_ptrs = VG_TABLE_INIT,
+         vg_execs = VG_TABLE_INIT;
 static pthread_once_t vg_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t vg_slot_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -60,6 +61,7 @@ static void vg_atfork_child(void) {
     vg_table_reset(&vg_arrays);
     vg_table_reset(&vg_ctxs);
     vg_table_reset(&vg_pool_ptrs);
+    vg_table_reset(&vg_execs);
 }
 
 static void vg_do_init(void) {

@@ -36,8 +36,9 @@ typedef struct vg_state {
 extern vg_state vg_g;
 /* Allocations by pointer, VMM handles, opaque driver objects (arrays, mipmapped arrays,
  * external memory), contexts (created and green), stream-ordered
- * allocations from a recorded pool (card field: the pool record, vg_memory.c). */
-extern vg_table vg_ptrs, vg_handles, vg_arrays, vg_ctxs, vg_pool_ptrs;
+ * allocations from a recorded pool (card field: the pool record, vg_memory.c), executable
+ * graphs' memory (vg_graph.c). */
+extern vg_table vg_ptrs, vg_handles, vg_arrays, vg_ctxs, vg_pool_ptrs, vg_execs;
 
 /* Initialise once; returns the mode. */
 vg_mode vg_init(void);
@@ -59,6 +60,9 @@ int vg_card_of_uuid(const char *uuid);
 /* CLOCK_MONOTONIC / CLOCK_REALTIME in ns. */
 uint64_t vg_now_ns(void);
 uint64_t vg_unix_ms(void);
+
+/* Whether stream s is capturing into a graph (vg_compute.c): its work is recorded, not run. */
+int vg_capturing(CUstream s);
 
 /* One line to stderr, prefixed "[tessera libvgpu] ". */
 void vg_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

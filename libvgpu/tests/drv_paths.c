@@ -1,6 +1,7 @@
 /*
  * drv_paths.c - the allocation paths beyond plain allocations, table-driven: mipmapped
- * arrays, external memory imports, and the charge per context (created, green, primary).
+ * arrays, external memory imports, the charge per context (created, green, primary),
+ * and graph memory (allocation nodes, and allocations captured into a graph).
  *
  * For each path, on a card capped at CAP_MIB: objects of a known size are made until the
  * next would pass the cap; that one is refused with CUDA_ERROR_OUT_OF_MEMORY and the
@@ -80,11 +81,33 @@ static CUresult green_bad(void) {
     return cuGreenCtxCreate(&g, NULL, 0, 1); /* no resource descriptor */
 }
 
+/* ---- graph memory: an executable graph with one 20 MiB allocation node ---- */
+static CUresult graph_make(void **o) {
+    CUgraph g = NULL;
+    CUgraphNode node = NULL;
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.bytesize = 20 * VGT_MIB;
+    CHECK_RC(cuGraphCreate(&g, 0), CUDA_SUCCESS);
+    CHECK_RC(cuGraphAddMemAllocNode(&node, g, NULL, 0, &p), CUDA_SUCCESS);
+    CUresult r = cuGraphInstantiateWithFlags((CUgraphExec *)o, g, 0);
+    CHECK_RC(cuGraphDestroy(g), CUDA_SUCCESS); /* the executable graph keeps the memory */
+    return r;
+}
+static CUresult graph_drop(void *o) { return cuGraphExecDestroy((CUgraphExec)o); }
+static CUresult graph_bad(void) {
+    CUgraphExec e = NULL;
+    return cuGraphInstantiateWithFlags(&e, NULL, 0); /* no graph */
+}
+
 static const path PATHS[] = {
     {"mipmapped array", 21 * VGT_MIB, "", mip_make, mip_drop, mip_bad},
     {"external memory", 20 * VGT_MIB, "", ext_make, ext_drop, ext_bad},
     {"created context", 15 * VGT_MIB, "context_mib=15\n", ctx_make, ctx_drop, ctx_bad},
     {"green context", 15 * VGT_MIB, "context_mib=15\n", green_make, green_drop, green_bad},
+    {"graph memory node", 20 * VGT_MIB, "", graph_make, graph_drop, graph_bad},
 };
 
 static void one_path(const path *p) {
@@ -122,6 +145,42 @@ static void mipmapped_arrays(void) { one_path(&PATHS[0]); }
 static void external_memory(void) { one_path(&PATHS[1]); }
 static void created_contexts(void) { one_path(&PATHS[2]); }
 static void green_contexts(void) { one_path(&PATHS[3]); }
+static void graph_memory_nodes(void) { one_path(&PATHS[4]); }
+
+/* cuMemAllocAsync on a capturing stream (PyTorch's graphs with the cudaMallocAsync
+ * backend) makes a memory node: nothing at capture, the graph's memory when it is
+ * instantiated, until the executable graph is destroyed. */
+static void captured_allocations_are_charged_to_the_executable_graph(void) {
+    vgt_card c = {0, CAP_MIB, 100, "fixed-share"};
+    const char *dir = vgt_limits(1, &c);
+    vgt_ctx(0);
+    const vg_region *r = vgt_region(dir);
+    CUstream s = NULL;
+    CUgraph g = NULL;
+    CUgraphExec e[3] = {NULL, NULL, NULL};
+    CUdeviceptr p = 0;
+    CHECK_RC(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK_RC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    CHECK_RC(cuMemAllocAsync(&p, 30 * VGT_MIB, s), CUDA_SUCCESS);
+    CHECK_RC(cuLaunchKernel(vgt_kernel(1000), 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+    CHECK_RC(cuMemFreeAsync(p, s), CUDA_SUCCESS);
+    CHECK_RC(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    CHECK(vgt_used(r, 0) == 0, "capture charged %llu", (unsigned long long)vgt_used(r, 0));
+    CHECK_RC(cuGraphInstantiateWithFlags(&e[0], g, 0), CUDA_SUCCESS);
+    CHECK(fakecuda_used(0) == 30 * VGT_MIB, "the fake reserved %llu", (unsigned long long)fakecuda_used(0));
+    CHECK(vgt_used(r, 0) == 30 * VGT_MIB, "instantiation charged %llu", (unsigned long long)vgt_used(r, 0));
+    CHECK_RC(cuGraphInstantiateWithFlags(&e[1], g, 0), CUDA_SUCCESS); /* 60 of 64 MiB */
+    uint64_t calls = fakecuda_alloc_calls();
+    CHECK_RC(cuGraphInstantiateWithFlags(&e[2], g, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(fakecuda_alloc_calls() == calls, "the driver was asked for a refused graph");
+    CHECK_RC(cuGraphLaunch(e[0], s), CUDA_SUCCESS);
+    CHECK_RC(cuStreamSynchronize(s), CUDA_SUCCESS);
+    for (int i = 0; i < 2; i++) CHECK_RC(cuGraphExecDestroy(e[i]), CUDA_SUCCESS);
+    CHECK(vgt_used(r, 0) == 0 && fakecuda_used(0) == 0, "after the destroys: %llu counted, %llu held",
+          (unsigned long long)vgt_used(r, 0), (unsigned long long)fakecuda_used(0));
+    CHECK_RC(cuGraphDestroy(g), CUDA_SUCCESS);
+    CHECK_RC(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
 
 /* The primary context is charged once per process while retained, whatever the count. */
 static void primary_context_charged_once_while_retained(void) {
@@ -160,5 +219,7 @@ static void context_mib_out_of_range_fails_closed(void) {
 }
 
 VGT_MAIN(VGT_CASE(mipmapped_arrays), VGT_CASE(external_memory), VGT_CASE(created_contexts),
-         VGT_CASE(green_contexts), VGT_CASE(primary_context_charged_once_while_retained),
+         VGT_CASE(green_contexts), VGT_CASE(graph_memory_nodes),
+         VGT_CASE(captured_allocations_are_charged_to_the_executable_graph),
+         VGT_CASE(primary_context_charged_once_while_retained),
          VGT_CASE(context_mib_out_of_range_fails_closed))
