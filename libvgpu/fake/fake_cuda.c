@@ -1177,13 +1177,27 @@ static const struct { const char *name; void *fn; } procs[] = {
     PROC(cuDeviceSetMemPool, , ) {NULL, NULL},
 };
 
-/* With FAKECUDA_PROC_INTERNAL=1, cuGetProcAddress hands out internal entry points for
- * cuMemAlloc and cuLaunchKernel (as real drivers may), not the exported symbols. */
-static CUresult internal_cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return alloc_v2(p, n); }
-static CUresult internal_cuLaunchKernel(VG_LAUNCH_ARGS_DECL, void **p, void **x) {
-    (void)shmem, (void)p, (void)x;
-    return GRID_OK ? run(f, stream, 0) : CUDA_ERROR_INVALID_VALUE;
-}
+/* With FAKECUDA_PROC_INTERNAL=1, cuGetProcAddress hands out internal entry points (as
+ * real drivers may), not the exported symbols, for every name libvgpu hooks: a static
+ * function per name that calls the fake's own (the fake links -Bsymbolic, so the call
+ * stays inside it). */
+#define INTERNAL(name, params, args) \
+    static CUresult internal_##name params { return name args; }
+VG_CUDA_FUNCS(INTERNAL)
+#undef INTERNAL
+#define INTERNAL(name, params, args) {#name, (void *)internal_##name},
+static const struct { const char *name; void *fn; } internals[] = {VG_CUDA_FUNCS(INTERNAL) {NULL, NULL}};
+#undef INTERNAL
+
+/* The CUDA version that introduced a name (cuGetProcAddress refuses older requests with
+ * CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT): facts of the driver API reference, for the
+ * names the tests ask about. */
+static const struct { const char *name; int since; } introduced[] = {
+    {"cuMemAllocAsync", 11020}, {"cuMemFreeAsync", 11020}, {"cuMemAllocFromPoolAsync", 11020},
+    {"cuMemPoolCreate", 11020}, {"cuLaunchKernelEx", 11060}, {"cuGraphInstantiateWithParams", 12000},
+    {"cuGraphAddMemAllocNode", 11040}, {"cuGreenCtxCreate", 12040}, {"cuStreamBeginCaptureToGraph", 12030},
+    {NULL, 0},
+};
 
 static void *proc_named(const char *name) {
     for (int i = 0; procs[i].name; i++)
@@ -1203,10 +1217,19 @@ static void log_lookup(const char *sym, int ver, cuuint64_t flags, const char *r
     fclose(f);
 }
 
-static CUresult get_proc(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+static CUresult get_proc(const char *sym, void **pfn, int ver, cuuint64_t flags, int *too_old) {
     char name[128];
     void *fn = NULL;
+    *too_old = 0;
     if (!sym || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; introduced[i].name; i++) {
+        if (strcmp(introduced[i].name, sym) == 0 && ver < introduced[i].since) {
+            log_lookup(sym, ver, flags, NULL);
+            *pfn = NULL;
+            *too_old = 1;
+            return CUDA_ERROR_NOT_FOUND;
+        }
+    }
     if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
         snprintf(name, sizeof name, "%s_ptsz", sym);
         fn = proc_named(name);
@@ -1220,21 +1243,25 @@ static CUresult get_proc(const char *sym, void **pfn, int ver, cuuint64_t flags)
     *pfn = NULL;
     if (!fn) return CUDA_ERROR_NOT_FOUND;
     const char *internal = getenv("FAKECUDA_PROC_INTERNAL");
-    if (internal && internal[0] == '1') {
-        if (fn == (void *)cuMemAlloc_v2) fn = (void *)internal_cuMemAlloc_v2;
-        if (fn == (void *)cuLaunchKernel) fn = (void *)internal_cuLaunchKernel;
-    }
+    if (internal && internal[0] == '1')
+        for (int i = 0; internals[i].name; i++)
+            if (strcmp(internals[i].name, name) == 0) fn = internals[i].fn;
     *pfn = fn;
     return CUDA_SUCCESS;
 }
 
 FX CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags) {
-    return get_proc(sym, pfn, ver, flags);
+    int too_old = 0;
+    return get_proc(sym, pfn, ver, flags, &too_old);
 }
 FX CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
                                 CUdriverProcAddressQueryResult *status) {
-    CUresult r = get_proc(sym, pfn, ver, flags);
-    if (status) *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    int too_old = 0;
+    CUresult r = get_proc(sym, pfn, ver, flags, &too_old);
+    if (status)
+        *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS
+                  : too_old         ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                                    : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return r;
 }
 

@@ -62,6 +62,33 @@ static void get_proc_address_internal_pointers(void) {
     is_capped((alloc_t)fn, "internal cuMemAlloc");
     CHECK_RC(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12040, 2, NULL), CUDA_SUCCESS);
     CHECK(fn == (void *)cuLaunchKernel_ptsz, "internal launch pointer not replaced");
+    /* Every hooked family, not just those two. */
+    static const struct { const char *sym; int ver; cuuint64_t flags; void *hook; } want[] = {
+        {"cuMemAllocAsync", 12040, 0, (void *)cuMemAllocAsync},
+        {"cuMemFreeAsync", 12040, 2, (void *)cuMemFreeAsync_ptsz},
+        {"cuGraphLaunch", 12040, 0, (void *)cuGraphLaunch},
+        {"cuGraphInstantiateWithFlags", 12040, 0, (void *)cuGraphInstantiateWithFlags},
+        {"cuMemPoolSetAttribute", 12040, 0, (void *)cuMemPoolSetAttribute},
+        {"cuCtxCreate", 12040, 0, (void *)cuCtxCreate_v2},
+        {"cuMipmappedArrayCreate", 12040, 0, (void *)cuMipmappedArrayCreate},
+        {"cuMemGetInfo", 12040, 0, (void *)cuMemGetInfo_v2},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CHECK_RC(cuGetProcAddress_v2(want[i].sym, &fn, want[i].ver, want[i].flags, NULL), CUDA_SUCCESS);
+        CHECK(fn == want[i].hook, "internal %s not replaced by its hook", want[i].sym);
+    }
+}
+
+static void get_proc_address_passes_the_drivers_version_rule(void) {
+    /* An entry newer than the version asked for: the driver says VERSION_NOT_SUFFICIENT
+     * and hands out nothing; libvgpu must not hand out its hook instead. */
+    small_cap();
+    void *fn = (void *)1;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+    CHECK_RC(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 11000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, "fn %p status %d", fn, (int)st);
+    CHECK_RC(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 11020, 0, &st), CUDA_SUCCESS);
+    CHECK(fn == (void *)cuMemAllocAsync && st == CU_GET_PROC_ADDRESS_SUCCESS, "at 11.2 it is there");
 }
 
 static void runtime_style_lookup_through_dlsym(void) {
@@ -132,5 +159,6 @@ static void child_allocates_64mib(void) {
 }
 
 VGT_MAIN(VGT_CASE(get_proc_address_returns_hooks), VGT_CASE(get_proc_address_internal_pointers),
+         VGT_CASE(get_proc_address_passes_the_drivers_version_rule),
          VGT_CASE(runtime_style_lookup_through_dlsym), VGT_CASE(dlsym_returns_hooks),
          VGT_CASE(production_library_ignores_the_test_variable), VGT_CASE(child_allocates_64mib))

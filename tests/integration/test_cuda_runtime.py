@@ -107,12 +107,13 @@ def runtime_library(version: str) -> Path:
     return Path(str(dist.locate_file(files[0])))
 
 
-_lookups: dict[str, dict[str, Any]] = {}
+_lookups: dict[tuple[str, bool], dict[str, Any]] = {}
 
 
-def lookups(version: str, tmp: Path) -> dict[str, Any]:
-    """What runtime ``version`` looked up, and what libvgpu hands out for each lookup."""
-    if version not in _lookups:
+def lookups(version: str, tmp: Path, internal: bool = False) -> dict[str, Any]:
+    """What runtime ``version`` looked up, and what libvgpu hands out for each lookup;
+    ``internal``: the driver hands out internal entry points, not its exported symbols."""
+    if (version, internal) not in _lookups:
         build = ensure_built("normal")
         log = tmp / f"lookups-{version}.log"
         limits = tmp / "limits"
@@ -128,6 +129,7 @@ def lookups(version: str, tmp: Path) -> dict[str, Any]:
             TESSERA_TEST_LIMITS=str(limits),
             FAKECUDA_PROC_LOG=str(log),
             FAKECUDA_DRIVER_VERSION=RUNTIMES[version][2],
+            FAKECUDA_PROC_INTERNAL="1" if internal else "0",
         )
         done = subprocess.run(
             [sys.executable, "-c", CHILD, str(runtime_library(version)), str(log)],
@@ -138,13 +140,16 @@ def lookups(version: str, tmp: Path) -> dict[str, Any]:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        _lookups[version] = json.loads(done.stdout)
-    return _lookups[version]
+        _lookups[version, internal] = json.loads(done.stdout)
+    return _lookups[version, internal]
 
 
+@pytest.mark.parametrize("internal", [False, True], ids=["exported", "internal-pointers"])
 @pytest.mark.parametrize("version", sorted(RUNTIMES))
-def test_every_lookup_of_the_runtime_reaches_its_hook(version: str, tmp_path: Path) -> None:
-    got = lookups(version, tmp_path)["lookups"]
+def test_every_lookup_of_the_runtime_reaches_its_hook(
+    version: str, internal: bool, tmp_path: Path
+) -> None:
+    got = lookups(version, tmp_path, internal)["lookups"]
     hooked = hooked_names()
     assert len(got) > 300, f"the {version}.x runtime looked up only {len(got)} names"
     wrong = []
