@@ -18,12 +18,13 @@ build on it.
 from tessera.kube.errors import ApiError, Conflict, Gone, NotFound, Unavailable
 from tessera.kube.events import EventRecorder
 from tessera.kube.fake import FakeKube
-from tessera.kube.kinds import EVENTS, LEASES, NODES, PODS, Kind
+from tessera.kube.kinds import EVENTS, GPUQUOTAS, LEASES, NODES, PODS, Kind
 from tessera.kube.port import KubeApi, ListResult, Obj, WatchEvent
 from tessera.kube.reflector import Reflector, ReflectorHandler
 
 __all__ = [
     "EVENTS",
+    "GPUQUOTAS",
     "LEASES",
     "NODES",
     "PODS",

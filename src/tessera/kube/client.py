@@ -225,8 +225,15 @@ class KubeClient:
         name = body["metadata"]["name"]
         return dict(self._request("PUT", kind.path(namespace, name), body=body))
 
-    def merge_patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
-        path = kind.path(namespace, name)
+    def merge_patch(
+        self,
+        kind: Kind,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        subresource: str = "",
+    ) -> Obj:
+        path = kind.path(namespace, name) + (f"/{subresource}" if subresource else "")
         return dict(
             self._request("PATCH", path, body=patch, content_type="application/merge-patch+json")
         )

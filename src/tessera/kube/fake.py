@@ -259,15 +259,27 @@ class FakeKube:
             self._record(kind, "MODIFIED", obj)
             return copy.deepcopy(obj)
 
-    def merge_patch(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+    def merge_patch(
+        self,
+        kind: Kind,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        subresource: str = "",
+    ) -> Obj:
         with self._lock:
-            self.calls.append(("merge_patch", f"{kind.plural}/{name}"))
+            where = f"{kind.plural}/{name}" + (f"/{subresource}" if subresource else "")
+            self.calls.append(("merge_patch", where))
             self._check_failure("merge_patch")
+            if subresource not in ("", "status"):
+                raise NotFound(404, "NotFound", f"no subresource {subresource!r}")
             key = self._key(kind, name, namespace)
             stored = self._objects.get(key)
             if stored is None:
                 raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
             self._precondition(kind, stored, patch.get("metadata") or {})
+            if subresource == "status":  # as the API server does: the status only
+                patch = {"status": patch.get("status")} if "status" in patch else {}
             obj = merge_patch(stored, patch)
             obj["metadata"]["uid"] = stored["metadata"]["uid"]
             self._stamp(obj)

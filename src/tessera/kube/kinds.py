@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EVENTS", "LEASES", "NODES", "PODS", "Kind"]
+__all__ = ["EVENTS", "GPUQUOTAS", "LEASES", "NODES", "PODS", "Kind"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,3 +29,4 @@ NODES = Kind("v1", "Node", "nodes", namespaced=False)
 PODS = Kind("v1", "Pod", "pods", namespaced=True)
 EVENTS = Kind("v1", "Event", "events", namespaced=True)
 LEASES = Kind("coordination.k8s.io/v1", "Lease", "leases", namespaced=True)
+GPUQUOTAS = Kind("tessera.io/v1alpha1", "GpuQuota", "gpuquotas", namespaced=True)

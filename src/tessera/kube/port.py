@@ -71,8 +71,16 @@ class KubeApi(Protocol):
     def replace(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj: ...
 
     def merge_patch(
-        self, kind: Kind, name: str, patch: Obj, namespace: str | None = None
-    ) -> Obj: ...
+        self,
+        kind: Kind,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        subresource: str = "",
+    ) -> Obj:
+        """RFC 7386 merge patch of the object (or of its ``subresource``, e.g. "status",
+        which changes that part only)."""
+        ...
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
 

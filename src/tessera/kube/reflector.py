@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from tessera.kube.errors import ApiError, Gone
+from tessera.kube.errors import ApiError, Gone, NotFound
 from tessera.kube.kinds import Kind
 from tessera.kube.port import KubeApi, Obj, WatchEvent
 
@@ -51,6 +51,7 @@ class Reflector:
         watch_timeout_s: int = 300,
         backoff_s: tuple[float, float] = (0.2, 5.0),
         on_relist: Callable[[], None] | None = None,
+        absent_ok: bool = False,
     ) -> None:
         self._api = api
         self._kind = kind
@@ -61,6 +62,10 @@ class Reflector:
         self._watch_timeout = watch_timeout_s
         self._backoff = backoff_s
         self._on_relist = on_relist
+        # A resource the API server does not serve (a CRD not installed) lists as empty
+        # and counts as synced; the list is tried again every backoff maximum.
+        self._absent_ok = absent_ok
+        self.absent = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.synced = threading.Event()
@@ -82,11 +87,20 @@ class Reflector:
             self._kind, self._namespace, label_selector=self._labels, field_selector=self._fields
         )
         self._handler.replace(result.items)
+        self.absent = False
         self.resource_version = result.resource_version
         self.lists += 1
         if self.lists > 1 and self._on_relist is not None:
             self._on_relist()
         self.synced.set()
+
+    def _absent(self, exc: ApiError) -> None:
+        if not self.absent:
+            log.warning("%s: not served by the API server (%s)", self._kind.plural, exc)
+            self._handler.replace([])
+        self.absent = True
+        self.synced.set()
+        self._stop.wait(self._backoff[1])
 
     def run(self) -> None:
         """Block until ``stop()``; never raises."""
@@ -118,6 +132,9 @@ class Reflector:
                 log.info("%s: watch expired (410); listing again", self._kind.plural)
                 need_list = True
             except ApiError as exc:
+                if isinstance(exc, NotFound) and self._absent_ok and need_list:
+                    self._absent(exc)
+                    continue
                 failures += 1
                 need_list = need_list or failures >= 3
                 log.warning("%s: %s; retrying in %.1fs", self._kind.plural, exc, delay)

@@ -79,6 +79,10 @@ GPU_MANAGER_CORE_LIMIT = "tencent.com/vcuda-core-limit"  # annotation: utilisati
 # Written by Tessera.
 INVENTORY = PREFIX + "inventory"  # on each Node, by the node agent
 ASSIGNMENT = PREFIX + "assignment"  # on each placed Pod, by the extender's bind
+# Set by the scheduler on a pending pod when a quota of its namespace goes up: the update
+# makes kube-scheduler try the pod again (scheduler/quota_writer.py). The value is the
+# time of the nudge (Unix seconds); nothing reads it.
+QUOTA_RETRY = PREFIX + "quota-retry"
 
 VERSION = 1
 

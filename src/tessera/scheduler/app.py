@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from tessera.kube.binder import bind_once
 from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
-from tessera.kube.kinds import NODES, PODS
+from tessera.kube.kinds import GPUQUOTAS, NODES, PODS
 from tessera.kube.port import KubeApi
 from tessera.kube.reflector import Reflector
+from tessera.model.types import PodRequest
 from tessera.scheduler.bind import (
     BindError,
     PendingBind,
@@ -49,6 +50,7 @@ from tessera.scheduler.leader import LeaderElector
 from tessera.scheduler.metrics import Metrics
 from tessera.scheduler.placer import Placer
 from tessera.scheduler.prioritize import prioritize_pod
+from tessera.scheduler.quota_writer import QuotaWriter
 from tessera.scheduler.reasons import summarise
 from tessera.scheduler.state import SchedulerState
 from tessera.scheduler.webhook import Webhook
@@ -106,7 +108,9 @@ class SchedulerApp:
         self.placer = Placer(config.policy, config.seed)
         self.metrics = Metrics()
         self.events = EventRecorder(api, "tessera-scheduler", config.identity)
-        self.webhook = Webhook(config.scheduler_name, config.names, config.compat)
+        self.webhook = Webhook(
+            config.scheduler_name, config.names, config.compat, quota_check=self._quota_check
+        )
         self.leader: LeaderElector | None = None
         if config.leader_elect:
             self.leader = LeaderElector(
@@ -137,6 +141,17 @@ class SchedulerApp:
             watch_timeout_s=config.watch_timeout_s,
             on_relist=relisted,
         )
+        self.quota_reflector = Reflector(
+            api,
+            GPUQUOTAS,
+            self.state.quotas_handler,
+            watch_timeout_s=config.watch_timeout_s,
+            absent_ok=True,  # no GpuQuota CRD installed: no quotas
+        )
+        self.quota_writer = QuotaWriter(
+            self.state, api, self.leading, period_s=config.quota_status_s
+        )
+        self.state.quotas_handler.on_raise = self.quota_writer.raised
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}
 
@@ -146,6 +161,8 @@ class SchedulerApp:
         self.events.start()
         self.node_reflector.start()
         self.pod_reflector.start()
+        self.quota_reflector.start()
+        self.quota_writer.start()
         if self.config.freeze_heap:
             threading.Thread(
                 target=self._freeze_when_synced, name="tessera-heap", daemon=True
@@ -156,6 +173,8 @@ class SchedulerApp:
     def stop(self) -> None:
         self.node_reflector.stop()
         self.pod_reflector.stop()
+        self.quota_reflector.stop()
+        self.quota_writer.stop()
         if self.leader is not None:
             self.leader.stop(release=True)
         self.events.stop()
@@ -167,14 +186,22 @@ class SchedulerApp:
     def wait_synced(self, timeout_s: float | None = 30.0) -> bool:
         """Whether both reflectors have listed within ``timeout_s`` (None: no limit)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for r in (self.node_reflector, self.pod_reflector):
+        for r in (self.node_reflector, self.pod_reflector, self.quota_reflector):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not r.synced.wait(left):
                 return False
         return True
 
     def synced(self) -> bool:
-        return self.node_reflector.synced.is_set() and self.pod_reflector.synced.is_set()
+        """Nodes, pods and quotas listed: before that a verb could pass a quota."""
+        return all(
+            r.synced.is_set()
+            for r in (self.node_reflector, self.pod_reflector, self.quota_reflector)
+        )
+
+    def _quota_check(self, request: PodRequest) -> str:
+        with self.state.lock:
+            return self.state.quota_never_fits(request)
 
     def leading(self) -> bool:
         return self.leader is None or self.leader.is_leader()

@@ -45,6 +45,7 @@ from tessera.kube.port import KubeApi, Obj
 from tessera.model import annotations as keys
 from tessera.model.types import Assignment, PodRequest
 from tessera.placement.place import pick_cards
+from tessera.scheduler.filter import without_models
 from tessera.scheduler.placer import Placer
 from tessera.scheduler.state import SchedulerState
 from tessera.scheduler.wire import BindingArgs
@@ -87,8 +88,19 @@ def _reserve(
             raise BindError("unknown-pod", f"pod {key} ({uid}) is not a Tessera pod I know")
         state.release(key)
         snap = state.cluster.snapshot()
+        excluded = state.quota_exclusions(request)
+        asked = without_models(request, excluded) if excluded else request
         try:
-            assignment = pick_cards(snap, request, args.node, placer.policy(request))
+            assignment = pick_cards(snap, asked, args.node, placer.policy(request))
+        except PlacementError as exc:
+            why = next(iter(excluded.values()), "") if excluded else ""
+            raise BindError(
+                "no-longer-fits", f"pod {key} no longer fits on {args.node}: {why or exc}"
+            ) from None
+        why = state.quota_refusal(request, assignment)
+        if why:
+            raise BindError("quota", f"pod {key}: {why}")
+        try:
             res = state.reserve(request, uid, assignment)
         except PlacementError as exc:
             raise BindError(

@@ -15,7 +15,7 @@ Nothing here touches the API server.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tessera.cluster.snapshot import Snapshot
@@ -95,6 +95,30 @@ def _bound_or_binding(state: SchedulerState, key: str, uid: str) -> str:
     return ""
 
 
+def without_models(request: PodRequest, models: Iterable[str]) -> PodRequest:
+    """``request`` with ``models`` excluded from every GPU container's cards."""
+    gone = frozenset(models)
+    containers = tuple(
+        dataclasses.replace(
+            c, gpu=dataclasses.replace(c.gpu, models_exclude=c.gpu.models_exclude | gone)
+        )
+        if c.gpu is not None
+        else c
+        for c in request.containers
+    )
+    return dataclasses.replace(request, containers=containers)
+
+
+def _quota_reasons(state: SchedulerState, failed: dict[str, str], excluded: dict[str, str]) -> None:
+    """A node whose every card is of a model the pod's quota excludes fails for the quota."""
+    for node in list(failed):
+        if node not in state.cluster:
+            continue
+        models = {c.model for c in state.cluster.node(node).cards}
+        if models and models <= excluded.keys():
+            failed[node] = excluded[min(models)]
+
+
 def filter_pod(
     state: SchedulerState, placer: Placer, args: ExtenderArgs, *, narrow: bool = True
 ) -> FilterOutcome:
@@ -114,25 +138,32 @@ def filter_pod(
         if why:
             return FilterOutcome([], dict.fromkeys(args.node_names, why), request=request)
         state.release(request.key)  # being scheduled (again): whatever it held is stale
+        # Models the namespace's quotas leave no room on are excluded from the placement,
+        # under the same lock as the reservation: two cycles cannot both pass the last of
+        # a quota.
+        excluded = state.quota_exclusions(request)
+        asked = without_models(request, excluded) if excluded else request
         placer.observe(uid, request)
         policy = placer.policy(request)
         snap = state.cluster.snapshot()
         names, unknown = ordered_candidates(snap, args.node_names)
         failed = _unknown_reasons(state, unknown)
         if not narrow:
-            result = filter_nodes(snap, request, names)
+            result = filter_nodes(snap, asked, names)
             failed.update(result.reasons)
+            _quota_reasons(state, failed, excluded)
             if result.feasible:
                 try:
-                    decision = place(snap, request, policy, result.feasible)
+                    decision = place(snap, asked, policy, result.feasible)
                     state.reserve(request, uid, decision.assignment)
                 except PlacementError:
                     pass  # prioritize and bind decide without a reservation
             return FilterOutcome(result.feasible, failed, request=request)
         try:
-            decision = place(snap, request, policy, names)
+            decision = place(snap, asked, policy, names)
         except PlacementError as exc:
             failed.update(exc.reasons)
+            _quota_reasons(state, failed, excluded)
             return FilterOutcome([], failed, request=request)
         state.reserve(request, uid, decision.assignment)
         return FilterOutcome([decision.node], {}, request=request, decision=decision.assignment)

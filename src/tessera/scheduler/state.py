@@ -50,6 +50,8 @@ from tessera.model.types import (
     NodeInventory,
     PodRequest,
 )
+from tessera.quota.spec import Quota, parse_quota
+from tessera.quota.usage import QuotaUsage, demand_on, holding, why_over
 from tessera.scheduler.reservations import Reservation, ReservationBook
 
 __all__ = ["PodInfo", "PodUpdate", "SchedulerState"]
@@ -144,6 +146,14 @@ class SchedulerState:
         self._node_raw: dict[str, tuple[str, str, str]] = {}
         self.bad_nodes: dict[str, str] = {}  # node -> why its inventory was refused
         self.problems: Counter[str] = Counter()  # kind -> count, for metrics
+        # Quotas: the GpuQuota objects by namespace, and what each namespace's pods hold
+        # per card model (bound and reserved alike: kept by _settle).
+        self.quotas: dict[str, dict[str, Quota]] = {}
+        self.bad_quotas: dict[str, str] = {}  # namespace/name -> why it was refused
+        self.quota_usage = QuotaUsage()
+        self._model_of: dict[str, str] = {}  # card UUID -> model (kept after a node goes)
+        self._card_memory: dict[str, int] = {}  # model -> its largest card's memory, MiB
+        self.quotas_handler = _QuotaHandler(self)
         self.nodes = _NodeHandler(self)
         self.pods_handler = _PodHandler(self)
 
@@ -169,6 +179,11 @@ class SchedulerState:
     def _settle(self, key: str) -> str:
         """Make the cluster state book what ``key`` should hold. Returns "" or why not."""
         want = self._wanted(key)
+        self.quota_usage.set_pod(
+            key,
+            key.partition("/")[0],
+            holding(want.assignment, self._model) if want is not None else None,
+        )
         have = self.cluster.booking(key)
         if have is not None:
             if want is not None and (have.pod.uid, have.assignment) == (want.uid, want.assignment):
@@ -261,6 +276,100 @@ class SchedulerState:
     def held_count(self) -> int:
         return len(self.observed.keys() | {r.pod_key for r in self.reservations.all()})
 
+    # --- quotas (lock held) -------------------------------------------------------------
+
+    def _model(self, uuid: str) -> str:
+        return self._model_of.get(uuid, "")
+
+    def quota_exclusions(self, request: PodRequest) -> dict[str, str]:
+        """Card models ``request`` may not take for its namespace's quotas: model -> why.
+        The pod's own holding must be released first (filter does)."""
+        quotas = self.quotas.get(request.namespace)
+        if not quotas:
+            return {}
+        out = {}
+        for model, memory in self._card_memory.items():
+            why = why_over(quotas.values(), self.quota_usage, model, demand_on(request, memory))
+            if why:
+                out[model] = why
+        return out
+
+    def quota_never_fits(self, request: PodRequest) -> str:
+        """Why ``request`` alone is larger than its namespace's quotas allow on every card
+        model of the cluster it could use, or "" (it could fit some day, or no quota)."""
+        quotas = self.quotas.get(request.namespace)
+        if not quotas:
+            return ""
+        first = ""
+        for model, memory in sorted(self._card_memory.items()):
+            if not _may_use(request, model):
+                continue
+            why = why_over(quotas.values(), None, model, demand_on(request, memory))
+            if not why:
+                return ""
+            first = first or why
+        return first
+
+    def quota_refusal(self, request: PodRequest, assignment: Assignment) -> str:
+        """Why holding ``assignment`` would pass a quota of the pod's namespace, or ""."""
+        quotas = self.quotas.get(request.namespace)
+        if not quotas:
+            return ""
+        for model, u in holding(assignment, self._model).items():
+            why = why_over(quotas.values(), self.quota_usage, model, u)
+            if why:
+                return why
+        return ""
+
+    def apply_quota(self, obj: Obj, deleted: bool = False) -> bool:
+        """A GpuQuota as the watch delivers it; whether any cap went up (or a quota went
+        away): then pods waiting on it may fit now."""
+        meta = obj.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        key = f"{ns}/{name}"
+        old = self.quotas.get(ns, {}).get(key)
+        if deleted:
+            self.bad_quotas.pop(key, None)
+            self._drop_quota(ns, key)
+            return old is not None
+        try:
+            quota = parse_quota(obj)
+        except SpecError as exc:
+            # Keep the last good version: a quota written past the CRD's rules must not
+            # lift the namespace's limits.
+            self.problems["bad-quota"] += 1
+            self.bad_quotas[key] = str(exc)
+            log.warning("GpuQuota %s refused: %s", key, exc)
+            return False
+        self.bad_quotas.pop(key, None)
+        self.quotas.setdefault(ns, {})[key] = quota
+        return old is None or _raised(old, quota)
+
+    def _drop_quota(self, ns: str, key: str) -> None:
+        held = self.quotas.get(ns)
+        if held is not None:
+            held.pop(key, None)
+            if not held:
+                del self.quotas[ns]
+
+    def replace_quotas(self, items: list[Obj]) -> set[str]:
+        """The complete set of GpuQuotas (after a list); the namespaces where a cap went up."""
+        present = {
+            f"{(o.get('metadata') or {}).get('namespace')}/{(o.get('metadata') or {}).get('name')}"
+            for o in items
+        }
+        raised: set[str] = set()
+        for ns, held in list(self.quotas.items()):
+            for key in [k for k in held if k not in present]:
+                self._drop_quota(ns, key)
+                raised.add(ns)
+        for key in [k for k in self.bad_quotas if k not in present]:
+            del self.bad_quotas[key]
+        for obj in items:
+            if self.apply_quota(obj):
+                raised.add(str((obj.get("metadata") or {}).get("namespace") or ""))
+        return raised
+
     # --- nodes ------------------------------------------------------------------------
 
     def apply_node(self, obj: Obj, deleted: bool = False) -> None:
@@ -303,11 +412,20 @@ class SchedulerState:
             self._node_raw[name] = raw
             self.bad_nodes[name] = str(exc)
             return
+        for card in inv.cards:
+            self._model_of[card.uuid] = card.model
+            known = self._card_memory.get(card.model, 0)
+            self._card_memory[card.model] = max(known, card.memory_mib)
         waiting = {k for k, h in self.observed.items() if h.assignment.node == name}
         waiting |= {r.pod_key for r in self.reservations.all() if r.node == name}
         for key in sorted(waiting):
             if self.cluster.booking(key) is None:
                 self._settle(key)
+            else:  # booked before its cards' models were known: count them now
+                want = self._wanted(key)
+                if want is not None:
+                    per_model = holding(want.assignment, self._model)
+                    self.quota_usage.set_pod(key, key.partition("/")[0], per_model)
 
     def _remove_node(self, name: str) -> None:
         self._node_raw.pop(name, None)
@@ -476,6 +594,35 @@ class PodUpdate:
         )
 
 
+def _may_use(request: PodRequest, model: str) -> bool:
+    """Whether every GPU container of ``request`` may take cards of ``model``."""
+    for c in request.containers:
+        g = c.gpu
+        if g is not None and ((g.models and model not in g.models) or model in g.models_exclude):
+            return False
+    return True
+
+
+def _raised(old: Quota, new: Quota) -> bool:
+    """Whether ``new`` lets through anything ``old`` did not (a cap up or gone, a model
+    out of a limit, a limit gone)."""
+    before = {lim.name: lim for lim in old.limits}
+    for lim in new.limits:
+        was = before.pop(lim.name, None)
+        if was is None:
+            continue  # a new limit only restricts
+        if was.models - lim.models:
+            return True  # a model left the limit: no longer capped by it
+        for a, b in (
+            (was.memory_mib, lim.memory_mib),
+            (was.cores_percent, lim.cores_percent),
+            (was.cards, lim.cards),
+        ):
+            if a is not None and (b is None or b > a):
+                return True
+    return bool(before)
+
+
 def _inventory(name: str, text: str, alloc: dict[str, Any]) -> NodeInventory:
     cpu = cpu_milli(alloc.get("cpu", "0"), f"node {name}: status.allocatable.cpu")
     mem = memory_mib(alloc.get("memory", "0"), f"node {name}: status.allocatable.memory")
@@ -495,6 +642,28 @@ class _NodeHandler:
     def apply(self, event: WatchEvent) -> None:
         with self._s.lock:
             self._s.apply_node(event.object, deleted=event.type == "DELETED")
+
+
+class _QuotaHandler:
+    """Reflector handler for GpuQuotas; ``on_raise(namespaces)`` is told where pods that
+    waited for quota may fit now (outside the lock)."""
+
+    def __init__(self, state: SchedulerState) -> None:
+        self._s = state
+        self.on_raise: Callable[[set[str]], None] | None = None
+
+    def replace(self, items: list[Obj]) -> None:
+        with self._s.lock:
+            raised = self._s.replace_quotas(items)
+        if raised and self.on_raise is not None:
+            self.on_raise(raised)
+
+    def apply(self, event: WatchEvent) -> None:
+        with self._s.lock:
+            raised = self._s.apply_quota(event.object, deleted=event.type == "DELETED")
+        ns = str((event.object.get("metadata") or {}).get("namespace") or "")
+        if raised and self.on_raise is not None:
+            self.on_raise({ns})
 
 
 class _PodHandler:

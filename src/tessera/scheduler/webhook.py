@@ -10,7 +10,9 @@ HAMi's / GPU-manager's when compatibility is on -- gets
   same request (annotations are left as they are: the parser reads them either way).
 
 ``validate`` re-reads the final object (other webhooks may have changed it) and refuses
-an impossible spec, or a pod that brings its own ``tessera.io/assignment``.
+an impossible spec, a pod that brings its own ``tessera.io/assignment``, or a pod whose
+request alone is larger than its namespace's GpuQuota allows on every card model it
+could use (it could never be placed; the message names the quota, the limit and the cap).
 
 Both refuse with the parser's message, which names the field and the rule, e.g.
 ``spec.containers[1].resources.limits[tessera.io/gpu-cores]: must be an integer between
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +62,9 @@ def _review(body: bytes) -> tuple[str, str, Mapping[str, Any], str]:
     if not isinstance(pod, dict):
         raise WireError("AdmissionReview.request.object: must be an object")
     api_version = obj.get("apiVersion") or "admission.k8s.io/v1"
+    if not (pod.get("metadata") or {}).get("namespace") and isinstance(req.get("namespace"), str):
+        # On CREATE the object may not carry its namespace yet; the request does.
+        pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": req["namespace"]}}
     return uid, str(req.get("operation") or ""), pod, str(api_version)
 
 
@@ -94,8 +99,12 @@ class Webhook:
         scheduler_name: str,
         names: ResourceNames | None = None,
         compat: Compat | None = None,
+        quota_check: Callable[[PodRequest], str] | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
+        # Why a pod could never fit its namespace's quota ("" if it could): read from the
+        # scheduler's state, so the webhook itself still does no I/O.
+        self.quota_check = quota_check
         self.names = names or ResourceNames()
         self.compat = compat or Compat()
         self._gpu_names = frozenset(gpu_resource_names(self.names, self.compat))
@@ -204,4 +213,8 @@ class Webhook:
                 f"{self.scheduler_name!r} (the mutating webhook sets it; is it installed?)"
             )
             return _refuse(api_version, uid, message)
+        if request is not None and self.quota_check is not None:
+            why = self.quota_check(request)
+            if why:
+                return _refuse(api_version, uid, why)
         return _allow(api_version, uid, gpu=request is not None)

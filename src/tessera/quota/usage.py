@@ -1,0 +1,147 @@
+"""What a namespace's pods hold per card model, and whether a pod would pass a quota.
+
+Pure: the scheduler's state feeds ``QuotaUsage`` with every pod's holding (bound pods from
+their annotations and this process's reservations alike, so a reservation counts from the
+moment it is taken), and ``filter``/``bind``/the webhook ask ``why_over``. Usage is kept
+per card model, so a limit covering several models sums them, and a change of quota
+needs no recount.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from tessera.model.types import Assignment, PodRequest
+from tessera.quota.spec import Limit, Quota
+
+__all__ = ["QuotaUsage", "Usage", "demand_on", "holding", "why_over"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Device memory (MiB), compute (percent-points) and whole cards."""
+
+    memory_mib: int = 0
+    cores_percent: int = 0
+    cards: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.memory_mib + other.memory_mib,
+            self.cores_percent + other.cores_percent,
+            self.cards + other.cards,
+        )
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            self.memory_mib - other.memory_mib,
+            self.cores_percent - other.cores_percent,
+            self.cards - other.cards,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.memory_mib or self.cores_percent or self.cards)
+
+
+def holding(assignment: Assignment, model_of: Callable[[str], str]) -> dict[str, Usage]:
+    """Per card model, what a pod with ``assignment`` holds (its footprint: an exclusive
+    card is its memory, 100 percent-points and one card)."""
+    out: dict[str, Usage] = {}
+    for uuid, (memory, cores, exclusive) in assignment.footprint().items():
+        model = model_of(uuid)
+        out[model] = out.get(model, Usage()) + Usage(memory, cores, 1 if exclusive else 0)
+    return out
+
+
+def demand_on(request: PodRequest, card_memory_mib: int) -> Usage:
+    """What ``request`` would hold if all its cards were of a model whose cards have
+    ``card_memory_mib`` (init containers run before the app containers: the larger)."""
+    app, init = Usage(), Usage()
+    for c in request.containers:
+        g = c.gpu
+        if g is None:
+            continue
+        if g.exclusive:
+            one = Usage(card_memory_mib, 100, 1)
+        else:
+            memory = (
+                g.memory_mib
+                if g.memory_mib is not None
+                else (g.memory_percent or 0) * card_memory_mib // 100
+            )
+            one = Usage(memory, g.cores_percent, 0)
+        total = Usage(one.memory_mib * g.count, one.cores_percent * g.count, one.cards * g.count)
+        if c.init:
+            init = Usage(
+                max(init.memory_mib, total.memory_mib),
+                max(init.cores_percent, total.cores_percent),
+                max(init.cards, total.cards),
+            )
+        else:
+            app = app + total
+    return Usage(
+        max(app.memory_mib, init.memory_mib),
+        max(app.cores_percent, init.cores_percent),
+        max(app.cards, init.cards),
+    )
+
+
+class QuotaUsage:
+    """Per namespace and card model, the sum of what its pods hold."""
+
+    def __init__(self) -> None:
+        self._by_ns: dict[str, dict[str, Usage]] = {}
+        self._pods: dict[str, tuple[str, dict[str, Usage]]] = {}  # key -> (ns, per model)
+
+    def set_pod(self, key: str, namespace: str, per_model: dict[str, Usage] | None) -> None:
+        """Replace what pod ``key`` holds (None or empty: nothing)."""
+        old = self._pods.pop(key, None)
+        if old is not None:
+            totals = self._by_ns[old[0]]
+            for model, u in old[1].items():
+                totals[model] = totals[model] - u
+                if not totals[model]:
+                    del totals[model]
+        if per_model:
+            self._pods[key] = (namespace, dict(per_model))
+            totals = self._by_ns.setdefault(namespace, {})
+            for model, u in per_model.items():
+                totals[model] = totals.get(model, Usage()) + u
+
+    def of(self, namespace: str, limit: Limit) -> Usage:
+        total = Usage()
+        for model, u in self._by_ns.get(namespace, {}).items():
+            if limit.covers(model):
+                total = total + u
+        return total
+
+    def holders(self, namespace: str, limit: Limit) -> list[str]:
+        """The pods of ``namespace`` that hold cards ``limit`` covers, by key."""
+        return sorted(
+            key
+            for key, (ns, per_model) in self._pods.items()
+            if ns == namespace and any(limit.covers(m) for m in per_model)
+        )
+
+
+def why_over(quotas: Iterable[Quota], used: QuotaUsage | None, model: str, demand: Usage) -> str:
+    """Why ``demand`` on cards of ``model`` would pass one of the namespace's quotas, or
+    "" when it fits all of them. ``used`` None: against empty quotas (the pod alone)."""
+    for q in quotas:
+        for lim in q.limits:
+            if not lim.covers(model):
+                continue
+            u = used.of(q.namespace, lim) if used is not None else Usage()
+            for cap, have, asked, what, unit in (
+                (lim.memory_mib, u.memory_mib, demand.memory_mib, "memory", " MiB"),
+                (lim.cores_percent, u.cores_percent, demand.cores_percent, "cores", "%"),
+                (lim.cards, u.cards, demand.cards, "whole cards", ""),
+            ):
+                if cap is None or not asked or have + asked <= cap:
+                    continue
+                where = f"quota: {q.namespace}/{q.name} {lim.name} ({model})"
+                if used is None:
+                    return f"{where} allows {cap}{unit} of {what}, the pod alone asks {asked}"
+                return f"{where} {what} {have} of {cap}{unit} used, the pod asks {asked}"
+    return ""

@@ -1,0 +1,160 @@
+"""The extender's writes for quotas: each GpuQuota's status, and the nudge that makes
+kube-scheduler try again the pods a raised quota lets through.
+
+Both run on one thread, only while this replica leads, never under the state lock:
+
+* **status** (every ``period_s``): per limit, what the namespace's pods hold (bound and
+  reserved) and which pods those are, written to the ``status`` subresource when it
+  changed.
+* **retry**: kube-scheduler keeps a pod the extender refused among its unschedulable
+  pods until a cluster event moves it, or for minutes; a quota is not an object it
+  watches. When a quota of a namespace goes up (or away), every pod of the namespace
+  waiting unplaced gets the annotation ``tessera.io/quota-retry`` (a merge patch of that
+  one key, allowed to the scheduler's service account by deploy/admission-policy.yaml and
+  nothing else): an update to an unschedulable pod moves it back to the active queue.
+  Lowering a quota never evicts anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tessera.kube.errors import ApiError, NotFound
+from tessera.kube.kinds import GPUQUOTAS, PODS
+from tessera.kube.port import KubeApi
+from tessera.model.annotations import QUOTA_RETRY
+from tessera.scheduler.state import SchedulerState
+
+__all__ = ["QuotaWriter", "quota_status"]
+
+log = logging.getLogger(__name__)
+
+MAX_HOLDERS = 50  # pods named per limit in the status; the count is always exact
+
+
+def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, Any] | None:
+    """The status of quota ``key`` from the state (lock held); None if it is gone."""
+    quota = state.quotas.get(namespace, {}).get(key)
+    if quota is None:
+        return None
+    limits = []
+    for lim in quota.limits:
+        used = state.quota_usage.of(namespace, lim)
+        holders = state.quota_usage.holders(namespace, lim)
+        limits.append(
+            {
+                "name": lim.name,
+                "used": {
+                    "memoryMiB": used.memory_mib,
+                    "coresPercent": used.cores_percent,
+                    "cards": used.cards,
+                },
+                "pods": len(holders),
+                "holders": [k.partition("/")[2] for k in holders[:MAX_HOLDERS]],
+            }
+        )
+    return {"limits": limits}
+
+
+class QuotaWriter:
+    def __init__(
+        self,
+        state: SchedulerState,
+        api: KubeApi,
+        leading: Callable[[], bool],
+        period_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.api = api
+        self.leading = leading
+        self.period_s = period_s
+        self.clock = clock
+        self._raised: set[str] = set()
+        self._written: dict[str, dict[str, Any]] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.nudged = 0  # pods annotated to be tried again (for tests and metrics)
+
+    def raised(self, namespaces: set[str]) -> None:
+        """Quotas of ``namespaces`` went up: nudge their waiting pods soon."""
+        with self._lock:
+            self._raised |= namespaces
+        self._wake.set()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="tessera-quota", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.period_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.step()
+            except Exception:  # a bug here must not end quota status for good
+                log.exception("quota writer step failed")
+
+    def step(self) -> None:
+        """One round: nudges first (they unblock pods), then statuses. Leader only."""
+        if not self.leading():
+            return
+        with self._lock:
+            raised, self._raised = self._raised, set()
+        for ns in sorted(raised):
+            self._nudge(ns)
+        self._write_statuses()
+
+    def _nudge(self, namespace: str) -> None:
+        with self.state.lock:
+            waiting = [
+                info.key.partition("/")[2]
+                for info in self.state.pods.values()
+                if info.key.startswith(f"{namespace}/")
+                and not info.node_name
+                and info.request is not None
+                and info.key not in self.state.reservations
+            ]
+        stamp = f"{self.clock():.3f}"
+        for name in waiting:
+            patch = {"metadata": {"annotations": {QUOTA_RETRY: stamp}}}
+            try:
+                self.api.merge_patch(PODS, name, patch, namespace)
+                self.nudged += 1
+            except NotFound:
+                pass  # gone meanwhile
+            except ApiError as exc:
+                log.warning(
+                    "pod %s/%s: cannot nudge it after a quota rise: %s", namespace, name, exc
+                )
+
+    def _write_statuses(self) -> None:
+        with self.state.lock:
+            current = {
+                key: quota_status(self.state, ns, key)
+                for ns, held in self.state.quotas.items()
+                for key in held
+            }
+        for key in [k for k in self._written if k not in current]:
+            del self._written[key]
+        for key, status in current.items():
+            if status is None or self._written.get(key) == status:
+                continue
+            ns, _, name = key.partition("/")
+            try:
+                self.api.merge_patch(GPUQUOTAS, name, {"status": status}, ns, subresource="status")
+                self._written[key] = status
+            except NotFound:
+                pass
+            except ApiError as exc:
+                log.warning("GpuQuota %s: cannot write its status: %s", key, exc)

@@ -1,0 +1,131 @@
+"""GpuQuota: parsing with field-and-rule errors, and the usage arithmetic (pure core)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tessera.errors import SpecError
+from tessera.model.types import (
+    Assignment,
+    CardSlice,
+    ContainerAssignment,
+    ContainerRequest,
+    GpuRequest,
+    PodRequest,
+)
+from tessera.quota.spec import parse_quota
+from tessera.quota.usage import QuotaUsage, Usage, demand_on, holding, why_over
+
+
+def quota(*limits: dict[str, Any], ns: str = "team-a", name: str = "gpus") -> dict[str, Any]:
+    return {
+        "apiVersion": "tessera.io/v1alpha1",
+        "kind": "GpuQuota",
+        "metadata": {"namespace": ns, "name": name, "resourceVersion": "7"},
+        "spec": {"limits": list(limits)},
+    }
+
+
+A100 = {"name": "a100", "models": ["A100"], "memoryMiB": 81920, "coresPercent": 200, "cards": 1}
+
+
+def test_parses_pools_of_models_and_their_caps() -> None:
+    q = parse_quota(quota(A100, {"name": "small", "models": ["T4", "L4"], "memoryMiB": 1000}))
+    assert q.key == "team-a/gpus" and q.resource_version == "7"
+    a100, small = q.limits
+    assert (a100.memory_mib, a100.cores_percent, a100.cards) == (81920, 200, 1)
+    assert small.models == frozenset({"T4", "L4"}) and small.cards is None
+    assert small.covers("L4") and not small.covers("A100")
+    anything = parse_quota(quota({"name": "all", "models": ["*"], "cards": 2})).limits[0]
+    assert anything.covers("H100")
+
+
+@pytest.mark.parametrize(
+    ("limits", "field", "rule"),
+    [
+        ([], "spec.limits", "must list at least one limit"),
+        ([{"models": ["A100"], "cards": 1}], "spec.limits[0].name", "must be a DNS label"),
+        ([{"name": "A_100", "models": ["A100"], "cards": 1}], "spec.limits[0].name", "DNS label"),
+        ([{"name": "a", "models": [], "cards": 1}], "spec.limits[0].models", "at least one"),
+        ([{"name": "a", "models": [""], "cards": 1}], "spec.limits[0].models[0]", "non-empty"),
+        ([{"name": "a", "models": ["A100"]}], "spec.limits[0]", "must cap at least one of"),
+        ([{"name": "a", "models": ["A100"], "cards": -1}], "spec.limits[0].cards", "must be >= 0"),
+        ([{"name": "a", "models": ["A100"], "memoryMiB": "8Gi"}], "spec.limits[0].memoryMiB",
+         "must be an integer"),
+        ([{"name": "a", "models": ["A100"], "cards": 1, "gpus": 2}], "spec.limits[0].gpus",
+         "is not a field of a limit"),
+        ([A100, {**A100, "models": ["T4"]}], "spec.limits[1].name", "must be unique"),
+        ([A100, {"name": "b", "models": ["T4", "A100"], "cards": 1}], "spec.limits[1].models",
+         "'A100' is also in limit 'a100'"),
+        ([A100, {"name": "b", "models": ["*"], "cards": 1}], "spec.limits[1].models",
+         "a model may be in one limit only"),
+    ],
+)  # fmt: skip
+def test_refuses_a_malformed_quota_naming_the_field_and_rule(
+    limits: list[Any], field: str, rule: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_quota(quota(*limits))
+    assert info.value.field == field
+    assert rule in str(info.value)
+
+
+def test_a_quota_is_namespaced_and_named() -> None:
+    obj = quota(A100)
+    del obj["metadata"]["namespace"]
+    with pytest.raises(SpecError, match=r"metadata\.namespace: a GpuQuota is namespaced"):
+        parse_quota(obj)
+
+
+def _pod(*containers: ContainerRequest, ns: str = "team-a") -> PodRequest:
+    return PodRequest(ns, "p", containers)
+
+
+def test_demand_counts_exclusive_cards_percent_memory_and_init_containers() -> None:
+    whole = ContainerRequest("main", GpuRequest(count=2, exclusive=True))
+    assert demand_on(_pod(whole), 81920) == Usage(163840, 200, 2)
+    part = ContainerRequest("main", GpuRequest(count=1, memory_percent=25, cores_percent=30))
+    assert demand_on(_pod(part), 40000) == Usage(10000, 30, 0)
+    init = ContainerRequest("setup", GpuRequest(count=1, memory_mib=30000, cores_percent=5), True)
+    app = ContainerRequest("main", GpuRequest(count=1, memory_mib=8000, cores_percent=50))
+    assert demand_on(_pod(init, app), 40000) == Usage(30000, 50, 0)
+
+
+def test_holding_is_the_footprint_per_model() -> None:
+    a = Assignment(
+        "n1",
+        (
+            ContainerAssignment("main", (CardSlice("u1", 8000, 20), CardSlice("u2", 8000, 20))),
+            ContainerAssignment("side", (CardSlice("u3", 40960, 100),), exclusive=True),
+        ),
+    )
+    models = {"u1": "A100", "u2": "T4", "u3": "A100"}
+    assert holding(a, models.__getitem__) == {
+        "A100": Usage(48960, 120, 1),
+        "T4": Usage(8000, 20, 0),
+    }
+
+
+def test_usage_adds_replaces_and_drops_pods_and_sums_a_pool() -> None:
+    q = parse_quota(quota({"name": "pool", "models": ["A100", "H100"], "memoryMiB": 100000}))
+    lim = q.limits[0]
+    u = QuotaUsage()
+    u.set_pod("team-a/p1", "team-a", {"A100": Usage(30000, 10, 0)})
+    u.set_pod("team-a/p2", "team-a", {"H100": Usage(50000, 10, 0), "T4": Usage(1, 1, 0)})
+    u.set_pod("team-b/p3", "team-b", {"A100": Usage(99999, 0, 0)})
+    assert u.of("team-a", lim) == Usage(80000, 20, 0)
+    assert u.holders("team-a", lim) == ["team-a/p1", "team-a/p2"]
+    assert why_over([q], u, "A100", Usage(20000, 0, 0)) == ""
+    assert why_over([q], u, "T4", Usage(10**9, 0, 0)) == ""  # T4 is not in the pool
+    assert why_over([q], u, "H100", Usage(20001, 0, 0)) == (
+        "quota: team-a/gpus pool (H100) memory 80000 of 100000 MiB used, the pod asks 20001"
+    )
+    assert why_over([q], None, "H100", Usage(100001, 0, 0)) == (
+        "quota: team-a/gpus pool (H100) allows 100000 MiB of memory, the pod alone asks 100001"
+    )
+    u.set_pod("team-a/p1", "team-a", {"A100": Usage(10000, 0, 0)})  # replaced
+    u.set_pod("team-a/p2", "team-a", None)  # gone
+    assert u.of("team-a", lim) == Usage(10000, 0, 0)
+    assert u.holders("team-a", lim) == ["team-a/p1"]
