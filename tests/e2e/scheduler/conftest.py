@@ -24,6 +24,7 @@ def harness(
     h = Harness(env, workdir, gpu_nodes(100, 8))
     try:
         kubeconfig = h.install_rbac()
+        h.install_crds()
         env.create_gpu_nodes(h.nodes)
         h.ensure_default_service_account("default")
         serving = env.issue_serving_cert("tessera-webhook")

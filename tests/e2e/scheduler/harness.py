@@ -210,6 +210,7 @@ class Harness:
             "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
             "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
             "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+            "CustomResourceDefinition": "customresourcedefinitions",
         }[kind]  # fmt: skip
         namespaced = kind in ("ServiceAccount", "Role", "RoleBinding")
         k = Kind(api_version, kind, plural, namespaced)
@@ -242,6 +243,21 @@ class Harness:
             )
         )  # fmt: skip
         return path
+
+    def install_crds(self) -> None:
+        """deploy/gpuquota-crd.yaml as is; returns once the API server serves it."""
+        crd = yaml.safe_load((DEPLOY / "gpuquota-crd.yaml").read_text())
+        self.apply(crd)
+        kind = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                    "customresourcedefinitions", False)  # fmt: skip
+
+        def established() -> bool:
+            conditions = (self.admin.get(kind, crd["metadata"]["name"]).get("status") or {}).get(
+                "conditions"
+            ) or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        wait_for("the GpuQuota CRD to be served", established, 60, 0.2)
 
     def install_webhooks(self, port: int) -> None:
         """deploy/webhook.yaml with clientConfig pointed at the test's port and CA."""
