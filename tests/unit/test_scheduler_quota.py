@@ -230,3 +230,30 @@ def test_the_webhook_refuses_a_pod_that_could_never_fit_its_quota() -> None:
         assert review(pod_obj("other-ns", memory=30000, ns="team-b"))["allowed"] is True
     finally:
         w.close()
+
+
+def test_only_a_rise_is_a_rise() -> None:
+    from tessera.scheduler.state import SchedulerState
+
+    s = SchedulerState()
+    base = gpu_quota(
+        "team-a", {"name": "a", "models": ["A100", "T4"], "memoryMiB": 100, "cards": 2}
+    )
+    assert s.apply_quota(base) is False  # new: it only restricts
+    lower = gpu_quota(
+        "team-a", {"name": "a", "models": ["A100", "T4"], "memoryMiB": 50, "cards": 2}
+    )
+    assert s.apply_quota(lower) is False
+    for limit in (
+        {"name": "a", "models": ["A100", "T4"], "memoryMiB": 60, "cards": 2},  # a cap up
+        {"name": "a", "models": ["A100", "T4"], "cards": 2},  # a cap removed
+        {"name": "a", "models": ["A100"], "memoryMiB": 50, "cards": 2},  # a model out
+    ):
+        s.apply_quota(lower)
+        assert s.apply_quota(gpu_quota("team-a", limit)) is True, limit
+    s.apply_quota(lower)
+    more = gpu_quota("team-a", {"name": "a", "models": ["A100", "T4"], "memoryMiB": 50, "cards": 2},
+                     {"name": "b", "models": ["H100"], "cards": 1})  # fmt: skip
+    assert s.apply_quota(more) is False  # another limit only restricts
+    assert s.apply_quota(lower) is True  # ... and taking it away is a rise
+    assert s.apply_quota(lower, deleted=True) is True

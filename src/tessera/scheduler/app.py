@@ -149,7 +149,11 @@ class SchedulerApp:
             absent_ok=True,  # no GpuQuota CRD installed: no quotas
         )
         self.quota_writer = QuotaWriter(
-            self.state, api, self.leading, period_s=config.quota_status_s
+            self.state,
+            api,
+            self.leading,
+            period_s=config.quota_status_s,
+            on_nudge=self.metrics.quota_nudges.inc,
         )
         self.state.quotas_handler.on_raise = self.quota_writer.raised
         self.metrics.on_scrape(self._refresh_gauges)
@@ -212,6 +216,7 @@ class SchedulerApp:
             self.metrics.cards_allocated.set(int((t.tenants > 0).sum()))
             self.metrics.nodes.set(len(self.state.cluster))
             self.metrics.reservations.set(len(self.state.reservations))
+            self.metrics.quotas.set(sum(len(q) for q in self.state.quotas.values()))
             problems = dict(self.state.problems)
         for kind, n in problems.items():
             delta = n - self._problems_seen.get(kind, 0)

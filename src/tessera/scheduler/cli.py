@@ -50,6 +50,10 @@ def scheduler(
     reservation_ttl: Annotated[
         float, typer.Option(help="seconds a filter's reservation waits for bind")
     ] = 30.0,
+    quota_status_s: Annotated[
+        float,
+        typer.Option(min=0.1, help="seconds between updates of the GpuQuota statuses"),
+    ] = 5.0,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Serve the kube-scheduler extender (filter/prioritize/bind) and the admission webhook."""
@@ -90,6 +94,7 @@ def scheduler(
         narrow=not scored,
         compat=Compat(hami="hami" in families, gpu_manager="gpu-manager" in families),
         reservation_ttl_s=reservation_ttl,
+        quota_status_s=quota_status_s,
         leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_name=lease_name,

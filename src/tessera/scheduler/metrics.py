@@ -9,7 +9,9 @@ tessera_scheduler_nodes                        GPU nodes in the state
 tessera_scheduler_reservations                 tentative bookings in flight
 tessera_scheduler_leader                       1 on the replica that leads
 tessera_scheduler_admissions_total{result}     webhook answers: mutated/allowed/refused
-tessera_scheduler_state_problems_total{kind}   inventories/assignments that did not decode
+tessera_scheduler_state_problems_total{kind}   inventories/assignments/quotas that did not decode
+tessera_scheduler_quota_nudges_total           waiting pods annotated after a quota rise
+tessera_scheduler_quotas                       GpuQuota objects in force
 =============================================  =====================================
 """
 
@@ -54,6 +56,12 @@ class Metrics:
             "tessera_scheduler_state_problems", "Annotations that did not decode", ["kind"],
             registry=r,
         )  # fmt: skip
+        self.quota_nudges = Counter(
+            "tessera_scheduler_quota_nudges",
+            "Waiting pods annotated so kube-scheduler tries them again after a quota rise",
+            registry=r,
+        )
+        self.quotas = Gauge("tessera_scheduler_quotas", "GpuQuota objects in force", registry=r)
         self._refreshers: list[Callable[[], None]] = []
 
     def on_scrape(self, refresh: Callable[[], None]) -> None:

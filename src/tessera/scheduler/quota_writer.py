@@ -68,6 +68,7 @@ class QuotaWriter:
         leading: Callable[[], bool],
         period_s: float = 5.0,
         clock: Callable[[], float] = time.time,
+        on_nudge: Callable[[], None] | None = None,
     ) -> None:
         self.state = state
         self.api = api
@@ -80,6 +81,7 @@ class QuotaWriter:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.nudged = 0  # pods annotated to be tried again (for tests and metrics)
+        self.on_nudge = on_nudge
 
     def raised(self, namespaces: set[str]) -> None:
         """Quotas of ``namespaces`` went up: nudge their waiting pods soon."""
@@ -126,11 +128,14 @@ class QuotaWriter:
                 and info.key not in self.state.reservations
             ]
         stamp = f"{self.clock():.3f}"
+        log.info("a quota of %s went up: %d waiting pods to try again", namespace, len(waiting))
         for name in waiting:
             patch = {"metadata": {"annotations": {QUOTA_RETRY: stamp}}}
             try:
                 self.api.merge_patch(PODS, name, patch, namespace)
                 self.nudged += 1
+                if self.on_nudge is not None:
+                    self.on_nudge()
             except NotFound:
                 pass  # gone meanwhile
             except ApiError as exc:

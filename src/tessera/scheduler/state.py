@@ -322,8 +322,8 @@ class SchedulerState:
         return ""
 
     def apply_quota(self, obj: Obj, deleted: bool = False) -> bool:
-        """A GpuQuota as the watch delivers it; whether any cap went up (or a quota went
-        away): then pods waiting on it may fit now."""
+        """A GpuQuota as the watch delivers it; whether a cap went up (or a quota went
+        away) against the version this process knew: then pods waiting on it may fit now."""
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         key = f"{ns}/{name}"
@@ -343,7 +343,9 @@ class SchedulerState:
             return False
         self.bad_quotas.pop(key, None)
         self.quotas.setdefault(ns, {})[key] = quota
-        return old is None or _raised(old, quota)
+        # A new quota only restricts. (One raised while no extender ran is not seen as a
+        # rise: its waiting pods wait for kube-scheduler's own periodic retry.)
+        return old is not None and _raised(old, quota)
 
     def _drop_quota(self, ns: str, key: str) -> None:
         held = self.quotas.get(ns)

@@ -193,9 +193,17 @@ def test_burst_of_three_namespaces_stays_inside_their_quotas(harness: Harness) -
         raised = {"q-a": [dict(QUOTAS["q-a"][0], memoryMiB=200000), QUOTAS["q-a"][1]]}
         h.admin.merge_patch(GPUQUOTAS, "gpus", {"spec": {"limits": raised["q-a"]}}, "q-a")
         t0 = time.monotonic()
-        wait_for("q-a's pods to use the raised quota", lambda: sum(
-            1 for p in views["q-a"].all() if p["spec"].get("nodeName")) >= before + 10,
-            60, 0.2)  # fmt: skip
+        ext = h.extender
+
+        def bound_in_a() -> int:
+            return sum(1 for p in views["q-a"].all() if p["spec"].get("nodeName"))
+
+        def explain() -> str:
+            nudges = ext.metric("tessera_scheduler_quota_nudges_total")
+            return f"nudges: {nudges}, bound in q-a: {bound_in_a()} (before {before})"
+
+        wait_for("q-a's pods to use the raised quota", lambda: bound_in_a() >= before + 10,
+                 60, 0.2, explain=explain)  # fmt: skip
         took = time.monotonic() - t0
         _within(_use(h, everything()), {**QUOTAS, **raised})
         assert took < 60 and checks > 3
