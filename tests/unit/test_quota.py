@@ -129,3 +129,20 @@ def test_usage_adds_replaces_and_drops_pods_and_sums_a_pool() -> None:
     u.set_pod("team-a/p2", "team-a", None)  # gone
     assert u.of("team-a", lim) == Usage(10000, 0, 0)
     assert u.holders("team-a", lim) == ["team-a/p1"]
+
+
+def test_the_documented_example_parses_as_documented() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    (example,) = [b for b in blocks if b.get("kind") == "GpuQuota"]
+    q = parse_quota(example)
+    assert q.key == "team-a/gpus"
+    a100, small = q.limits
+    assert a100.models == frozenset({"A100", "A100-80G"})
+    assert (a100.memory_mib, a100.cores_percent, a100.cards) == (81920, 400, 2)
+    assert (small.memory_mib, small.cores_percent, small.cards) == (30000, None, None)
