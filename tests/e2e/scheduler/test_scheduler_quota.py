@@ -214,3 +214,53 @@ def test_burst_of_three_namespaces_stays_inside_their_quotas(harness: Harness) -
             wait_for("the pods to go", lambda v=view: not v.all(), 180, 0.5)  # type: ignore[misc]
             h.admin.delete(GPUQUOTAS, "gpus", ns)
             view.stop()
+
+
+RESOURCEQUOTAS = Kind("v1", "ResourceQuota", "resourcequotas", True)
+
+
+def test_resourcequota_and_gpuquota_together(harness: Harness) -> None:
+    """ResourceQuota refuses at creation (namespace-wide, as written in the spec);
+    GpuQuota holds a pod Pending until its model has room (per model, at placement)."""
+    h = harness
+    ns = _namespace(h, "q-both")
+    h.admin.create(RESOURCEQUOTAS, {"metadata": {"name": "gpu-memory"},
+                                    "spec": {"hard": {"requests.tessera.io/gpu-memory": "30000"}}},
+                   ns)  # fmt: skip
+    h.admin.create(GPUQUOTAS, _quota(ns, [{"name": "a100", "models": ["A100"],
+                                           "memoryMiB": 15000}]), ns)  # fmt: skip
+    view = PodView(h.admin, ns)
+    a100 = {GPU_MODEL: "A100"}
+    mem = "tessera.io/gpu-memory"
+    try:
+        ext = h.extender
+        assert ext is not None
+        wait_for("the extender to see the quota",
+                 lambda: ext.metric("tessera_scheduler_quotas") >= 1, 30, 0.1)  # fmt: skip
+        first = h.admin.create(PODS, _pod("first", {mem: "10000"}, a100), ns)
+        wait_for("first bound", lambda: bool((view.get("first") or {}).get("spec", {}).get(
+            "nodeName")), 60, 0.2)  # fmt: skip
+        # Within the ResourceQuota (20000 of 30000), over the GpuQuota on A100: Pending.
+        h.admin.create(PODS, _pod("second", {mem: "10000"}, a100), ns)
+        wait_for("second unschedulable", lambda: unschedulable(view.get("second") or {}),
+                 60, 0.2)  # fmt: skip
+        messages = [e.get("message", "") for e in events_by_pod(h.admin, ns).get("second", [])]
+        assert any(f"quota: {ns}/gpus a100 (A100)" in m for m in messages), messages
+        # Over the ResourceQuota (30000 + 10000 > 30000): refused at creation, by Kubernetes.
+        with pytest.raises(ApiError) as info:
+            h.admin.create(PODS, _pod("third", {mem: "10000"}, a100), ns)
+        assert info.value.status == 403 and "exceeded quota: gpu-memory" in info.value.message
+        # A T4 pod: outside the GpuQuota, inside the ResourceQuota... once the Pending pod
+        # gives its ResourceQuota share back.
+        h.admin.delete(PODS, "second", ns)
+        wait_for("second gone", lambda: view.get("second") is None, 60, 0.2)
+        h.admin.create(PODS, _pod("t4", {mem: "10000"}, {GPU_MODEL: "T4"}), ns)
+        wait_for("t4 bound", lambda: bool((view.get("t4") or {}).get("spec", {}).get(
+            "nodeName")), 60, 0.2)  # fmt: skip
+        assert first["metadata"]["name"] == "first"
+    finally:
+        for p in view.all():
+            h.admin.delete(PODS, p["metadata"]["name"], ns)
+        wait_for("the pods to go", lambda: not view.all(), 120, 0.5)
+        h.admin.delete(GPUQUOTAS, "gpus", ns)
+        view.stop()
