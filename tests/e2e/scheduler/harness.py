@@ -286,9 +286,13 @@ class Harness:
                 self.admin.merge_patch(PODS, "policy-probe", forged, "default")
             except ApiError as exc:
                 return exc.status == 422 or "tessera.io/assignment" in exc.message
-            # Not enforced yet: undo (removal is allowed until it is).
+            # Not enforced yet: undo (removal is allowed until it is -- and if the policy
+            # took effect in between, the undo is refused: enforced, then).
             undo = {"metadata": {"annotations": {"tessera.io/assignment": None}}}
-            self.admin.merge_patch(PODS, "policy-probe", undo, "default")
+            try:
+                self.admin.merge_patch(PODS, "policy-probe", undo, "default")
+            except ApiError:
+                return True
             return False
 
         wait_for("the admission policy to be enforced", enforced, 60, 0.5)

@@ -225,7 +225,7 @@ def test_resourcequota_and_gpuquota_together(harness: Harness) -> None:
     h = harness
     ns = _namespace(h, "q-both")
     h.admin.create(RESOURCEQUOTAS, {"metadata": {"name": "gpu-memory"},
-                                    "spec": {"hard": {"requests.tessera.io/gpu-memory": "30000"}}},
+                                    "spec": {"hard": {"requests.tessera.io/gpu-memory": "25000"}}},
                    ns)  # fmt: skip
     h.admin.create(GPUQUOTAS, _quota(ns, [{"name": "a100", "models": ["A100"],
                                            "memoryMiB": 15000}]), ns)  # fmt: skip
@@ -240,13 +240,13 @@ def test_resourcequota_and_gpuquota_together(harness: Harness) -> None:
         first = h.admin.create(PODS, _pod("first", {mem: "10000"}, a100), ns)
         wait_for("first bound", lambda: bool((view.get("first") or {}).get("spec", {}).get(
             "nodeName")), 60, 0.2)  # fmt: skip
-        # Within the ResourceQuota (20000 of 30000), over the GpuQuota on A100: Pending.
+        # Within the ResourceQuota (20000 of 25000), over the GpuQuota on A100: Pending.
         h.admin.create(PODS, _pod("second", {mem: "10000"}, a100), ns)
         wait_for("second unschedulable", lambda: unschedulable(view.get("second") or {}),
                  60, 0.2)  # fmt: skip
         messages = [e.get("message", "") for e in events_by_pod(h.admin, ns).get("second", [])]
         assert any(f"quota: {ns}/gpus a100 (A100)" in m for m in messages), messages
-        # Over the ResourceQuota (30000 + 10000 > 30000): refused at creation, by Kubernetes.
+        # Over the ResourceQuota (20000 + 10000 > 25000): refused at creation, by Kubernetes.
         with pytest.raises(ApiError) as info:
             h.admin.create(PODS, _pod("third", {mem: "10000"}, a100), ns)
         assert info.value.status == 403 and "exceeded quota: gpu-memory" in info.value.message
