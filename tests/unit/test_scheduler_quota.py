@@ -44,7 +44,7 @@ def world() -> World:
 def _add_quota(w: World, obj: dict[str, Any]) -> None:
     w.kube.create(GPUQUOTAS, obj, obj["metadata"]["namespace"])
     key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-    _eventually(lambda: key in w.app.state.quotas.get(obj["metadata"]["namespace"], {}))
+    _eventually(lambda: w.app.state.quota_book.get(obj["metadata"]["namespace"], key) is not None)
 
 
 def test_filter_keeps_a_namespace_inside_its_model_quota_and_says_why() -> None:
@@ -107,7 +107,7 @@ def test_concurrent_cycles_never_both_pass_the_last_of_a_quota() -> None:
             t.join()
         assert sum(1 for r in results if r) == 3  # exactly the quota, reserved
         with w.app.state.lock:
-            lim = w.app.state.quotas["team-a"]["team-a/gpus"].limits[0]
+            lim = w.app.state.quota_book.of("team-a")[0].limits[0]
             assert w.app.state.quota_usage.of("team-a", lim).memory_mib == 30000
     finally:
         w.close()
@@ -191,8 +191,9 @@ def test_a_quota_written_past_the_rules_keeps_the_last_good_one() -> None:
     try:
         _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 1000}))
         w.kube.merge_patch(GPUQUOTAS, "gpus", {"spec": {"limits": [{"name": "a100"}]}}, "team-a")
-        _eventually(lambda: "team-a/gpus" in w.app.state.bad_quotas)
-        assert "spec.limits[0].models" in w.app.state.bad_quotas["team-a/gpus"]
+        _eventually(lambda: "team-a/gpus" in w.app.state.quota_book.refused)
+        assert "spec.limits[0].models" in w.app.state.quota_book.refused["team-a/gpus"]
+        assert w.app.state.problems["bad-quota"] == 1
         out = w.filter(w.create(pod_obj("x", memory=2000, ns="team-a")), ["a1"])
         assert out["NodeNames"] == []  # still limited by the last good version
     finally:

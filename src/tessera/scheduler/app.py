@@ -216,7 +216,7 @@ class SchedulerApp:
             self.metrics.cards_allocated.set(int((t.tenants > 0).sum()))
             self.metrics.nodes.set(len(self.state.cluster))
             self.metrics.reservations.set(len(self.state.reservations))
-            self.metrics.quotas.set(sum(len(q) for q in self.state.quotas.values()))
+            self.metrics.quotas.set(len(self.state.quota_book))
             problems = dict(self.state.problems)
         for kind, n in problems.items():
             delta = n - self._problems_seen.get(kind, 0)

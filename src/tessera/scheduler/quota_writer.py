@@ -38,7 +38,7 @@ MAX_HOLDERS = 50  # pods named per limit in the status; the count is always exac
 
 def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, Any] | None:
     """The status of quota ``key`` from the state (lock held); None if it is gone."""
-    quota = state.quotas.get(namespace, {}).get(key)
+    quota = state.quota_book.get(namespace, key)
     if quota is None:
         return None
     limits = []
@@ -147,8 +147,7 @@ class QuotaWriter:
         with self.state.lock:
             current = {
                 key: quota_status(self.state, ns, key)
-                for ns, held in self.state.quotas.items()
-                for key in held
+                for ns, key in self.state.quota_book.in_force()
             }
         for key in [k for k in self._written if k not in current]:
             del self._written[key]

@@ -50,7 +50,7 @@ from tessera.model.types import (
     NodeInventory,
     PodRequest,
 )
-from tessera.quota.spec import Quota, parse_quota
+from tessera.quota.book import QuotaBook
 from tessera.quota.usage import QuotaUsage, demand_on, holding, why_over
 from tessera.scheduler.reservations import Reservation, ReservationBook
 
@@ -148,8 +148,7 @@ class SchedulerState:
         self.problems: Counter[str] = Counter()  # kind -> count, for metrics
         # Quotas: the GpuQuota objects by namespace, and what each namespace's pods hold
         # per card model (bound and reserved alike: kept by _settle).
-        self.quotas: dict[str, dict[str, Quota]] = {}
-        self.bad_quotas: dict[str, str] = {}  # namespace/name -> why it was refused
+        self.quota_book = QuotaBook()
         self.quota_usage = QuotaUsage()
         self._model_of: dict[str, str] = {}  # card UUID -> model (kept after a node goes)
         self._card_memory: dict[str, int] = {}  # model -> its largest card's memory, MiB
@@ -284,12 +283,12 @@ class SchedulerState:
     def quota_exclusions(self, request: PodRequest) -> dict[str, str]:
         """Card models ``request`` may not take for its namespace's quotas: model -> why.
         The pod's own holding must be released first (filter does)."""
-        quotas = self.quotas.get(request.namespace)
+        quotas = self.quota_book.of(request.namespace)
         if not quotas:
             return {}
         out = {}
         for model, memory in self._card_memory.items():
-            why = why_over(quotas.values(), self.quota_usage, model, demand_on(request, memory))
+            why = why_over(quotas, self.quota_usage, model, demand_on(request, memory))
             if why:
                 out[model] = why
         return out
@@ -297,14 +296,14 @@ class SchedulerState:
     def quota_never_fits(self, request: PodRequest) -> str:
         """Why ``request`` alone is larger than its namespace's quotas allow on every card
         model of the cluster it could use, or "" (it could fit some day, or no quota)."""
-        quotas = self.quotas.get(request.namespace)
+        quotas = self.quota_book.of(request.namespace)
         if not quotas:
             return ""
         first = ""
         for model, memory in sorted(self._card_memory.items()):
             if not _may_use(request, model):
                 continue
-            why = why_over(quotas.values(), None, model, demand_on(request, memory))
+            why = why_over(quotas, None, model, demand_on(request, memory))
             if not why:
                 return ""
             first = first or why
@@ -312,65 +311,36 @@ class SchedulerState:
 
     def quota_refusal(self, request: PodRequest, assignment: Assignment) -> str:
         """Why holding ``assignment`` would pass a quota of the pod's namespace, or ""."""
-        quotas = self.quotas.get(request.namespace)
+        quotas = self.quota_book.of(request.namespace)
         if not quotas:
             return ""
         for model, u in holding(assignment, self._model).items():
-            why = why_over(quotas.values(), self.quota_usage, model, u)
+            why = why_over(quotas, self.quota_usage, model, u)
             if why:
                 return why
         return ""
 
     def apply_quota(self, obj: Obj, deleted: bool = False) -> bool:
-        """A GpuQuota as the watch delivers it; whether a cap went up (or a quota went
-        away) against the version this process knew: then pods waiting on it may fit now."""
-        meta = obj.get("metadata") or {}
-        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        key = f"{ns}/{name}"
-        old = self.quotas.get(ns, {}).get(key)
-        if deleted:
-            self.bad_quotas.pop(key, None)
-            self._drop_quota(ns, key)
-            return old is not None
-        try:
-            quota = parse_quota(obj)
-        except SpecError as exc:
-            # Keep the last good version: a quota written past the CRD's rules must not
-            # lift the namespace's limits.
-            self.problems["bad-quota"] += 1
-            self.bad_quotas[key] = str(exc)
-            log.warning("GpuQuota %s refused: %s", key, exc)
-            return False
-        self.bad_quotas.pop(key, None)
-        self.quotas.setdefault(ns, {})[key] = quota
-        # A new quota only restricts. (One raised while no extender ran is not seen as a
-        # rise: its waiting pods wait for kube-scheduler's own periodic retry.)
-        return old is not None and _raised(old, quota)
-
-    def _drop_quota(self, ns: str, key: str) -> None:
-        held = self.quotas.get(ns)
-        if held is not None:
-            held.pop(key, None)
-            if not held:
-                del self.quotas[ns]
+        """A GpuQuota as the watch delivers it; whether it loosened its namespace's limits
+        (then pods waiting there may fit now)."""
+        loosened, why = self.quota_book.apply(obj, deleted)
+        if why:
+            self._quota_refused(obj, why)
+        return loosened
 
     def replace_quotas(self, items: list[Obj]) -> set[str]:
-        """The complete set of GpuQuotas (after a list); the namespaces where a cap went up."""
-        present = {
-            f"{(o.get('metadata') or {}).get('namespace')}/{(o.get('metadata') or {}).get('name')}"
-            for o in items
-        }
-        raised: set[str] = set()
-        for ns, held in list(self.quotas.items()):
-            for key in [k for k in held if k not in present]:
-                self._drop_quota(ns, key)
-                raised.add(ns)
-        for key in [k for k in self.bad_quotas if k not in present]:
-            del self.bad_quotas[key]
-        for obj in items:
-            if self.apply_quota(obj):
-                raised.add(str((obj.get("metadata") or {}).get("namespace") or ""))
-        return raised
+        """The complete set of GpuQuotas (after a list); the namespaces loosened."""
+        loosened, refusals = self.quota_book.replace(items)
+        for key, why in refusals.items():
+            self._quota_refused(key, why)
+        return loosened
+
+    def _quota_refused(self, what: Obj | str, why: str) -> None:
+        if not isinstance(what, str):
+            meta = what.get("metadata") or {}
+            what = f"{meta.get('namespace')}/{meta.get('name')}"
+        self.problems["bad-quota"] += 1
+        log.warning("GpuQuota %s refused, its last good version stays: %s", what, why)
 
     # --- nodes ------------------------------------------------------------------------
 
@@ -603,26 +573,6 @@ def _may_use(request: PodRequest, model: str) -> bool:
         if g is not None and ((g.models and model not in g.models) or model in g.models_exclude):
             return False
     return True
-
-
-def _raised(old: Quota, new: Quota) -> bool:
-    """Whether ``new`` lets through anything ``old`` did not (a cap up or gone, a model
-    out of a limit, a limit gone)."""
-    before = {lim.name: lim for lim in old.limits}
-    for lim in new.limits:
-        was = before.pop(lim.name, None)
-        if was is None:
-            continue  # a new limit only restricts
-        if was.models - lim.models:
-            return True  # a model left the limit: no longer capped by it
-        for a, b in (
-            (was.memory_mib, lim.memory_mib),
-            (was.cores_percent, lim.cores_percent),
-            (was.cards, lim.cards),
-        ):
-            if a is not None and (b is None or b > a):
-                return True
-    return bool(before)
 
 
 def _inventory(name: str, text: str, alloc: dict[str, Any]) -> NodeInventory:
