@@ -304,5 +304,4 @@ static CUstream vg_explicit(CUstream s, int ptsz) {
         vg_launch_end(&l, r);                                                                \
         return r;                                                                            \
     }
-#define VG_UNPAREN(...) __VA_ARGS__
 VG_CUDA_LAUNCH_FUNCS(VG_DEFINE_LAUNCH)

@@ -42,11 +42,6 @@ static uint64_t vg_context_charge(const void *out, CUdevice dev) {
     return vg_g.limits.context_bytes;
 }
 
-#define VG_GUARD()                                                                           \
-    do {                                                                                     \
-        if (vg_init() == VG_MODE_BROKEN) return CUDA_ERROR_NOT_INITIALIZED;                  \
-    } while (0)
-
 /* Created and green contexts: held under their handle in vg_ctxs until destroyed. */
 #define VG_CTX_CREATE(name, params, args, out, dev)                                          \
     VG_EXPORT CUresult name params {                                                         \
@@ -68,7 +63,6 @@ static uint64_t vg_context_charge(const void *out, CUdevice dev) {
         vg_forget_end(&vg_ctxs, (uint64_t)(uintptr_t)c, &h, r);                              \
         return r;                                                                            \
     }
-#define VG_UNPAREN(...) __VA_ARGS__
 
 VG_CTX_CREATE(cuCtxCreate, (CUcontext *c, unsigned int flags, CUdevice dev), (c, flags, dev), c, dev)
 VG_CTX_CREATE(cuCtxCreate_v2, (CUcontext *c, unsigned int flags, CUdevice dev), (c, flags, dev), c, dev)

@@ -54,11 +54,6 @@ static uint64_t vg_graph_alloc_bytes(CUgraph g, uint64_t bytes[VG_MAX_CARDS]) {
 /* The key of an executable graph's charge on card in vg_execs. */
 static uint64_t vg_exec_key(CUgraphExec e, int card) { return ((uint64_t)(uintptr_t)e << 4) | (uint64_t)card; }
 
-#define VG_GUARD()                                                                           \
-    do {                                                                                     \
-        if (vg_init() == VG_MODE_BROKEN) return CUDA_ERROR_NOT_INITIALIZED;                  \
-    } while (0)
-
 /* Hold every card's share of the graph's memory, call the driver, keep or give back. */
 #define VG_INSTANTIATE(name, params, args)                                                   \
     VG_EXPORT CUresult name params {                                                         \
@@ -78,7 +73,6 @@ static uint64_t vg_exec_key(CUgraphExec e, int card) { return ((uint64_t)(uintpt
             vg_hold_done(&h[c], r, &vg_execs, r == CUDA_SUCCESS ? vg_exec_key(*e, c) : 0);    \
         return r;                                                                            \
     }
-#define VG_UNPAREN(...) __VA_ARGS__
 
 VG_INSTANTIATE(cuGraphInstantiate, (CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t n),
                (e, g, err, log, n))

@@ -16,11 +16,6 @@
 #include "vg_real.h"
 #include "vg_state.h"
 
-#define VG_GUARD()                                                                           \
-    do {                                                                                     \
-        if (vg_init() == VG_MODE_BROKEN) return CUDA_ERROR_NOT_INITIALIZED;                  \
-    } while (0)
-
 static uint64_t vg_mul(uint64_t a, uint64_t b) {
     if (a != 0 && b > UINT64_MAX / a) return UINT64_MAX;
     return a * b;

@@ -43,6 +43,15 @@ extern vg_table vg_ptrs, vg_handles, vg_arrays, vg_ctxs, vg_pool_ptrs, vg_execs;
 /* Initialise once; returns the mode. */
 vg_mode vg_init(void);
 
+/* In a hook: answer CUDA_ERROR_NOT_INITIALIZED when the limits are unusable (fail closed). */
+#define VG_GUARD()                                                                           \
+    do {                                                                                     \
+        if (vg_init() == VG_MODE_BROKEN) return CUDA_ERROR_NOT_INITIALIZED;                  \
+    } while (0)
+
+/* The argument list of an X-macro table entry, without its parentheses. */
+#define VG_UNPAREN(...) __VA_ARGS__
+
 /* This process's slot, claiming one on first use; -1 when every slot is taken. */
 int vg_my_slot(void);
 
