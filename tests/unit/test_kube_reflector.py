@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from tessera.kube import NODES, ApiError, FakeKube, Reflector, WatchEvent
+from tests.unit._wait import eventually as _eventually
 
 
 class View:
@@ -26,15 +26,6 @@ class View:
                 self.names.discard(name)
             else:
                 self.names.add(name)
-
-
-def _eventually(check, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 def test_list_then_watch_then_relist_on_gone() -> None:

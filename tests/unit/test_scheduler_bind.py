@@ -13,6 +13,7 @@ from tessera.kube import PODS, ApiError, Unavailable
 from tessera.model.annotations import ASSIGNMENT, decode_assignment, encode_assignment
 from tessera.model.clusterspec import make_cards
 from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._wait import eventually as _eventually
 
 
 @pytest.fixture
@@ -20,15 +21,6 @@ def world() -> Iterator[World]:
     w = World([node_obj("n1", 2)])
     yield w
     w.close()
-
-
-def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 def _node_seen(world: World, key: str) -> str | None:

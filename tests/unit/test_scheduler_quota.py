@@ -13,15 +13,7 @@ from tessera.model.annotations import ASSIGNMENT, QUOTA_RETRY
 from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.config import SchedulerConfig
 from tests.unit._scheduler_world import World, node_obj, pod_obj
-
-
-def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached")
+from tests.unit._wait import eventually as _eventually
 
 
 def gpu_quota(ns: str, *limits: dict[str, Any], name: str = "gpus") -> dict[str, Any]:

@@ -10,15 +10,7 @@ import pytest
 from tessera.kube import NODES, PODS
 from tessera.model.annotations import INVENTORY
 from tests.unit._scheduler_world import World, node_obj, pod_obj
-
-
-def _eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached")
+from tests.unit._wait import eventually as _eventually
 
 
 def test_restart_rebuilds_every_booking_from_annotations() -> None:
