@@ -95,11 +95,13 @@ class GpuRequest:
         """Percent of compute this request reserves on each card."""
         return 100 if self.exclusive else self.cores_percent
 
+    def allows_model(self, model: str) -> bool:
+        """Whether the model constraints admit cards of ``model``."""
+        return (not self.models or model in self.models) and model not in self.models_exclude
+
     def allows(self, card: Card) -> bool:
         """Whether the model and UUID constraints admit ``card``."""
-        if self.models and card.model not in self.models:
-            return False
-        if card.model in self.models_exclude:
+        if not self.allows_model(card.model):
             return False
         if self.uuids and card.uuid not in self.uuids:
             return False

@@ -81,11 +81,7 @@ def allowed_cards(snap: Snapshot, rows: IntArray, gpu: GpuRequest) -> BoolArray:
     if gpu.models or gpu.models_exclude:
         # One extra False slot so that model -1 (no card) indexes to "not allowed".
         by_model = np.array(
-            [
-                (not gpu.models or m in gpu.models) and m not in gpu.models_exclude
-                for m in snap.models
-            ]
-            + [False],
+            [gpu.allows_model(m) for m in snap.models] + [False],
             dtype=np.bool_,
         )
         valid = valid & by_model[t.model[sel]]

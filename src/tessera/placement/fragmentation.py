@@ -80,9 +80,7 @@ class MixArrays:
         allowed = np.zeros((len(models) + 1, m), dtype=np.bool_)
         for j, g in enumerate(gpus):
             for k, model in enumerate(models):
-                allowed[k, j] = g is None or (
-                    (not g.models or model in g.models) and model not in g.models_exclude
-                )
+                allowed[k, j] = g is None or g.allows_model(model)
         return MixArrays(
             weight=np.asarray([w for _, w in weights], dtype=np.float64).reshape(m),
             cpu=ints([rc.cpu_milli for rc, _ in weights]),

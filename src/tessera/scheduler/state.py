@@ -568,11 +568,7 @@ class PodUpdate:
 
 def _may_use(request: PodRequest, model: str) -> bool:
     """Whether every GPU container of ``request`` may take cards of ``model``."""
-    for c in request.containers:
-        g = c.gpu
-        if g is not None and ((g.models and model not in g.models) or model in g.models_exclude):
-            return False
-    return True
+    return all(c.gpu is None or c.gpu.allows_model(model) for c in request.containers)
 
 
 def _inventory(name: str, text: str, alloc: dict[str, Any]) -> NodeInventory:
