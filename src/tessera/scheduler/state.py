@@ -175,14 +175,15 @@ class SchedulerState:
             return _Held(res.uid, res.request, res.assignment)
         return self.observed.get(key)
 
+    def _count(self, key: str, want: _Held | None) -> None:
+        """Count what ``key`` holds per card model against its namespace's quotas."""
+        per_model = holding(want.assignment, self._model) if want is not None else None
+        self.quota_usage.set_pod(key, key.partition("/")[0], per_model)
+
     def _settle(self, key: str) -> str:
         """Make the cluster state book what ``key`` should hold. Returns "" or why not."""
         want = self._wanted(key)
-        self.quota_usage.set_pod(
-            key,
-            key.partition("/")[0],
-            holding(want.assignment, self._model) if want is not None else None,
-        )
+        self._count(key, want)
         have = self.cluster.booking(key)
         if have is not None:
             if want is not None and (have.pod.uid, have.assignment) == (want.uid, want.assignment):
@@ -394,10 +395,7 @@ class SchedulerState:
             if self.cluster.booking(key) is None:
                 self._settle(key)
             else:  # booked before its cards' models were known: count them now
-                want = self._wanted(key)
-                if want is not None:
-                    per_model = holding(want.assignment, self._model)
-                    self.quota_usage.set_pod(key, key.partition("/")[0], per_model)
+                self._count(key, self._wanted(key))
 
     def _remove_node(self, name: str) -> None:
         self._node_raw.pop(name, None)
