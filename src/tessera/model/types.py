@@ -84,12 +84,16 @@ class GpuRequest:
 
     def memory_on(self, card: Card) -> int:
         """MiB this request takes on ``card``."""
+        return self.memory_for(card.memory_mib)
+
+    def memory_for(self, card_memory_mib: int) -> int:
+        """MiB this request takes on a card of ``card_memory_mib``."""
         if self.exclusive:
-            return card.memory_mib
+            return card_memory_mib
         if self.memory_mib is not None:
             return self.memory_mib
         assert self.memory_percent is not None
-        return card.memory_mib * self.memory_percent // 100
+        return card_memory_mib * self.memory_percent // 100
 
     def cores(self) -> int:
         """Percent of compute this request reserves on each card."""

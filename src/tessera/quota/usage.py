@@ -62,16 +62,8 @@ def demand_on(request: PodRequest, card_memory_mib: int) -> Usage:
         g = c.gpu
         if g is None:
             continue
-        if g.exclusive:
-            one = Usage(card_memory_mib, 100, 1)
-        else:
-            memory = (
-                g.memory_mib
-                if g.memory_mib is not None
-                else (g.memory_percent or 0) * card_memory_mib // 100
-            )
-            one = Usage(memory, g.cores_percent, 0)
-        total = Usage(one.memory_mib * g.count, one.cores_percent * g.count, one.cards * g.count)
+        whole = 1 if g.exclusive else 0
+        total = Usage(g.memory_for(card_memory_mib) * g.count, g.cores() * g.count, whole * g.count)
         if c.init:
             init = Usage(
                 max(init.memory_mib, total.memory_mib),
