@@ -27,11 +27,13 @@ class SpecError(TesseraError, ValueError):
 
 
 class FormatError(TesseraError, ValueError):
-    """A system annotation or file is malformed. ``what`` names the annotation or file."""
+    """A system annotation or file is malformed. ``what`` names the annotation or file;
+    ``kind`` is a short fixed word for metrics (``truncated``, ``unknown_version``, ...)."""
 
-    def __init__(self, what: str, problem: str) -> None:
+    def __init__(self, what: str, problem: str, kind: str = "malformed") -> None:
         self.what = what
         self.problem = problem
+        self.kind = kind
         super().__init__(f"{what}: {problem}")
 
 

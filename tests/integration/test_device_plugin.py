@@ -551,6 +551,7 @@ def test_inventory_patch_that_failed_is_retried(env: Env) -> None:
         real(node, text)
 
     env.node.set_inventory = flaky  # type: ignore[method-assign]
+    env.discovery.set_utilization(U0, 37.0)
     env.discovery.set_probe(U1, False)
     env.discovery.inject_xid(U1, 79)
     deadline = time.monotonic() + 3
@@ -764,3 +765,99 @@ def test_the_agents_context_charge_reaches_every_limits_file(env: Env) -> None:
     )
     ca = assignment.containers[0]
     assert limits == limits_for(ca, card_order=[U0], context_mib=300)
+
+
+# --- exporter -----------------------------------------------------------------------
+
+
+def _scrape(agent: Agent) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The agent's /metrics over HTTP, parsed by Prometheus's own text parser."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert agent.metrics_port is not None
+    with urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def _one(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    hits = [v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} series"
+    return hits[0]
+
+
+def test_exporter_shows_cards_containers_and_calls_and_survives_a_bad_region(
+    env: Env,
+) -> None:
+    env.agent.stop()
+    env.new_agent(metrics_port=0, metrics_address="127.0.0.1").start()
+    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
+    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    a = pod_obj("ex-a", [("main", [(U0, 10000, 30)])], created=0)
+    b = pod_obj("ex-b", [("main", [(U0, 6000, 20), (U1, 2000, 10)])], created=1)
+    c = pod_obj("ex-c", [("main", [(U1, 1000, 5)])], created=2)
+    regions = {}
+    for p in (a, b, c):
+        env.pods.put(p[0])
+        (s,) = env.kubelet.run(p[1])
+        regions[p[1].name] = Path(s.mount("/var/run/tessera/usage").host_path) / "region"
+    from tessera.node.formats.usage import CardUsage, ProcessUsage
+
+    live = ProcessUsage(0, 7, 1, (CardUsage(memory_bytes=3 << 30, launches=5, busy_ns=2 * 10**9),))
+    regions["ex-a"].write_bytes(
+        encode_region((live,), retired=(CardTotals(launches=10, refused_allocs=2),))
+    )
+    regions["ex-c"].write_bytes(b"TSVGPU\x00\x01 cut short")
+    env.discovery.set_utilization(U0, 37.0)
+    env.discovery.set_probe(U1, False)
+    env.discovery.inject_xid(U1, 79)
+    assert env.kubelet.wait(lambda: env.kubelet.health_of(U1) == {"Unhealthy"}, timeout=3)
+    with pytest.raises(grpc.RpcError):
+        _stub(env).Allocate(
+            pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["x"])])
+        )
+
+    m = _scrape(env.agent)
+    gib = 1 << 30
+    mib = 1 << 20
+    assert _one(m, "tessera_card_memory_total_bytes", uuid=U0) == CARDS[0].memory_mib * mib
+    assert _one(m, "tessera_card_memory_allocated_bytes", uuid=U0) == 16000 * mib
+    assert _one(m, "tessera_card_memory_allocated_bytes", uuid=U1) == 3000 * mib
+    assert _one(m, "tessera_card_compute_allocated_percent", uuid=U0) == 50
+    assert _one(m, "tessera_card_memory_used_bytes", uuid=U0) == 3 * gib
+    assert _one(m, "tessera_card_slots_used", uuid=U0) == 2
+    assert _one(m, "tessera_card_slots", uuid=U0) == SLOTS
+    assert _one(m, "tessera_card_healthy", uuid=U0) == 1
+    assert _one(m, "tessera_card_utilization_percent", uuid=U0) == 37.0
+    assert not [k for k in m if k[0] == "tessera_card_utilization_percent" and ("uuid", U1) in k[1]]
+    assert _one(m, "tessera_card_healthy", uuid=U1) == 0
+    main_a = {"namespace": "default", "pod": "ex-a", "container": "main", "node": NODE}
+    assert _one(m, "tessera_container_memory_used_bytes", **main_a) == 3 * gib
+    assert _one(m, "tessera_container_memory_limit_bytes", **main_a) == 10000 * mib
+    assert _one(m, "tessera_container_compute_target_percent", **main_a) == 30
+    assert _one(m, "tessera_container_launches_total", **main_a) == 15
+    assert _one(m, "tessera_container_refused_allocations_total", **main_a) == 2
+    assert _one(m, "tessera_container_busy_seconds_total", **main_a) == 2.0
+    assert _one(m, "tessera_container_processes", **main_a) == 1
+    # b's cards are listed one by one, each with its model.
+    assert _one(m, "tessera_container_memory_limit_bytes", pod="ex-b", uuid=U1) == 2000 * mib
+    assert _one(m, "tessera_container_memory_limit_bytes", pod="ex-b", model="A100", uuid=U0)
+    # c's region is cut short: marked, its limits still shown, everything else served.
+    assert _one(m, "tessera_container_unreadable", pod="ex-c", file="usage_region") == 1
+    assert _one(m, "tessera_container_unreadable", pod="ex-c", problem="truncated") == 1
+    assert _one(m, "tessera_container_memory_limit_bytes", pod="ex-c") == 1000 * mib
+    assert not [k for k in m if k[0] == "tessera_container_memory_used_bytes" and
+                ("pod", "ex-c") in k[1]]  # fmt: skip
+    assert not [k for k in m if k[0] == "tessera_container_unreadable" and ("pod", "ex-a") in k[1]]
+    assert _one(m, "tessera_agent_calls_total", call="Allocate", result="ok") == 3
+    assert _one(m, "tessera_agent_calls_total", call="Allocate", result="INVALID_ARGUMENT") == 1
+    assert _one(m, "tessera_agent_call_seconds_count", call="Allocate") == 4
+    assert _one(m, "tessera_agent_info", node=NODE, library=env.agent.allocator.lib_version) == 1

@@ -4,6 +4,7 @@
     pods (watch) + pod-resources ──► allocator ──► device plugin (Preferred/Allocate/PreStart)
     cleanup loop: folders of containers that are gone; MPS daemon supervision
     backstop loop: device memory per container from the driver, against its cap
+    exporter: /metrics of cards, containers and the agent, read at scrape time
 
 Every outside dependency comes in through the constructor (discovery backend, pod source,
 event sink, node port, MPS control), so tests run the real wiring with fakes.
@@ -17,6 +18,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import start_http_server
 
 from tessera.model.types import DEFAULT_SLOTS, Card
 from tessera.node.allocation.allocator import Allocator
@@ -24,6 +28,7 @@ from tessera.node.backstop import Backstop, BackstopMode
 from tessera.node.burst.tenants import AllocationTenants, CoordinatorHost
 from tessera.node.cards.health import APPLICATION_XIDS, HealthTracker
 from tessera.node.cards.inventory import InventoryPublisher
+from tessera.node.exporter import AgentMetrics, NodeView
 from tessera.node.formats.layout import Layout
 from tessera.node.isolation import Isolation, MpsSupervisor, Visibility
 from tessera.node.kubelet.plugin import RECENT, DevicePluginServer
@@ -63,6 +68,8 @@ class AgentConfig:
     backstop_slack_mib: int = 512  # per process: the driver context NVML counts
     backstop_interval_s: float = 1.0
     context_mib: int = 0  # libvgpu's charge per CUDA context (limits file context_mib)
+    metrics_port: int | None = None  # the exporter's /metrics; None: not served
+    metrics_address: str = "0.0.0.0"
 
 
 class Agent:
@@ -90,6 +97,8 @@ class Agent:
         self.plugin: DevicePluginServer | None = None
         self.coordinator: CoordinatorHost | None = None
         self.backstop: Backstop | None = None
+        self.metrics: AgentMetrics | None = None
+        self._metrics_server: WSGIServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         # (monotonic, uuid, healthy), the recent ones only: a flapping card must not grow it.
@@ -160,6 +169,8 @@ class Agent:
             slots_per_card=cfg.slots_per_card,
             endpoint=cfg.endpoint,
         )
+        self.metrics = self._metrics(lib_version)
+        self.plugin.on_call = self.metrics.on_call
         self._publish()
         self.plugin.start()
         if cfg.isolation is Isolation.HOOK and cfg.coordinator_period_s > 0:
@@ -178,6 +189,10 @@ class Agent:
                 mode=cfg.backstop,
                 slack_mib=cfg.backstop_slack_mib,
             )
+        if cfg.metrics_port is not None:
+            self._metrics_server, _ = start_http_server(
+                cfg.metrics_port, cfg.metrics_address, registry=self.metrics.registry
+            )
         self._stop.clear()
         loops = [("health", self._health_loop), ("cleanup", self._cleanup_loop)]
         if self.backstop is not None:
@@ -195,8 +210,34 @@ class Agent:
             self.facts.driver_version or "unknown",
         )
 
+    def _metrics(self, lib_version: str) -> AgentMetrics:
+        assert self.facts is not None and self.allocator is not None
+        info = {
+            "driver_version": self.facts.driver_version or "unknown",
+            "isolation": str(self.cfg.isolation),
+            "library": lib_version,
+        }
+        view = NodeView(
+            node=self.cfg.node,
+            cards=self.cards,
+            allocations=self.allocator.allocations,
+            utilization=self.discovery.utilization,
+            backstop_actions=lambda: self.backstop.actions if self.backstop else {},
+            info=lambda: info,
+        )
+        return AgentMetrics(view, self.layout)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port /metrics is served on (the real one when configured as 0)."""
+        return self._metrics_server.server_port if self._metrics_server else None
+
     def stop(self) -> None:
         self._stop.set()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
         # Join first: NVML must not free the event set under a thread waiting on it.
         for t in self._threads:
             t.join(self.cfg.health_interval_s + 5)

@@ -75,6 +75,15 @@ def node_agent(
             "context it creates (the driver's own per-context memory); 0 charges nothing.",
         ),
     ] = 0,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            min=0, max=65535, help="Port of the exporter's /metrics (docs/operations.md); 0: off."
+        ),
+    ] = 9402,
+    metrics_address: Annotated[str, typer.Option(help="Address /metrics listens on.")] = (
+        "0.0.0.0"
+    ),
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the node agent: discovery, inventory, device plugin, health, cleanup."""
@@ -133,6 +142,8 @@ def node_agent(
         backstop=mode,
         backstop_slack_mib=backstop_slack_mib,
         context_mib=context_mib,
+        metrics_port=metrics_port or None,
+        metrics_address=metrics_address,
     )
     layout = Layout(state_dir)
     mps = MpsDaemon(layout.mps_pipe, layout.mps_log) if iso is Isolation.MPS else None

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from tessera.errors import FormatError
 from tessera.node.burst.coordinator import Coordinator, Tenant
 from tessera.node.formats.layout import AllocRecord, Layout
-from tessera.node.formats.limits import Limits, decode_limits
+from tessera.node.formats.limits import LimitsFiles
 
 __all__ = ["AllocationTenants", "CoordinatorHost"]
 
@@ -28,33 +28,25 @@ class AllocationTenants:
     def __init__(self, layout: Layout, allocations: Callable[[], list[AllocRecord]]) -> None:
         self.layout = layout
         self.allocations = allocations
-        self._limits: dict[str, tuple[int, Limits]] = {}  # alloc id -> (mtime ns, limits)
-
-    def _read_limits(self, alloc_id: str) -> Limits | None:
-        path = self.layout.alloc_dir(alloc_id) / "etc" / "limits"
-        try:
-            mtime = path.stat().st_mtime_ns
-            cached = self._limits.get(alloc_id)
-            if cached is not None and cached[0] == mtime:
-                return cached[1]
-            limits = decode_limits(path.read_text())
-        except (OSError, FormatError):
-            return None
-        self._limits[alloc_id] = (mtime, limits)
-        return limits
+        self._limits = LimitsFiles()
 
     def __call__(self) -> Iterable[Tenant]:
         out: list[Tenant] = []
         records = self.allocations()
         for rec in records:
-            d = self.layout.alloc_dir(rec.alloc_id)
-            limits = self._read_limits(rec.alloc_id)
-            if limits is None:
+            try:
+                limits = self._limits.read(self.layout.limits_path(rec.alloc_id))
+            except (OSError, FormatError):
                 continue
-            region = d / "usage" / "region"
-            out.append(Tenant(rec.alloc_id, limits, region, d / "allowance" / "allowance"))
-        for gone in set(self._limits) - {r.alloc_id for r in records}:
-            self._limits.pop(gone, None)
+            out.append(
+                Tenant(
+                    rec.alloc_id,
+                    limits,
+                    self.layout.region_path(rec.alloc_id),
+                    self.layout.allowance_path(rec.alloc_id),
+                )
+            )
+        self._limits.keep_only(self.layout.limits_path(r.alloc_id) for r in records)
         return out
 
 

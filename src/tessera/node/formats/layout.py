@@ -177,13 +177,22 @@ class Layout:
     def alloc_dir(self, alloc_id: str) -> Path:
         return self.containers / alloc_id
 
+    def limits_path(self, alloc_id: str) -> Path:
+        return self.alloc_dir(alloc_id) / "etc" / "limits"
+
+    def region_path(self, alloc_id: str) -> Path:
+        return self.alloc_dir(alloc_id) / "usage" / "region"
+
+    def allowance_path(self, alloc_id: str) -> Path:
+        return self.alloc_dir(alloc_id) / "allowance" / "allowance"
+
     def write_alloc(self, record: AllocRecord, limits_text: str) -> None:
         """Create or rewrite the allocation's folder; the limits file is replaced atomically."""
         d = self.alloc_dir(record.alloc_id)
         for sub in ("etc", "usage", "allowance"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(d / "usage", 0o777)  # the container's processes, any uid, write their usage
-        atomic_write(d / "etc" / "limits", limits_text, 0o444)
+        atomic_write(self.limits_path(record.alloc_id), limits_text, 0o444)
         atomic_write(d / "meta.json", record.to_json() + "\n", 0o600)
 
     def read_allocs(self) -> list[AllocRecord]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from tessera.errors import FormatError
 from tessera.model.types import ComputePolicy, ContainerAssignment
@@ -23,6 +24,7 @@ __all__ = [
     "VERSION",
     "CardLimit",
     "Limits",
+    "LimitsFiles",
     "decode_limits",
     "encode_limits",
     "limits_for",
@@ -237,3 +239,27 @@ def limits_for(
     limits = Limits(cards=tuple(cards), region=region, allowance=allowance, context_mib=context_mib)
     _check(limits)
     return limits
+
+
+class LimitsFiles:
+    """Limits files read through a cache: a file is parsed again only when its mtime
+    changes (PreStartContainer may correct it). Not thread-safe: one per reader."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Path, tuple[int, Limits]] = {}
+
+    def read(self, path: Path) -> Limits:
+        """The file's limits; OSError or FormatError (naming the key and rule) if not."""
+        mtime = path.stat().st_mtime_ns
+        cached = self._cache.get(path)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        limits = decode_limits(path.read_text())
+        self._cache[path] = (mtime, limits)
+        return limits
+
+    def keep_only(self, paths: Iterable[Path]) -> None:
+        """Forget the files not in ``paths`` (allocations that are gone)."""
+        keep = set(paths)
+        for gone in set(self._cache) - keep:
+            del self._cache[gone]

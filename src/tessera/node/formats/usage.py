@@ -58,6 +58,9 @@ class CardUsage:
     peak_memory_bytes: int = 0
 
 
+_UNUSED = CardUsage()
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessUsage:
     """A live process of the container (pid as seen inside the container)."""
@@ -95,20 +98,26 @@ def decode_region(data: bytes) -> RegionSnapshot:
     if len(data) < REGION_SIZE:
         if not data.strip(b"\x00"):
             return RegionSnapshot()
-        raise FormatError(_WHAT, f"{len(data)} bytes; a v{VERSION} region has {REGION_SIZE}")
+        raise FormatError(
+            _WHAT, f"{len(data)} bytes; a v{VERSION} region has {REGION_SIZE}", "truncated"
+        )
     magic, version, header_size, max_cards, max_slots, slot_size, rec_size, reclaimed = (
         _HEADER.unpack_from(data, 0)
     )
     if magic == b"\x00" * 8:
         return RegionSnapshot()
     if magic != MAGIC:
-        raise FormatError(_WHAT, f"bad magic {magic!r}")
+        raise FormatError(_WHAT, f"bad magic {magic!r}", "bad_magic")
     if version != VERSION:
-        raise FormatError(_WHAT, f"unknown version {version}; this Tessera reads v{VERSION}")
+        raise FormatError(
+            _WHAT,
+            f"unknown version {version}; this Tessera reads v{VERSION}",
+            "unknown_version",
+        )
     got = (header_size, max_cards, max_slots, slot_size, rec_size)
     want = (HEADER_SIZE, MAX_CARDS, MAX_SLOTS, SLOT_SIZE, _CARD_REC.size)
     if got != want:
-        raise FormatError(_WHAT, f"layout {got} is not the v1 layout {want}")
+        raise FormatError(_WHAT, f"layout {got} is not the v1 layout {want}", "layout")
 
     processes = []
     live_sum = [[0] * 5 for _ in range(MAX_CARDS)]  # memory, launches, throttled, refused, busy
@@ -118,13 +127,15 @@ def decode_region(data: bytes) -> RegionSnapshot:
         if state != _SLOT_LIVE:
             continue
         cards = []
-        for c in range(MAX_CARDS):
-            used, launches, throttled, refused, busy, peak = _CARD_REC.unpack_from(
-                data, base + 32 + c * _CARD_REC.size
-            )
-            cards.append(CardUsage(used, launches, throttled, refused, busy, peak))
-            for i, v in enumerate((used, launches, throttled, refused, busy)):
-                live_sum[c][i] += v
+        records = data[base + 32 : base + 32 + MAX_CARDS * _CARD_REC.size]
+        for c, rec in enumerate(_CARD_REC.iter_unpack(records)):
+            if not any(rec):  # most processes use one card of the sixteen
+                cards.append(_UNUSED)
+                continue
+            cards.append(CardUsage(*rec))
+            acc = live_sum[c]
+            for i in range(5):  # memory, launches, throttled, refused, busy (not peak)
+                acc[i] += rec[i]
         processes.append(ProcessUsage(s, pid, start, tuple(cards)))
 
     totals = []

@@ -108,6 +108,7 @@ class _Servicer(pbg.DevicePluginServicer):  # type: ignore[misc]  # untyped gene
         for r in request.container_requests:
             ids = self.o._guard(
                 context,
+                "GetPreferredAllocation",
                 partial(
                     self.o.allocator.preferred,
                     list(r.available_deviceIDs),
@@ -121,18 +122,20 @@ class _Servicer(pbg.DevicePluginServicer):  # type: ignore[misc]  # untyped gene
     def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
         out = []
         for r in request.container_requests:
-            t0 = time.perf_counter()
             _, edits = self.o._guard(
-                context, partial(self.o.allocator.allocate, list(r.devices_ids))
+                context, "Allocate", partial(self.o.allocator.allocate, list(r.devices_ids))
             )
-            self.o.allocate_seconds.append(time.perf_counter() - t0)
             out.append(_response(edits))
         return pb.AllocateResponse(container_responses=out)
 
     def PreStartContainer(
         self, request: pb.PreStartContainerRequest, context: Any
     ) -> pb.PreStartContainerResponse:
-        self.o._guard(context, lambda: self.o.allocator.pre_start(list(request.devices_ids)))
+        self.o._guard(
+            context,
+            "PreStartContainer",
+            lambda: self.o.allocator.pre_start(list(request.devices_ids)),
+        )
         return pb.PreStartContainerResponse()
 
 
@@ -169,6 +172,9 @@ class DevicePluginServer:
         self.registered_at: deque[float] = deque(maxlen=RECENT)  # monotonic, per Register
         self.allocate_seconds: deque[float] = deque(maxlen=RECENT)
         self.on_register: Callable[[], None] | None = None
+        # (call, result, seconds) after each container's call; result "ok" or the gRPC
+        # status name. The exporter's histogram and counters hang here.
+        self.on_call: Callable[[str, str, float], None] | None = None
 
     # --- state -----------------------------------------------------------------------
 
@@ -194,20 +200,31 @@ class DevicePluginServer:
         with self._cond:
             self._cond.notify_all()
 
-    def _guard(self, context: Any, fn: Callable[[], _T]) -> _T:
+    def _guard(self, context: Any, call: str, fn: Callable[[], _T]) -> _T:
+        t0 = time.perf_counter()
+        result = "ok"
         try:
-            return fn()
+            out = fn()
+            if call == "Allocate":
+                self.allocate_seconds.append(time.perf_counter() - t0)
+            return out
         except AllocationError as exc:
             log.warning("%s", exc.message)
             if exc.pod is not None:
                 reason = _REASONS.get(exc.code, "TesseraError")
                 warn_best_effort(self.events, exc.pod, reason, exc.message)
-            context.abort(_CODES.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
+            status = _CODES.get(exc.code, grpc.StatusCode.UNKNOWN)
+            result = status.name
+            context.abort(status, exc.message)
         except Exception as exc:  # never crash a handler; say what broke
             log.exception("device plugin call failed")
+            result = grpc.StatusCode.INTERNAL.name
             context.abort(
                 grpc.StatusCode.INTERNAL, f"tessera node agent: {type(exc).__name__}: {exc}"
             )
+        finally:
+            if self.on_call is not None:
+                self.on_call(call, result, time.perf_counter() - t0)
         raise AssertionError("grpc's context.abort returns only by raising")
 
     # --- lifecycle -------------------------------------------------------------------

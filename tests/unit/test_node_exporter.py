@@ -1,0 +1,93 @@
+"""The exporter's collector on its own: bad files are marked, everything else served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tessera.model.clusterspec import make_cards
+from tessera.model.types import CardSlice, ComputePolicy, ContainerAssignment
+from tessera.node.exporter import NodeCollector, NodeView
+from tessera.node.formats.layout import AllocRecord, Layout
+from tessera.node.formats.limits import encode_limits, limits_for
+from tessera.node.formats.usage import REGION_SIZE, encode_region
+
+CARDS = make_cards("n1", 2, "H100")
+U0, U1 = CARDS[0].uuid, CARDS[1].uuid
+
+
+def _alloc(layout: Layout, name: str, uuid: str, region: bytes | None) -> AllocRecord:
+    rec = AllocRecord(name, (f"{uuid}::0",), f"uid-{name}", "team", name, "c", (uuid,), True,
+                      "v1", 0.0)  # fmt: skip
+    ca = ContainerAssignment("c", (CardSlice(uuid, 2000, 25),), ComputePolicy.FIXED_SHARE)
+    layout.write_alloc(rec, encode_limits(limits_for(ca)))
+    if region is not None:
+        layout.region_path(name).write_bytes(region)
+    return rec
+
+
+def _scrape(collector: NodeCollector) -> list[tuple[str, dict[str, str], float]]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    return [
+        (s.name, s.labels, s.value)
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    ]
+
+
+def test_each_bad_file_is_marked_with_its_problem_and_the_rest_is_served(
+    tmp_path: Path,
+) -> None:
+    layout = Layout(tmp_path)
+    newer = bytearray(encode_region())
+    newer[8] = 2  # version 2: a newer libvgpu than this agent reads
+    recs = [
+        _alloc(layout, "fine", U0, encode_region()),
+        _alloc(layout, "newer", U0, bytes(newer)),
+        _alloc(layout, "foreign", U1, b"JUNK" + bytes(REGION_SIZE)),
+        _alloc(layout, "not-yet", U1, None),  # no process has started: no region yet
+        _alloc(layout, "no-limits", U1, encode_region()),
+    ]
+    layout.limits_path("no-limits").unlink()
+    view = NodeView(
+        node="n1",
+        cards=lambda: CARDS,
+        allocations=lambda: recs,
+        utilization=lambda uuid: None,
+        backstop_actions=lambda: {("team/fine", "c", "killed"): 2},
+        info=lambda: {"isolation": "hook"},
+    )
+    samples = _scrape(NodeCollector(view, layout))
+    bad = {(s[1]["pod"], s[1]["file"], s[1]["problem"]) for s in samples
+           if s[0] == "tessera_container_unreadable"}  # fmt: skip
+    assert bad == {
+        ("newer", "usage_region", "unknown_version"),
+        ("foreign", "usage_region", "bad_magic"),
+        ("no-limits", "limits", "missing"),
+    }  # a missing region is an empty one: the container has not used CUDA yet
+    limits = {s[1]["pod"]: s[2] for s in samples if s[0] == "tessera_container_memory_limit_bytes"}
+    assert limits == {p: 2000 << 20 for p in ("fine", "newer", "foreign", "not-yet")}
+    allocated = {s[1]["uuid"]: s[2] for s in samples
+                 if s[0] == "tessera_card_memory_allocated_bytes"}  # fmt: skip
+    assert allocated == {U0: 4000 << 20, U1: 4000 << 20}
+    held = {s[1]["uuid"]: s[2] for s in samples if s[0] == "tessera_card_slots_used"}
+    assert held == {U0: 2, U1: 3}  # a container whose limits do not read still holds a slot
+    assert not [s for s in samples if s[0] == "tessera_card_utilization_percent"]
+    [action] = [s for s in samples if s[0] == "tessera_container_backstop_actions_total"]
+    assert action[1] == {"node": "n1", "namespace": "team", "pod": "fine", "container": "c",
+                         "action": "killed"} and action[2] == 2  # fmt: skip
+
+
+def test_a_file_fixed_between_scrapes_is_no_longer_marked(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    recs = [_alloc(layout, "a", U0, b"TSVGPU\x00\x01 short")]
+    view = NodeView("n1", lambda: CARDS, lambda: recs, lambda u: 50.0, dict, dict)
+    collector = NodeCollector(view, layout)
+    unreadable = "tessera_container_unreadable"
+    assert [s[1]["problem"] for s in _scrape(collector) if s[0] == unreadable] == ["truncated"]
+    layout.region_path("a").write_bytes(encode_region())
+    assert [s for s in _scrape(collector) if s[0] == unreadable] == []
