@@ -25,9 +25,16 @@ from tessera.model.names import PLACEMENT_POLICIES, ResourceNames
 from tessera.model.quantity import cpu_milli, memory_mib, parse_quantity
 from tessera.model.types import ComputePolicy, ContainerRequest, GpuRequest, PodRequest
 
-__all__ = ["GPU_MANAGER_MEMORY_UNIT_MIB", "Compat", "gpu_resource_names", "parse_pod"]
+__all__ = [
+    "GPU_MANAGER_MEMORY_UNIT_MIB",
+    "TERMINAL_PHASES",
+    "Compat",
+    "gpu_resource_names",
+    "parse_pod",
+]
 
 GPU_MANAGER_MEMORY_UNIT_MIB = 256  # one tencent.com/vcuda-memory
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})  # a pod in these holds no cards
 _PERCENT_RULE = "must be an integer between 1 and 100"
 _UUID = re.compile(r"GPU-[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*|MIG-[0-9A-Za-z][0-9A-Za-z/-]*")
 

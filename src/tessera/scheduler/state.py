@@ -41,7 +41,7 @@ from tessera.errors import FormatError, PlacementError, SpecError
 from tessera.kube.port import Obj, WatchEvent
 from tessera.model import annotations as keys
 from tessera.model.names import ResourceNames
-from tessera.model.podspec import Compat, parse_pod
+from tessera.model.podspec import TERMINAL_PHASES, Compat, parse_pod
 from tessera.model.quantity import cpu_milli, memory_mib
 from tessera.model.types import (
     Assignment,
@@ -58,7 +58,6 @@ __all__ = ["PodInfo", "PodUpdate", "SchedulerState"]
 
 log = logging.getLogger(__name__)
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 RELIST_CHUNK = 500  # pods booked per hold of the lock during a re-list
 RELIST_PAUSE_S = 0.001  # between two chunks
 

@@ -1,0 +1,52 @@
+"""Live use per container from Prometheus (the node agents' exporter, scraped there).
+
+Two instant queries over Prometheus's HTTP API (``/api/v1/query``): memory in use, and
+the achieved compute share as the rate of kernel time. Only the standard library: one
+GET each, JSON answers.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlencode
+from urllib.request import urlopen
+
+__all__ = ["ACHIEVED", "MEMORY_USED", "container_use", "query"]
+
+Key = tuple[str, str, str, str]  # namespace, pod, container, uuid
+
+MEMORY_USED = "tessera_container_memory_used_bytes"
+ACHIEVED = "rate(tessera_container_busy_seconds_total[1m]) * 100"
+
+
+def query(base_url: str, promql: str, timeout_s: float = 10.0) -> list[dict[str, object]]:
+    """The result vector of an instant query; OSError when Prometheus cannot answer."""
+    url = f"{base_url.rstrip('/')}/api/v1/query?{urlencode({'query': promql})}"
+    with urlopen(url, timeout=timeout_s) as r:
+        body = json.load(r)
+    if body.get("status") != "success":
+        raise OSError(f"query {promql!r} failed: {body.get('error', body)}")
+    data = body.get("data") or {}
+    if data.get("resultType") != "vector":
+        raise OSError(f"query {promql!r}: expected a vector, got {data.get('resultType')}")
+    return list(data.get("result") or [])
+
+
+def _by_key(series: list[dict[str, object]]) -> dict[Key, float]:
+    out: dict[Key, float] = {}
+    for s in series:
+        labels = s.get("metric") or {}
+        value = s.get("value") or [0, "nan"]
+        assert isinstance(labels, dict) and isinstance(value, list)
+        ns, pod, ctr, uuid = (
+            str(labels.get(k, "")) for k in ("namespace", "pod", "container", "uuid")
+        )
+        out[(ns, pod, ctr, uuid)] = float(value[1])
+    return out
+
+
+def container_use(base_url: str) -> dict[Key, tuple[float | None, float | None]]:
+    """(namespace, pod, container, uuid) -> (memory used bytes, achieved percent)."""
+    used = _by_key(query(base_url, MEMORY_USED))
+    achieved = _by_key(query(base_url, ACHIEVED))
+    return {k: (used.get(k), achieved.get(k)) for k in used.keys() | achieved.keys()}

@@ -1,0 +1,216 @@
+"""``kubectl tessera`` on the real control plane: pods placed by the real kube-scheduler
+with the extender, seen through the installed ``kubectl-tessera`` executable with a
+kubeconfig of the read-only viewer role (deploy/rbac.yaml); and what it does with a node
+whose inventory does not decode (a pod with a foreign assignment cannot be made here: the
+admission policy refuses it; tests/unit/test_view_gpumap.py covers it)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tessera.kube import GPUQUOTAS, NODES, PODS, Kind, NotFound
+from tessera.model.annotations import ASSIGNMENT, GPU_MODEL, INVENTORY
+from tests.e2e.scheduler.harness import Harness, unschedulable
+from tests.e2e.scheduler.workload import _pod
+from tests.e2e.wait import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+NS = "view"
+NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
+PLUGIN = Path(sys.executable).parent / "kubectl-tessera"
+
+
+def _viewer_kubeconfig(h: Harness) -> Path:
+    """A kubeconfig holding the token of a service account bound to tessera-gpu-viewer."""
+    sa = Kind("v1", "ServiceAccount", "serviceaccounts", True)
+    h.admin.create(sa, {"metadata": {"name": "gpu-viewer"}}, "tessera-system")
+    binding = Kind("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings",
+                   False)  # fmt: skip
+    h.admin.create(binding, {
+        "metadata": {"name": "e2e-gpu-viewer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "tessera-gpu-viewer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "gpu-viewer",
+                      "namespace": "tessera-system"}],
+    })  # fmt: skip
+    token_kind = Kind("v1", "TokenRequest", "serviceaccounts/gpu-viewer/token", True)
+    token = h.admin.create(
+        token_kind,
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        "tessera-system",
+    )["status"]["token"]
+    path = h.workdir / "viewer.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": {
+            "server": h.env.server, "certificate-authority": str(h.env.ca.cert_path)}}],
+        "users": [{"name": "viewer", "user": {"token": token}}],
+        "contexts": [{"name": "view", "context": {"cluster": "e2e", "user": "viewer",
+                                                  "namespace": NS}}],
+        "current-context": "view",
+    }))  # fmt: skip
+    return path
+
+
+def _run(kubeconfig: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    assert PLUGIN.exists(), f"{PLUGIN} is not installed (make setup installs it)"
+    env = {**os.environ, "COLUMNS": "250"}
+    r = subprocess.run([str(PLUGIN), *args, "--kubeconfig", str(kubeconfig)], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    if ok:
+        assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def _rows(text: str) -> list[dict[str, str]]:
+    """kubectl-style columns into dicts (headers are single words)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    headers = lines[0].split()
+    out = []
+    for ln in lines[1:]:
+        if "   " not in ln:
+            continue  # a message line, not a row
+        out.append(dict(zip(headers, [c.strip() for c in ln.split("   ") if c.strip()],
+                            strict=False)))  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def placed(harness: Harness) -> dict[str, Any]:
+    h = harness
+    h.admin.create(NAMESPACES, {"metadata": {"name": NS}})
+    h.ensure_default_service_account(NS)
+    pods = {
+        "train": _pod("train", {"tessera.io/gpu-memory": "12000", "tessera.io/gpu-cores": "30"},
+                      {GPU_MODEL: "A100"}),
+        "whole": _pod("whole", {"tessera.io/gpu": "1"}, {GPU_MODEL: "T4"}),
+        "waits": _pod("waits", {"tessera.io/gpu-memory": "8000", "tessera.io/gpu-cores": "10"},
+                      {GPU_MODEL: "B200"}),  # no B200 in the cluster
+    }  # fmt: skip
+    for p in pods.values():
+        h.admin.create(PODS, p, NS)
+
+    def state() -> dict[str, Any] | None:
+        got = {n: h.admin.get(PODS, n, NS) for n in pods}
+        if not got["train"]["spec"].get("nodeName") or not got["whole"]["spec"].get("nodeName"):
+            return None
+        return got if unschedulable(got["waits"]) else None
+
+    def explain() -> str:
+        return "\n".join(f"{n}: {h.admin.get(PODS, n, NS).get('status')}" for n in pods)
+
+    got = wait_for("train and whole bound, waits unschedulable", state, 120, 0.5, explain)
+    kubeconfig = _viewer_kubeconfig(h)
+    return {"pods": got, "kubeconfig": kubeconfig}
+
+
+def test_top_shows_each_pods_slice_on_its_card(placed: dict[str, Any]) -> None:
+    kc = placed["kubeconfig"]
+    train = placed["pods"]["train"]
+    r = _run(kc, "top", "-n", NS)
+    rows = _rows(r.stdout)
+    by_pod = {row["POD"]: row for row in rows}
+    assert set(by_pod) == {f"{NS}/train", f"{NS}/whole"}, r.stdout
+    t = by_pod[f"{NS}/train"]
+    assert t["NODE"] == train["spec"]["nodeName"] and t["MODEL"] == "A100"
+    assert t["SLICE"] == "12000Mi 30%" and t["CONTAINER"] == "main"
+    assert by_pod[f"{NS}/whole"]["SLICE"] == "whole" and by_pod[f"{NS}/whole"]["MODEL"] == "T4"
+    assert "1 GPU pod(s) waiting" in r.stdout
+
+    doc = json.loads(_run(kc, "top", "-o", "json", "--model", "A100", "--sort-by", "memory").stdout)
+    assert all(c["model"] == "A100" for c in doc["cards"]) and len(doc["cards"]) >= 8
+    allocated = [c["allocatedMiB"] for c in doc["cards"]]
+    assert allocated == sorted(allocated, reverse=True)
+    mine = [h for c in doc["cards"] for h in c["holders"] if h["pod"] == "train"]
+    assert mine == [{"namespace": NS, "pod": "train", "container": "main", "memoryMiB": 12000,
+                     "coresPercent": 30, "policy": "fixed-share", "exclusive": False,
+                     "usedBytes": None, "achievedPercent": None}]  # fmt: skip
+    assert f"{NS}/waits" in doc["pending"]
+
+    wide = _rows(_run(kc, "top", "-n", NS, "-o", "wide").stdout)
+    assert {row["POD"]: row["HEALTH"] for row in wide} == {f"{NS}/train": "ok",
+                                                           f"{NS}/whole": "ok"}  # fmt: skip
+    assert all(row["UUID"].startswith("GPU-") for row in wide)
+
+
+def test_pod_shows_its_cards_and_limits(placed: dict[str, Any]) -> None:
+    kc = placed["kubeconfig"]
+    train = placed["pods"]["train"]
+    a = json.loads(train["metadata"]["annotations"][ASSIGNMENT])
+    uuid = a["containers"][0]["cards"][0]["uuid"]
+    r = _run(kc, "pod", "train")  # the context's namespace, as kubectl does
+    assert f"pod {NS}/train on node {train['spec']['nodeName']}" in r.stdout
+    [row] = _rows(r.stdout.split("\n", 1)[1])
+    assert row["UUID"] == uuid and row["MEMORY"] == "12000Mi" and row["COMPUTE"] == "30%"
+    doc = yaml.safe_load(_run(kc, "pod", "whole", "-n", NS, "-o", "yaml").stdout)
+    assert doc["cards"][0]["exclusive"] is True and doc["cards"][0]["model"] == "T4"
+    r = _run(kc, "pod", "waits")
+    assert "is waiting to be placed" in r.stdout and "kubectl tessera why waits" in r.stdout
+    r = _run(kc, "pod", "nope", ok=False)
+    assert r.returncode == 1 and 'pods "nope" not found in namespace view' in r.stderr
+
+
+def test_why_gives_the_grouped_reason_and_the_scheduler_events(
+    placed: dict[str, Any], harness: Harness
+) -> None:
+    kc = placed["kubeconfig"]
+    r = _run(kc, "why", "waits")
+    assert f"pod {NS}/waits fits nowhere: 0/{len(harness.nodes)} nodes fit" in r.stdout, r.stdout
+    assert "B200" in r.stdout
+    assert "FailedScheduling" in r.stdout or "TesseraUnschedulable" in r.stdout, r.stdout
+    r = _run(kc, "why", "train")
+    assert "is placed: bound to" in r.stdout
+
+
+def test_quota_shows_use_against_the_limits(placed: dict[str, Any], harness: Harness) -> None:
+    kc = placed["kubeconfig"]
+    harness.admin.create(GPUQUOTAS, {
+        "apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+        "metadata": {"name": "gpus", "namespace": NS},
+        "spec": {"limits": [{"name": "a100", "models": ["A100"], "memoryMiB": 40000,
+                             "coresPercent": 200},
+                            {"name": "t4", "models": ["T4"], "cards": 2}]},
+    }, NS)  # fmt: skip
+    rows = _rows(_run(kc, "quota", "-o", "wide").stdout)
+    assert {r["LIMIT"]: (r["MEMORY"], r["CORES"], r["CARDS"], r["HOLDERS"]) for r in rows} == {
+        "a100": ("12000/40000Mi", "30/200%", "-", "train"),
+        "t4": ("-", "-", "1/2", "whole"),
+    }
+
+
+def test_a_node_whose_inventory_does_not_decode_is_shown_and_the_rest_served(
+    placed: dict[str, Any], harness: Harness
+) -> None:
+    h = harness
+    kc = placed["kubeconfig"]
+    broken = {"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": "broken-gpu",
+                           "annotations": {INVENTORY: "{not json"}}}  # fmt: skip
+    h.admin.create(NODES, broken)
+    try:
+        r = _run(kc, "top", "-n", NS)
+        assert "node broken-gpu: inventory refused" in r.stderr, r.stderr
+        assert {row["POD"] for row in _rows(r.stdout)} == {f"{NS}/train", f"{NS}/whole"}
+        doc = json.loads(_run(kc, "top", "-o", "json").stdout)
+        assert "not valid JSON" in doc["nodeProblems"]["broken-gpu"]
+        assert len(doc["cards"]) == sum(len(n.cards) for n in h.nodes)
+    finally:
+        h.admin.delete(NODES, "broken-gpu")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cleanup(harness: Harness) -> Any:
+    yield
+    for name in ("train", "whole", "waits"):
+        with contextlib.suppress(NotFound):
+            harness.admin.delete(PODS, name, NS)

@@ -1,0 +1,72 @@
+"""The GPU map from API objects: holders per card, pending pods, and every problem kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera.model.annotations import ASSIGNMENT, INVENTORY, encode_assignment
+from tessera.model.clusterspec import make_cards
+from tessera.model.types import Assignment, CardSlice, ComputePolicy, ContainerAssignment
+from tessera.view.gpumap import build_map
+from tests.unit._scheduler_world import node_obj, pod_obj
+
+A = make_cards("a", 2, "A100")
+B = make_cards("b", 1, "T4")
+
+
+def bound(name: str, node: str, slices: list[tuple[str, int, int]], ns: str = "team",
+          phase: str = "Running", exclusive: bool = False) -> dict[str, Any]:  # fmt: skip
+    a = Assignment(node, (ContainerAssignment(
+        "main", tuple(CardSlice(u, m, c) for u, m, c in slices),
+        ComputePolicy.BURST_SHARE, exclusive=exclusive),))  # fmt: skip
+    p = pod_obj(name, gpu=1, memory=1000, ns=ns, annotations={ASSIGNMENT: encode_assignment(a)})
+    p["spec"]["nodeName"] = node
+    p["status"] = {"phase": phase}
+    return p
+
+
+def test_holders_pending_and_problems_each_in_their_place() -> None:
+    broken = node_obj("c")
+    broken["metadata"]["annotations"][INVENTORY] = '{"v": 9}'
+    plain = {"metadata": {"name": "cpu-only"}}  # no inventory: not a GPU node, not a problem
+    pods = [
+        bound("p1", "a", [(A[0].uuid, 8000, 30)]),
+        bound("p2", "a", [(A[0].uuid, 4000, 20)], ns="other"),
+        bound("whole", "b", [(B[0].uuid, 16384, 100)], exclusive=True),
+        bound("done", "a", [(A[1].uuid, 1000, 10)], phase="Succeeded"),  # holds nothing now
+        bound("moved", "b", [(A[1].uuid, 1000, 10)]),  # names node a's card, bound to b
+        bound("elsewhere", "b", [(B[0].uuid, 1000, 10)]) | {"spec": {"nodeName": "a"}},
+        pod_obj("waiting", gpu=1, memory=2000, cores=10),
+        pod_obj("cpu", gpu=None),  # asks nothing of Tessera: not listed as pending
+    ]
+    garbled = pod_obj("garbled", annotations={ASSIGNMENT: "{oops"})
+    garbled["spec"]["nodeName"] = "a"
+    pods.append(garbled)
+    m = build_map([node_obj("a", 2), node_obj("b", 1, "T4"), broken, plain], pods)
+
+    assert [n.name for n in m.nodes] == ["a", "b", "c"]
+    assert m.nodes[2].cards == () and "inventory refused" in m.nodes[2].problem
+    card0 = m.nodes[0].cards[0]
+    assert [(h.pod_key, h.memory_mib, h.cores_percent) for h in card0.holders] == [
+        ("other/p2", 4000, 20), ("team/p1", 8000, 30)]  # fmt: skip
+    assert card0.allocated_mib == 12000 and card0.allocated_cores == 50
+    assert card0.holders[0].policy == "burst-share"
+    assert m.nodes[0].cards[1].holders == ()  # the finished pod's card is free
+    [whole] = m.nodes[1].cards[0].holders
+    assert whole.exclusive and whole.pod_key == "team/whole"
+    problems = dict(m.problems)
+    assert set(problems) == {"team/moved", "team/elsewhere", "default/garbled"}
+    assert "does not have" in problems["team/moved"] and A[1].uuid in problems["team/moved"]
+    assert "names node b, the pod is bound to a" in problems["team/elsewhere"]
+    assert "not valid JSON" in problems["default/garbled"]
+    assert [(p.namespace, p.pod, p.summary) for p in m.pending] == [
+        ("default", "waiting", "main: 1 card 2000 MiB 10%")]  # fmt: skip
+    assert set(m.assignments) == {"team/p1", "other/p2", "team/whole"}
+    assert m.card(B[0].uuid) is not None and m.card("GPU-nope") is None
+
+
+def test_a_pending_pod_with_an_invalid_spec_says_so() -> None:
+    bad = pod_obj("bad", gpu=1, memory=2000, cores=150)
+    m = build_map([node_obj("a")], [bad])
+    [p] = m.pending
+    assert p.summary.startswith("invalid: ") and "gpu-cores" in p.summary
