@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.local/bin:$(PATH)
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
-.PHONY: demo test setup lint typecheck libvgpu testenv node-packages clean
+.PHONY: demo test setup lint typecheck libvgpu testenv debian-packages clean
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -41,18 +41,19 @@ testenv: setup
 libvgpu: setup
 	$(MAKE) -C libvgpu all asan ZIG="$(abspath $(BIN))/python -m ziglang"
 
-# The real node of the e2e tests (docs/testenv.md, "The real node"): containerd, runc and
-# the CNI plugins from Debian, a static busybox and glibc's static library for the test
-# images. Installed as root with apt-get; elsewhere the real-node tests skip and say why.
-NODE_PACKAGES := containerd runc containernetworking-plugins busybox-static libc6-dev
-node-packages:
-	@if dpkg -s $(NODE_PACKAGES) >/dev/null 2>&1; then exit 0; fi; \
+# Debian packages of the e2e tests: the real node's (docs/testenv.md, "The real node":
+# containerd, runc and the CNI plugins, a static busybox and glibc's static library for the
+# test images) and Prometheus for the monitoring test (the dashboards' queries). Installed
+# as root with apt-get; elsewhere those tests skip and say why.
+DEBIAN_PACKAGES := containerd runc containernetworking-plugins busybox-static libc6-dev prometheus
+debian-packages:
+	@if dpkg -s $(DEBIAN_PACKAGES) >/dev/null 2>&1; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing the real node's packages: $(NODE_PACKAGES)"; \
-	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(NODE_PACKAGES) >/dev/null; \
-	else echo "not root with apt-get: the real-node tests will skip (they need $(NODE_PACKAGES))"; fi
+	  echo "installing the e2e tests' packages: $(DEBIAN_PACKAGES)"; \
+	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) >/dev/null; \
+	else echo "not root with apt-get: the real-node and monitoring tests will skip (they need $(DEBIAN_PACKAGES))"; fi
 
-test: setup lint testenv libvgpu node-packages
+test: setup lint testenv libvgpu debian-packages
 	$(BIN)/pytest
 
 clean:

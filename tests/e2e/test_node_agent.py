@@ -9,156 +9,24 @@ speaks the device plugin and pod-resources protocols to it over unix sockets.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-import yaml
 
-from tessera.kube.client import KubeClient
-from tessera.kube.errors import Conflict
-from tessera.kube.kinds import EVENTS, NODES, PODS, Kind
+from tessera.kube.kinds import EVENTS, PODS
 from tessera.model import annotations
-from tessera.model.annotations import decode_assignment, decode_inventory
-from tessera.model.types import NodeInventory
+from tessera.model.annotations import decode_assignment
 from tessera.node.formats.layout import CONTAINER_ETC_DIR
 from tessera.node.formats.limits import decode_limits, limits_for
-from tessera.testenv import TestEnv
-from tessera.testenv.process import free_port
-from tests.e2e.realnode import Child
+from tests.e2e.agent_world import NODE, NS, SLOTS, World, gpu_pod, kpod, world
 from tests.e2e.wait import wait_for
-from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
+from tests.integration.kubelet_double import AdmissionError
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-NODE = "gpu-agent-0"
-RES = "tessera.io/gpu"
-SLOTS = 16
-NS = "default"
-
-
-class World:
-    def __init__(self, env: TestEnv, root: Path, api: KubeClient) -> None:
-        self.env, self.root, self.api = env, root, api
-        self.kubelet = KubeletDouble(root / "dp", root / "pr" / "kubelet.sock", RES, seed=7)
-        lib = root / "libvgpu.so"
-        lib.write_bytes(b"e2e libvgpu")
-        (root / "faults").mkdir()
-        self.agent = Child(
-            root,
-            "agent",
-            [
-                "node-agent",
-                f"--node={NODE}",
-                "--backend=fake",
-                f"--nodes={root / 'nodes.csv'}",
-                f"--fault-dir={root / 'faults'}",
-                f"--kubeconfig={env.kubeconfig}",
-                f"--plugin-dir={root / 'dp'}",
-                f"--pod-resources={root / 'pr' / 'kubelet.sock'}",
-                f"--state-dir={root / 'state'}",
-                f"--slots-per-card={SLOTS}",
-                f"--libvgpu={lib}",
-                "--recovery-s=1",
-            ],
-        )
-        self.extender: Child | None = None
-
-    def inventory(self) -> NodeInventory | None:
-        node = self.api.get(NODES, NODE)
-        text = (node["metadata"].get("annotations") or {}).get(annotations.INVENTORY)
-        return decode_inventory(NODE, text, 0, 0) if text else None
-
-    def pod(self, name: str) -> dict[str, Any]:
-        return self.api.get(PODS, name, NS)
-
-
-@pytest.fixture
-def world(start_testenv: Any) -> Iterator[World]:
-    port = free_port()
-    cfg = yaml.safe_load((REPO / "deploy" / "kube-scheduler-config.yaml").read_text())
-    cfg.pop("leaderElection", None)
-    cfg["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
-    env: TestEnv = start_testenv(scheduler_config=cfg, controller_manager=False)
-    # unix socket paths are limited to 107 bytes: a short folder.
-    root = Path(tempfile.mkdtemp(prefix="ts-e2e-", dir="/tmp"))
-    (root / "nodes.csv").write_text(
-        f"sn,cpu_milli,memory_mib,gpu,model\n{NODE},96000,393216,4,A100\n"
-    )
-    # The kwok node starts with no cards: the agent publishes them.
-    env.create_gpu_nodes([NodeInventory(NODE, (), 96000, 393216)])
-    api = KubeClient.from_kubeconfig(str(env.kubeconfig))
-    # Pods need the namespace's default ServiceAccount; no controller manager makes it here.
-    sa = Kind("v1", "ServiceAccount", "serviceaccounts", namespaced=True)
-    with contextlib.suppress(Conflict):
-        api.create(
-            sa, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}, NS
-        )
-    w = World(env, root, api)
-    w.kubelet.start()
-    w.extender = Child(
-        root,
-        "extender",
-        [
-            "scheduler",
-            f"--kubeconfig={env.kubeconfig}",
-            "--host=127.0.0.1",
-            f"--port={port}",
-            "--webhook-port=0",
-            "--no-leader-elect",
-        ],
-    )
-    try:
-        w.agent.start()
-        w.extender.start()
-        yield w
-    finally:
-        w.agent.stop()
-        if w.extender is not None:
-            w.extender.stop()
-        w.kubelet.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def gpu_pod(name: str, memory: int, cores: int, node: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "schedulerName": "tessera-scheduler",
-        "containers": [
-            {
-                "name": "main",
-                "image": "cuda",
-                "resources": {
-                    "limits": {
-                        RES: "1",
-                        "tessera.io/gpu-memory": str(memory),
-                        "tessera.io/gpu-cores": str(cores),
-                    }
-                },
-            }
-        ],
-    }
-    if node is not None:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def kpod(obj: dict[str, Any]) -> KPod:
-    meta = obj["metadata"]
-    return KPod(
-        NS,
-        meta["name"],
-        meta["uid"],
-        [
-            KContainer(c["name"], int(c["resources"]["limits"][RES]))
-            for c in obj["spec"]["containers"]
-        ],
-    )
+__all__ = ["world"]  # the fixture, imported
 
 
 def test_burst_on_an_agent_node_with_restarts_in_the_middle(world: World) -> None:

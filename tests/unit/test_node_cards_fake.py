@@ -54,3 +54,10 @@ def test_faults_from_files(tmp_path: Path) -> None:
     assert d.wait_events(0.01) == [XidEvent(u, 43)]
     (faults / "probe-fail").write_text(u + "\n")
     assert not d.probe(u)
+    assert d.utilization(u) is None
+    u0 = card_uuid("node-a", 0)
+    (faults / "utilization").write_text(f"{u} 37.5\n{u0} lots\n")
+    assert d.utilization(u) == 37.5
+    assert d.utilization(u0) is None  # a typo reads as unknown, as NVML would say
+    d.set_utilization(u, 80.0)
+    assert d.utilization(u) == 80.0  # a method's value wins over the file

@@ -26,8 +26,8 @@ tessera_container_launches_total{ctr,card}             kernel launches
 tessera_container_processes{ctr}                       live processes using libvgpu
 tessera_container_backstop_actions_total{ctr,action}   backstop kills / warnings
 tessera_container_unreadable{ctr,file,problem}         1 per file that did not read
-tessera_agent_call_seconds{call}                       device-plugin calls, histogram
-tessera_agent_calls_total{call,result}                 and their results
+tessera_agent_call_seconds{node,call}                  device-plugin calls, histogram
+tessera_agent_calls_total{node,call,result}            and their results
 tessera_agent_info{driver_version,isolation,library}   1
 =====================================================  ========================================
 
@@ -239,22 +239,23 @@ class AgentMetrics:
     """The agent's registry: the node collector plus the device-plugin call series."""
 
     def __init__(self, view: NodeView, layout: Layout) -> None:
+        self.node = view.node
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(NodeCollector(view, layout))
         self.call_seconds = Histogram(
             "tessera_agent_call_seconds",
             "Device-plugin calls kubelet makes, per container",
-            ["call"],
+            ["node", "call"],
             buckets=_CALL_BUCKETS,
             registry=self.registry,
         )
         self.calls = Counter(
             "tessera_agent_calls",
             "Device-plugin calls by result (ok or the gRPC status)",
-            ["call", "result"],
+            ["node", "call", "result"],
             registry=self.registry,
         )
 
     def on_call(self, call: str, result: str, seconds: float) -> None:
-        self.call_seconds.labels(call).observe(seconds)
-        self.calls.labels(call, result).inc()
+        self.call_seconds.labels(self.node, call).observe(seconds)
+        self.calls.labels(self.node, call, result).inc()

@@ -9,6 +9,7 @@ checkout reuses the binaries at once::
     ~/.cache/tessera/testenv/bin/kubernetes-v1.36.3-<hash>/kube-apiserver
                                  etcd-v3.6.16-<hash>/etcd
                                  kwok-v0.8.0-<hash>/kwok
+                                 helm-v3.22.0-<hash>/helm
 
 Go's own module and build caches stay where Go keeps them (GOMODCACHE, GOCACHE); a
 second cold build on the same machine reuses them too. Builds run under ``nice`` and
@@ -111,13 +112,20 @@ COMPONENTS: dict[str, Component] = {
             upstream="sigs.k8s.io/kwok",
             binaries=(("kwok", "sigs.k8s.io/kwok/cmd/kwok"),),
         ),
+        Component(
+            name="helm",
+            upstream="helm.sh/helm/v3",
+            binaries=(("helm", "helm.sh/helm/v3/cmd/helm"),),
+            # `helm version` and the chart's kubeVersion checks read these.
+            version_ldflags=("-X helm.sh/helm/v3/internal/version.version={version}",),
+        ),
     )
 }
 
 # kubectl shares the kubernetes wrapper module; it is built only when asked for.
 _MODULE_DIR = {"kubectl": "kubernetes"}
 
-DEFAULT_COMPONENTS = ("etcd", "kubernetes", "kwok")
+DEFAULT_COMPONENTS = ("etcd", "kubernetes", "kwok", "helm")
 
 
 def testenv_dir() -> Path:

@@ -1,8 +1,8 @@
 """Live use per container from Prometheus (the node agents' exporter, scraped there).
 
 Two instant queries over Prometheus's HTTP API (``/api/v1/query``): memory in use, and
-the achieved compute share as the rate of kernel time. Only the standard library: one
-GET each, JSON answers.
+the achieved compute share as the rate of kernel time between the last two scrapes.
+Only the standard library: one GET each, JSON answers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ __all__ = ["ACHIEVED", "MEMORY_USED", "container_use", "query"]
 Key = tuple[str, str, str, str]  # namespace, pod, container, uuid
 
 MEMORY_USED = "tessera_container_memory_used_bytes"
-ACHIEVED = "rate(tessera_container_busy_seconds_total[1m]) * 100"
+# The last two samples (irate): what the container achieves now, as ``top`` should show;
+# the dashboards average over a minute instead.
+ACHIEVED = "irate(tessera_container_busy_seconds_total[2m]) * 100"
 
 
 def query(base_url: str, promql: str, timeout_s: float = 10.0) -> list[dict[str, object]]:

@@ -8,7 +8,8 @@ Faults, for tests (methods) and for a running fake agent (files in ``fault_dir``
 
 * ``inject_xid(uuid, xid)``, or a line ``<uuid> <xid>`` appended to ``fault_dir/xid``;
 * ``set_probe(uuid, ok)``, or the UUID listed (one a line) in ``fault_dir/probe-fail``;
-* ``set_utilization(uuid, percent)`` for what NVML would report as the card's busy time.
+* ``set_utilization(uuid, percent)`` for what NVML would report as the card's busy time,
+  or lines ``<uuid> <percent>`` in ``fault_dir/utilization`` (a method's value wins).
 
 With ``device_dir`` the cards are also files, one per card (``<dir>/<uuid>``), which
 libvgpu's fake driver in a container maps when that folder is mounted and
@@ -163,7 +164,22 @@ class FakeDiscovery:
 
     def utilization(self, uuid: str) -> float | None:
         with self._cond:
-            return self._busy.get(uuid)
+            if uuid in self._busy:
+                return self._busy[uuid]
+        if self._fault_dir is None:
+            return None
+        try:
+            lines = (self._fault_dir / "utilization").read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == uuid:
+                try:
+                    return float(parts[1])
+                except ValueError:
+                    return None  # a typo in a fixture: unknown, as NVML would say
+        return None
 
     def processes(self, uuid: str) -> list[GpuProcess]:
         if self._device_dir is None or uuid not in self._uuids:
