@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.local/bin:$(PATH)
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
-.PHONY: demo test setup lint typecheck libvgpu testenv debian-packages clean
+.PHONY: demo test setup lint typecheck libvgpu testenv deploy debian-packages clean
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -34,6 +34,11 @@ lint: setup
 # run (minutes), reused from ~/.cache/tessera afterwards (docs/testenv.md).
 testenv: setup
 	$(BIN)/python -m tessera.testenv.build
+
+# deploy/ is the Helm chart (charts/tessera) rendered with its defaults, for plain-manifest
+# installs and the e2e tests; edit the chart, then run this (a test fails on drift).
+deploy: testenv
+	$(BIN)/python -m tessera.testenv.chart
 
 # The in-container limiter, its fake driver and its C tests, normal and under ASan/UBSan
 # (pytest runs the C test cases: tests/integration/test_libvgpu.py). The library itself is

@@ -78,6 +78,7 @@ from tessera.kube import PODS, Conflict, Kind, Obj, Reflector, WatchEvent  # noq
 from tessera.kube.client import KubeClient  # noqa: E402
 from tessera.model.clusterspec import synthetic_nodes  # noqa: E402
 from tessera.testenv import TestEnv, ensure_binaries  # noqa: E402
+from tessera.testenv.chart import kube_scheduler_config  # noqa: E402
 from tessera.testenv.process import free_port  # noqa: E402
 
 PARKED = {"profiles": [{"schedulerName": "parked"}]}
@@ -318,7 +319,7 @@ def main() -> None:
             "percentageOfNodesToScore": 100,
             "clientConnection": dict(client),
         }
-        extended = yaml.safe_load((REPO / "deploy" / "kube-scheduler-config.yaml").read_text())
+        extended = kube_scheduler_config()  # deploy/'s, as a cluster gets it
         extended.pop("leaderElection", None)
         extended["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
         extended["clientConnection"] = dict(client)

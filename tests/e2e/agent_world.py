@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tessera.kube.client import KubeClient
 from tessera.kube.errors import Conflict
@@ -24,6 +23,7 @@ from tessera.model import annotations
 from tessera.model.annotations import decode_inventory
 from tessera.model.types import NodeInventory
 from tessera.testenv import TestEnv
+from tessera.testenv.chart import kube_scheduler_config
 from tessera.testenv.process import free_port
 from tests.e2e.realnode import Child
 from tests.integration.kubelet_double import KContainer, KPod, KubeletDouble
@@ -80,7 +80,7 @@ class World:
 @pytest.fixture
 def world(start_testenv: Any) -> Iterator[World]:
     port = free_port()
-    cfg = yaml.safe_load((REPO / "deploy" / "kube-scheduler-config.yaml").read_text())
+    cfg = kube_scheduler_config()
     cfg.pop("leaderElection", None)
     cfg["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
     env: TestEnv = start_testenv(scheduler_config=cfg, controller_manager=False)

@@ -23,6 +23,7 @@ from tessera.kube.client import KubeClient
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tessera.testenv import TestEnv
+from tessera.testenv.chart import deployed, kube_scheduler_config
 from tests.e2e.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -51,7 +52,7 @@ def gpu_nodes(count: int = 100, cards: int = 8) -> list[NodeInventory]:
 
 def scheduler_config(extender_port: int) -> dict[str, Any]:
     """deploy/kube-scheduler-config.yaml with the test's extender URL."""
-    cfg = yaml.safe_load((DEPLOY / "kube-scheduler-config.yaml").read_text())
+    cfg = kube_scheduler_config()
     cfg.pop("leaderElection", None)  # the env owns it
     cfg["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
     return dict(cfg)
@@ -219,7 +220,7 @@ class Harness:
     def install_rbac(self) -> Path:
         """deploy/rbac.yaml as is; returns a kubeconfig holding the service account's token."""
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        for doc in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()):
+        for doc in deployed("rbac.yaml"):
             self.apply(doc)
         token_kind = Kind("v1", "TokenRequest", "serviceaccounts/tessera-scheduler/token", True)
         out = self.admin.create(
@@ -246,7 +247,7 @@ class Harness:
 
     def install_crds(self) -> None:
         """deploy/gpuquota-crd.yaml as is; returns once the API server serves it."""
-        crd = yaml.safe_load((DEPLOY / "gpuquota-crd.yaml").read_text())
+        [crd] = deployed("gpuquota-crd.yaml")
         self.apply(crd)
         kind = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition",
                     "customresourcedefinitions", False)  # fmt: skip
@@ -262,7 +263,7 @@ class Harness:
     def install_webhooks(self, port: int) -> None:
         """deploy/webhook.yaml with clientConfig pointed at the test's port and CA."""
         bundle = base64.b64encode(self.env.ca.pem).decode()
-        for doc in yaml.safe_load_all((DEPLOY / "webhook.yaml").read_text()):
+        for doc in deployed("webhook.yaml"):
             doc = copy.deepcopy(doc)
             for hook in doc["webhooks"]:
                 path = hook["clientConfig"]["service"]["path"]
@@ -274,7 +275,7 @@ class Harness:
 
     def install_admission_policy(self) -> None:
         """deploy/admission-policy.yaml as is; returns once the API server enforces it."""
-        for doc in yaml.safe_load_all((DEPLOY / "admission-policy.yaml").read_text()):
+        for doc in deployed("admission-policy.yaml"):
             self.apply(doc)
         probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "policy-probe"},
                  "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
