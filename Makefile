@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.local/bin:$(PATH)
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
-.PHONY: demo test setup lint typecheck libvgpu testenv deploy debian-packages clean
+.PHONY: demo test setup lint typecheck libvgpu image testenv deploy debian-packages clean
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,7 +27,7 @@ demo: setup
 	$(BIN)/tessera simulate --plot out/simulate.png --json out/simulate.json
 
 lint: setup
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench image
 	$(BIN)/mypy
 
 # The local control plane the e2e tests run against: built from Go modules on the first
@@ -46,11 +46,19 @@ deploy: testenv
 libvgpu: setup
 	$(MAKE) -C libvgpu all asan ZIG="$(abspath $(BIN))/python -m ziglang"
 
+# The one image of the scheduler and the node agent, with libvgpu, as an OCI archive in
+# ~/.cache/tessera/image (no registry, no daemon: mmdebstrap and umoci from Debian, uv;
+# image/build.py). Import it with `ctr images import`, or push it with skopeo.
+image: libvgpu debian-packages
+	$(BIN)/python image/build.py
+
 # Debian packages of the e2e tests: the real node's (docs/testenv.md, "The real node":
 # containerd, runc and the CNI plugins, a static busybox and glibc's static library for the
-# test images) and Prometheus for the monitoring test (the dashboards' queries). Installed
-# as root with apt-get; elsewhere those tests skip and say why.
-DEBIAN_PACKAGES := containerd runc containernetworking-plugins busybox-static libc6-dev prometheus
+# test images), Prometheus for the monitoring test (the dashboards' queries), mmdebstrap
+# and umoci for the image. Installed as root with apt-get; elsewhere those tests skip and
+# say why.
+DEBIAN_PACKAGES := containerd runc containernetworking-plugins busybox-static libc6-dev \
+	prometheus mmdebstrap umoci
 debian-packages:
 	@if dpkg -s $(DEBIAN_PACKAGES) >/dev/null 2>&1; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

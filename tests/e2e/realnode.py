@@ -76,10 +76,7 @@ class RealWorld:
     def __init__(self, env: TestEnv, root: Path, extra_agent_args: list[str] | None = None):
         self.env, self.root = env, root
         self.api = KubeClient.from_kubeconfig(str(env.kubeconfig))
-        images = root / "images"
-        self.node = RealNode.start(
-            env, root / "node", name=NODE, images=[build_gpu_probe(images, LIBVGPU_BUILD)]
-        )
+        self.node = self._start_node()
         (root / "nodes.csv").write_text(
             f"sn,cpu_milli,memory_mib,gpu,model\n{NODE},96000,393216,{len(CARDS)},A100\n"
         )
@@ -105,11 +102,22 @@ class RealWorld:
         )
         self.extender: Child | None = None
 
+    def _start_node(self) -> RealNode:
+        images = self.root / "images"
+        return RealNode.start(
+            self.env, self.root / "node", name=NODE, images=[build_gpu_probe(images, LIBVGPU_BUILD)]
+        )
+
     def start(self, extender_port: int) -> None:
+        self.agent.start()
+        self.start_extender(extender_port)
+        self.wait_registered(1)
+        wait_for("the agent's slots on the node", self.slots_advertised, 60, 0.2)
+
+    def start_extender(self, extender_port: int) -> None:
         sa = Kind("v1", "ServiceAccount", "serviceaccounts", namespaced=True)
         with contextlib.suppress(Conflict):
             self.api.create(sa, {"metadata": {"name": "default"}}, NS)
-        self.agent.start()
         self.extender = Child(
             self.root,
             "extender",
@@ -123,8 +131,6 @@ class RealWorld:
             ],
         )
         self.extender.start()
-        self.wait_registered(1)
-        wait_for("the agent's slots on the node", self.slots_advertised, 60, 0.2)
 
     def wait_registered(self, times: int) -> None:
         """Until the agent has registered with kubelet ``times`` times in all (the moment

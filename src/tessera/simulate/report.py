@@ -135,7 +135,12 @@ def write_json(path: Path, results: Sequence[ReplayResult], meta: Mapping[str, A
 def plot_allocation(path: Path, results: Sequence[ReplayResult], title: str) -> None:
     """Allocation ratio vs arrived workload, mean over seeds per policy, with FGD's
     published points and the ideal (everything that arrives is placed)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit(
+            "--plot needs matplotlib, an optional dependency: pip install 'tessera[plot]'"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
