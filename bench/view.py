@@ -1,0 +1,105 @@
+"""``kubectl tessera top`` on a large cluster: time to first render, API time aside.
+
+    .venv/bin/python bench/view.py                       # 1,000 nodes x 8 cards
+    .venv/bin/python bench/view.py --nodes 5000 --pods 40000
+
+The Node and Pod lists of a cluster of ``--nodes`` nodes of 8 cards with ``--pods``
+bound GPU pods (each with its assignment) are made once as the API server would send
+them (JSON text). Each run decodes them and runs the real ``top`` command on them (the
+GPU map, sorting, the table, written to a buffer); the anchor beside it only decodes the
+same JSON, which every client, kubectl included, pays. Prints p50 / p99 and the ratio.
+The API server's own time to list is not included: it depends on the cluster.
+Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _machine import describe
+from _stats import pct
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "src"))
+
+from typer.testing import CliRunner  # noqa: E402
+
+from tessera.kube.kinds import NODES, PODS, Kind  # noqa: E402
+from tessera.model.annotations import ASSIGNMENT, encode_assignment  # noqa: E402
+from tessera.model.clusterspec import make_cards  # noqa: E402
+from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
+from tessera.view import kubectl  # noqa: E402
+from tests.unit._scheduler_world import node_obj, pod_obj  # noqa: E402
+
+
+def cluster(nodes: int, pods: int) -> tuple[str, str]:
+    node_objs = [node_obj(f"n{i:05d}", 8, "A100") for i in range(nodes)]
+    cards = {f"n{i:05d}": make_cards(f"n{i:05d}", 8, "A100") for i in range(nodes)}
+    pod_objs = []
+    for j in range(pods):
+        n = f"n{j % nodes:05d}"
+        c = cards[n][(j // nodes) % 8]
+        a = Assignment(n, (ContainerAssignment("main", (CardSlice(c.uuid, 4000, 20),)),))
+        p = pod_obj(f"p{j}", gpu=1, memory=4000, cores=20, ns=f"ns-{j % 20}",
+                    annotations={ASSIGNMENT: encode_assignment(a)})  # fmt: skip
+        p["spec"]["nodeName"] = n
+        p["status"] = {"phase": "Running"}
+        pod_objs.append(p)
+    return json.dumps({"items": node_objs}), json.dumps({"items": pod_objs})
+
+
+class ListedApi:
+    """What the plugin's client returns, decoded from the lists' JSON on every call."""
+
+    def __init__(self, nodes: str, pods: str) -> None:
+        self.text = {NODES.plural: nodes, PODS.plural: pods}
+
+    def list(self, kind: Kind, namespace: str | None = None, **_: Any) -> Any:
+        return type("L", (), {"items": json.loads(self.text[kind.plural])["items"]})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--pods", type=int, default=8000)
+    ap.add_argument("--runs", type=int, default=15)
+    args = ap.parse_args()
+    nodes, pods = cluster(args.nodes, args.pods)
+    api = ListedApi(nodes, pods)
+    kubectl._Conn.client = lambda self: api  # type: ignore[method-assign]
+    runner = CliRunner()
+    ours: list[float] = []
+    floor: list[float] = []
+    lines = 0
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        json.loads(nodes), json.loads(pods)
+        floor.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        result = runner.invoke(kubectl.app, ["top", "--sort-by", "free"])
+        ours.append(time.perf_counter() - t0)
+        assert result.exit_code == 0, result.output
+        lines = result.output.count("\n")
+    t = Table(title=f"kubectl tessera top: {args.nodes:,} nodes x 8 cards, {args.pods:,} pods, "
+                    f"{args.runs} runs ({describe()})")  # fmt: skip
+    for col in ("", "p50 ms", "p99 ms", "ratio p50"):
+        t.add_column(col, justify="right")
+    f50, o50 = pct(floor, 0.5) * 1e3, pct(ours, 0.5) * 1e3
+    t.add_row("decode the lists only (anchor)", f"{f50:.0f}", f"{pct(floor, 0.99) * 1e3:.0f}",
+              "1.00")  # fmt: skip
+    t.add_row("top: decode + map + table", f"{o50:.0f}", f"{pct(ours, 0.99) * 1e3:.0f}",
+              f"{o50 / f50:.2f}")  # fmt: skip
+    Console().print(t)
+    print(f"{lines:,} lines printed; list JSON {len(nodes) + len(pods):,} bytes")
+
+
+if __name__ == "__main__":
+    main()
