@@ -7,11 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-def eventually(check: Callable[[], Any], timeout: float = 5.0) -> None:
-    """Return once ``check()`` is truthy; fail the test after ``timeout`` seconds."""
+def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
+    """``check()``'s first truthy value; fails the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():
-            return
+        value = check()
+        if value:
+            return value
         time.sleep(0.01)
     raise AssertionError("condition not reached")

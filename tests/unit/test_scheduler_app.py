@@ -16,6 +16,7 @@ from tessera.kube import NODES, PODS, ApiError, Conflict
 from tessera.scheduler import http as http_server
 from tessera.scheduler.http import serve
 from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._wait import eventually
 
 MALFORMED = [
     b"",
@@ -328,3 +329,40 @@ def test_scheduling_verbs_wait_for_both_lists() -> None:
         app.stop()
     metrics = app.handle("GET", "/metrics", b"").body.decode()
     assert 'tessera_scheduler_failures_total{reason="not-synced",verb="filter"} 1.0' in metrics
+
+
+def test_the_gpu_map_page_is_off_by_default_and_shows_the_extenders_view() -> None:
+    off = World([node_obj("n1", 2)])
+    try:
+        assert off.app.handle("GET", "/gpus", b"").status == 404
+        assert off.app.handle("GET", "/gpus.json", b"").status == 404
+    finally:
+        off.close()
+    broken = node_obj("bad", 1)
+    broken["metadata"]["annotations"]["tessera.io/inventory"] = "{nope"
+    w = World([node_obj("n1", 2), broken], web=True)
+    try:
+        placed = w.create(pod_obj("p", gpu=1, memory=3000, cores=20))
+        assert w.schedule(placed) == "n1"
+        w.create(pod_obj("waits", gpu=1, memory=1_000_000))  # larger than any card
+
+        def mapped() -> dict[str, Any] | None:
+            r = w.app.handle("GET", "/gpus.json", b"")
+            assert r.status == 200 and r.content_type == "application/json"
+            doc = json.loads(r.body)
+            holders = [h for n in doc["nodes"] for c in n["cards"] for h in c["holders"]]
+            return doc if holders and doc["pending"] else None
+
+        doc = eventually(mapped)
+        [n1] = [n for n in doc["nodes"] if n["name"] == "n1"]
+        [held] = [c for c in n1["cards"] if c["holders"]]
+        assert held["allocatedMiB"] == 3000 and held["holders"][0]["pod"] == "p"
+        [bad] = [n for n in doc["nodes"] if n["name"] == "bad"]
+        assert bad["cards"] == [] and "inventory refused" in bad["problem"]
+        assert doc["pending"] == [{"namespace": "default", "pod": "waits",
+                                   "asks": "main: 1 card 1000000 MiB 0%"}]  # fmt: skip
+        page = w.app.handle("GET", "/gpus", b"")
+        assert page.status == 200 and page.content_type.startswith("text/html")
+        assert b"gpus.json" in page.body and b'id="q"' in page.body
+    finally:
+        w.close()

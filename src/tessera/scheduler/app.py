@@ -14,6 +14,7 @@ POST /mutate, /validate     AdmissionReview (Pods) -> AdmissionReview
 GET  /healthz               200 while the process serves
 GET  /readyz                200 once nodes and pods are listed and this replica leads
 GET  /metrics               Prometheus text
+GET  /gpus, /gpus.json      the GPU map page and its data (only with config.web)
 ==========================  ===========================================================
 
 A malformed body gets 400 with a message, an unknown path 404; nothing a client sends
@@ -36,6 +37,7 @@ from tessera.kube.kinds import GPUQUOTAS, NODES, PODS
 from tessera.kube.port import KubeApi
 from tessera.kube.reflector import Reflector
 from tessera.model.types import PodRequest
+from tessera.scheduler import web
 from tessera.scheduler.bind import (
     BindError,
     PendingBind,
@@ -253,6 +255,10 @@ class SchedulerApp:
                 return Response(200, b"ok", "text/plain")
             if route == "/metrics":
                 return Response(200, self.metrics.exposition(), "text/plain; version=0.0.4")
+            if self.config.web and route == "/gpus":
+                return Response(200, web.page(), "text/html; charset=utf-8")
+            if self.config.web and route == "/gpus.json":
+                return Response(200, web.map_body(self.state), "application/json")
             return Response(404, b"not found", "text/plain")
         if method != "POST":
             return Response(405, b"method not allowed", "text/plain")

@@ -54,6 +54,13 @@ def scheduler(
         float,
         typer.Option(min=0.1, help="seconds between updates of the GpuQuota statuses"),
     ] = 5.0,
+    web: Annotated[
+        bool,
+        typer.Option(
+            help="serve the read-only GPU map page at /gpus (and /gpus.json) on --port; it "
+            "shows every GPU pod's name and slice to whoever reaches the port"
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Serve the kube-scheduler extender (filter/prioritize/bind) and the admission webhook."""
@@ -95,6 +102,7 @@ def scheduler(
         compat=Compat(hami="hami" in families, gpu_manager="gpu-manager" in families),
         reservation_ttl_s=reservation_ttl,
         quota_status_s=quota_status_s,
+        web=web,
         leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_name=lease_name,

@@ -46,6 +46,7 @@ class SchedulerConfig:
     tls_hosts: tuple[str, ...] = ("localhost", "127.0.0.1")
     watch_timeout_s: int = 300
     quota_status_s: float = 5.0  # how often GpuQuota statuses are brought up to date
+    web: bool = False  # serve the GPU map page (/gpus, /gpus.json) on the extender port
     # Freeze the state read by each (re)list out of full GC passes (scheduler/heap.py). A
     # process-wide setting: the CLI turns it on; tests, which run many apps, leave it off.
     freeze_heap: bool = False

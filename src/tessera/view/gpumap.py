@@ -18,9 +18,20 @@ from tessera.errors import FormatError, SpecError
 from tessera.model import annotations as keys
 from tessera.model.names import ResourceNames
 from tessera.model.podspec import TERMINAL_PHASES, Compat, parse_pod
-from tessera.model.types import Assignment
+from tessera.model.types import Assignment, NodeInventory, PodRequest
 
-__all__ = ["CardView", "GpuMap", "Holder", "NodeView", "Pending", "build_map"]
+__all__ = [
+    "CardView",
+    "GpuMap",
+    "Holder",
+    "NodeView",
+    "Pending",
+    "assemble",
+    "build_map",
+    "card_json",
+    "map_json",
+    "summary",
+]
 
 Obj = Mapping[str, Any]
 
@@ -102,14 +113,8 @@ def _annotation(obj: Obj, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _summary(pod: Obj, names: ResourceNames, compat: Compat) -> str | None:
-    """What a pod asks of Tessera in a few words; None if it asks nothing of it."""
-    try:
-        request = parse_pod(pod, names=names, compat=compat)
-    except SpecError as exc:
-        return f"invalid: {exc}"
-    if request is None:
-        return None
+def summary(request: PodRequest) -> str:
+    """What a pod asks of Tessera in a few words, e.g. "main: 1 card 8000 MiB 30%"."""
     parts = []
     for c in request.containers:
         g = c.gpu
@@ -124,67 +129,34 @@ def _summary(pod: Obj, names: ResourceNames, compat: Compat) -> str | None:
     return ", ".join(parts)
 
 
-def build_map(
-    nodes: Iterable[Obj],
-    pods: Iterable[Obj],
-    names: ResourceNames | None = None,
-    compat: Compat | None = None,
+def assemble(
+    inventories: Iterable[NodeInventory],
+    held: Mapping[str, tuple[Assignment, str]],
+    *,
+    node_problems: Mapping[str, str] | None = None,
+    pending: Iterable[Pending] = (),
+    pod_problems: Iterable[tuple[str, str]] = (),
 ) -> GpuMap:
-    names = names or ResourceNames()
-    compat = compat or Compat()
-    node_views: dict[str, NodeView] = {}
+    """The map from decoded parts: each node's cards, and per pod key the assignment it
+    holds with its phase. A pod whose assignment names cards its node does not have is
+    kept as a problem, not drawn."""
+    node_problems = node_problems or {}
     card_node: dict[str, str] = {}
-    for obj in nodes:
-        name = str(_meta(obj).get("name") or "")
-        text = _annotation(obj, keys.INVENTORY)
-        if not name or text is None:
-            continue  # not a Tessera GPU node
-        try:
-            inv = keys.decode_inventory(name, text, 0, 0)
-        except FormatError as exc:
-            node_views[name] = NodeView(name, problem=f"inventory refused: {exc}")
-            continue
-        cards = tuple(
-            CardView(c.uuid, c.index, c.model, c.memory_mib, c.healthy, c.slots)
-            for c in sorted(inv.cards, key=lambda c: c.index)
-        )
-        node_views[name] = NodeView(name, cards)
-        for c in cards:
-            card_node[c.uuid] = name
-
+    invs = {inv.name: inv for inv in inventories}
+    for inv in invs.values():
+        for c in inv.cards:
+            card_node[c.uuid] = inv.name
+    problems = list(pod_problems)
     holders: dict[str, list[Holder]] = {}
-    pending: list[Pending] = []
-    problems: list[tuple[str, str]] = []
-    held: dict[str, Assignment] = {}
-    for obj in pods:
-        meta = _meta(obj)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        phase = str((obj.get("status") or {}).get("phase") or "")
-        node = str((obj.get("spec") or {}).get("nodeName") or "")
-        if phase in TERMINAL_PHASES:
-            continue
-        text = _annotation(obj, keys.ASSIGNMENT)
-        if text is None or not node:
-            if not node:
-                summary = _summary(obj, names, compat)
-                if summary is not None:
-                    pending.append(Pending(str(meta.get("namespace")), str(meta.get("name")),
-                                           summary))  # fmt: skip
-            continue
-        try:
-            a = keys.decode_assignment(key, text)
-        except FormatError as exc:
-            problems.append((key, str(exc)))
-            continue
-        if a.node != node:
-            problems.append((key, f"assignment names node {a.node}, the pod is bound to {node}"))
-            continue
-        foreign = sorted({s.uuid for c in a.containers for s in c.slices
-                          if card_node.get(s.uuid) != node})  # fmt: skip
+    kept: dict[str, Assignment] = {}
+    for key, (a, phase) in held.items():
+        foreign = sorted(
+            {s.uuid for ca in a.containers for s in ca.slices if card_node.get(s.uuid) != a.node}
+        )
         if foreign:
-            problems.append((key, f"assignment names cards {node} does not have: {foreign}"))
+            problems.append((key, f"assignment names cards {a.node} does not have: {foreign}"))
             continue
-        held[key] = a
+        kept[key] = a
         ns, _, pod = key.partition("/")
         for ca in a.containers:
             for s in ca.slices:
@@ -200,9 +172,12 @@ def build_map(
                         phase,
                     )
                 )
-    out = []
-    for name in sorted(node_views):
-        nv = node_views[name]
+    names = sorted(invs.keys() | node_problems.keys())
+    nodes = []
+    for name in names:
+        if name not in invs:
+            nodes.append(NodeView(name, problem=f"inventory refused: {node_problems[name]}"))
+            continue
         cards = tuple(
             CardView(
                 c.uuid,
@@ -213,12 +188,112 @@ def build_map(
                 c.slots,
                 tuple(sorted(holders.get(c.uuid, ()), key=lambda h: (h.pod_key, h.container))),
             )
-            for c in nv.cards
+            for c in sorted(invs[name].cards, key=lambda c: c.index)
         )
-        out.append(NodeView(name, cards, nv.problem))
+        nodes.append(NodeView(name, cards))
     return GpuMap(
-        tuple(out),
+        tuple(nodes),
         tuple(sorted(pending, key=lambda p: (p.namespace, p.pod))),
         tuple(sorted(problems)),
-        held,
+        kept,
     )
+
+
+def build_map(
+    nodes: Iterable[Obj],
+    pods: Iterable[Obj],
+    names: ResourceNames | None = None,
+    compat: Compat | None = None,
+) -> GpuMap:
+    """The map from Node and Pod objects as the API lists them."""
+    names = names or ResourceNames()
+    compat = compat or Compat()
+    inventories: list[NodeInventory] = []
+    node_problems: dict[str, str] = {}
+    for obj in nodes:
+        name = str(_meta(obj).get("name") or "")
+        text = _annotation(obj, keys.INVENTORY)
+        if not name or text is None:
+            continue  # not a Tessera GPU node
+        try:
+            inventories.append(keys.decode_inventory(name, text, 0, 0))
+        except FormatError as exc:
+            node_problems[name] = str(exc)
+
+    held: dict[str, tuple[Assignment, str]] = {}
+    pending: list[Pending] = []
+    problems: list[tuple[str, str]] = []
+    for obj in pods:
+        meta = _meta(obj)
+        ns, pod = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        key = f"{ns}/{pod}"
+        phase = str((obj.get("status") or {}).get("phase") or "")
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        if phase in TERMINAL_PHASES:
+            continue
+        text = _annotation(obj, keys.ASSIGNMENT)
+        if not node:
+            try:
+                request = parse_pod(obj, names=names, compat=compat)
+            except SpecError as exc:
+                pending.append(Pending(ns, pod, f"invalid: {exc}"))
+                continue
+            if request is not None:
+                pending.append(Pending(ns, pod, summary(request)))
+            continue
+        if text is None:
+            continue
+        try:
+            a = keys.decode_assignment(key, text)
+        except FormatError as exc:
+            problems.append((key, str(exc)))
+            continue
+        if a.node != node:
+            problems.append((key, f"assignment names node {a.node}, the pod is bound to {node}"))
+            continue
+        held[key] = (a, phase)
+    return assemble(
+        inventories, held, node_problems=node_problems, pending=pending, pod_problems=problems
+    )
+
+
+def card_json(node: NodeView, card: CardView) -> dict[str, Any]:
+    """One card and its holders as the views' JSON (``kubectl tessera top -o json``, the
+    scheduler's /gpus.json): camelCase, MiB and percent as in the API."""
+    return {
+        "node": node.name,
+        "index": card.index,
+        "uuid": card.uuid,
+        "model": card.model,
+        "healthy": card.healthy,
+        "memoryMiB": card.memory_mib,
+        "allocatedMiB": card.allocated_mib,
+        "allocatedCoresPercent": card.allocated_cores,
+        "slots": card.slots,
+        "holders": [
+            {
+                "namespace": h.namespace,
+                "pod": h.pod,
+                "container": h.container,
+                "memoryMiB": h.memory_mib,
+                "coresPercent": h.cores_percent,
+                "policy": h.policy,
+                "exclusive": h.exclusive,
+            }
+            for h in card.holders
+        ],
+    }
+
+
+def map_json(gmap: GpuMap) -> dict[str, Any]:
+    """The whole map: nodes with their cards (or their problem), pending pods, problems."""
+    return {
+        "nodes": [
+            {"name": n.name, "problem": n.problem, "cards": [card_json(n, c) for c in n.cards]}
+            for n in gmap.nodes
+        ],
+        "pending": [
+            {"namespace": p.namespace, "pod": p.pod, "asks": p.summary} for p in gmap.pending
+        ],
+        "podProblems": [{"pod": key, "problem": why} for key, why in gmap.problems],
+    }

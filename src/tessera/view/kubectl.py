@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tessera.view.gpumap import CardView, GpuMap, Holder, NodeView
+from tessera.view.gpumap import CardView, GpuMap, Holder, NodeView, card_json
 
 __all__ = ["app", "main"]
 
@@ -154,31 +154,11 @@ def _fmt_pct(v: float | None) -> str:
 
 
 def _card_json(n: NodeView, c: CardView, live: Mapping[Any, Live]) -> dict[str, Any]:
-    return {
-        "node": n.name,
-        "index": c.index,
-        "uuid": c.uuid,
-        "model": c.model,
-        "healthy": c.healthy,
-        "memoryMiB": c.memory_mib,
-        "allocatedMiB": c.allocated_mib,
-        "allocatedCoresPercent": c.allocated_cores,
-        "slots": c.slots,
-        "holders": [
-            {
-                "namespace": h.namespace,
-                "pod": h.pod,
-                "container": h.container,
-                "memoryMiB": h.memory_mib,
-                "coresPercent": h.cores_percent,
-                "policy": h.policy,
-                "exclusive": h.exclusive,
-                "usedBytes": _use(live, h, c.uuid).used_bytes,
-                "achievedPercent": _use(live, h, c.uuid).achieved_percent,
-            }
-            for h in c.holders
-        ],
-    }
+    out = card_json(n, c)
+    for h, doc in zip(c.holders, out["holders"], strict=True):
+        u = _use(live, h, c.uuid)
+        doc.update(usedBytes=u.used_bytes, achievedPercent=u.achieved_percent)
+    return out
 
 
 def _sort_key(sort_by: SortBy, live: Mapping[Any, Live]) -> Any:

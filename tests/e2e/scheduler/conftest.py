@@ -28,7 +28,9 @@ def harness(
         env.create_gpu_nodes(h.nodes)
         h.ensure_default_service_account("default")
         serving = env.issue_serving_cert("tessera-webhook")
-        h.extender = Extender(workdir, kubeconfig, port, webhook_port, serving.cert, serving.key)
+        h.extender = Extender(
+            workdir, kubeconfig, port, webhook_port, serving.cert, serving.key, extra=["--web"]
+        )  # the GPU map page (test_view_kubectl.py)
         h.extender.start()
         h.install_webhooks(webhook_port)
         h.install_admission_policy()

@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +216,83 @@ def _cleanup(harness: Harness) -> Any:
     for name in ("train", "whole", "waits"):
         with contextlib.suppress(NotFound):
             harness.admin.delete(PODS, name, NS)
+
+
+class _Elements(HTMLParser):
+    """Every element's tag, attributes and own text, in document order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, dict[str, str], list[str]]] = []
+        self._open: list[int] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found.append((tag, {k: v or "" for k, v in attrs}, []))
+        if tag not in ("input", "meta", "br", "img"):
+            self._open.append(len(self.found) - 1)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._open:
+            self._open.pop()
+
+    def handle_data(self, data: str) -> None:
+        for i in self._open:
+            self.found[i][2].append(data)
+
+    def by_id(self, ident: str) -> tuple[dict[str, str], str]:
+        [(attrs, text)] = [(a, "".join(x)) for _, a, x in self.found if a.get("id") == ident]
+        return attrs, text
+
+    def with_class(self, cls: str) -> list[tuple[str, dict[str, str], str]]:
+        return [(t, a, "".join(x)) for t, a, x in self.found
+                if cls in a.get("class", "").split()]  # fmt: skip
+
+
+def _browser(url: str, out: Path) -> _Elements:
+    """Headless Chromium: the DOM after the page's script ran, and a screenshot."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("no chromium (Debian package; `make test` installs it as root)")
+    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            f"--user-data-dir={out / 'profile'}", "--virtual-time-budget=10000",
+            "--window-size=1400,1000"]  # fmt: skip
+    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True,
+                         timeout=120, check=True).stdout  # fmt: skip
+    subprocess.run([*base, f"--screenshot={out / 'gpus.png'}", url], capture_output=True,
+                   timeout=120, check=True)  # fmt: skip
+    parsed = _Elements()
+    parsed.feed(dom)
+    return parsed
+
+
+def test_the_page_draws_the_map_searches_and_shows_a_pod(
+    placed: dict[str, Any], harness: Harness, tmp_path: Path
+) -> None:
+    h = harness
+    assert h.extender is not None
+    train = placed["pods"]["train"]
+    node = train["spec"]["nodeName"]
+    uuid = json.loads(train["metadata"]["annotations"][ASSIGNMENT])["containers"][0]["cards"][0][
+        "uuid"
+    ]
+    url = f"http://127.0.0.1:{h.extender.port}/gpus#q=view/train&pod=view/train"
+    page = _browser(url, tmp_path)
+    [(_, body, _)] = [e for e in page.found if e[0] == "body"]
+    assert body.get("data-ready") == "1", "the page's script did not finish"
+    rows = page.with_class("node")
+    assert len(rows) == len(h.nodes)
+    shown = [a["data-node"] for _, a, _ in rows if "hidden" not in a["class"].split()]
+    assert shown == [node]  # the search keeps the one node holding view/train
+    tiles = page.with_class("card")
+    assert len(tiles) == sum(len(n.cards) for n in h.nodes)
+    [tile] = [a for _, a, _ in tiles if a["data-uuid"] == uuid]
+    assert "12000 of" in tile["title"] and "30% compute" in tile["title"]
+    [hit] = [a for _, a, _ in page.with_class("slice") if a["data-pod"] == "view/train"]
+    assert "match" in hit["class"].split() and "12000 MiB, 30%" in hit["title"]
+    detail, text = page.by_id("detail")
+    assert "open" in detail["class"].split()
+    assert "view/train" in text and "12000 MiB" in text and "fixed-share" in text
+    _, summary = page.by_id("summary")
+    assert f"{len(h.nodes)} nodes" in summary and "1 pods waiting" in summary
+    shot = (tmp_path / "gpus.png").read_bytes()
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000, len(shot)
