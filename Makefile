@@ -54,11 +54,11 @@ image: libvgpu debian-packages
 
 # Debian packages of the e2e tests: the real node's (docs/testenv.md, "The real node":
 # containerd, runc and the CNI plugins, a static busybox and glibc's static library for the
-# test images), Prometheus for the monitoring test (the dashboards' queries), mmdebstrap
-# and umoci for the image. Installed as root with apt-get; elsewhere those tests skip and
-# say why.
+# test images), Prometheus for the monitoring test (the dashboards' queries), Chromium
+# for the GPU map page's test, mmdebstrap and umoci for the image. Installed as root with
+# apt-get; elsewhere those tests skip and say why.
 DEBIAN_PACKAGES := containerd runc containernetworking-plugins busybox-static libc6-dev \
-	prometheus mmdebstrap umoci
+	prometheus chromium mmdebstrap umoci
 debian-packages:
 	@if dpkg -s $(DEBIAN_PACKAGES) >/dev/null 2>&1; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
