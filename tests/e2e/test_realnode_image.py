@@ -1,12 +1,15 @@
-"""Tessera's image on the real node: built by image/build.py (no registry, no daemon),
-imported into the node's containerd, and run as the chart's node-agent DaemonSet (created
-by the real controller manager's DaemonSet controller, placed by kube-scheduler) under its
-own service account's RBAC. A GPU pod placed by the extender then runs with exactly its
-slice; the same image runs the scheduler's command as the non-root user.
+"""Tessera installed with its Helm chart on the real node: the image built by
+image/build.py (no registry, no daemon) and the stock kube-scheduler imported into the
+node's containerd; `helm install --wait` brings up the scheduler pair, the webhook and the
+node-agent DaemonSet as pods (real controller manager, in-cluster auth under the chart's
+RBAC). A GPU pod created with no scheduler name is routed by the webhook, placed by the
+chart's kube-scheduler and extender, and runs with exactly its slice; `kubectl tessera
+top` and the GPU map page show it. The image also runs as its non-root user.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -14,18 +17,17 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
 import yaml
-from kubernetes.dynamic import DynamicClient
 
 from tessera.kube import EVENTS, NODES, PODS, Kind
-from tessera.testenv.chart import NAMESPACE, render
-from tessera.testenv.images import build_gpu_probe
+from tessera.testenv.chart import CHART, NAMESPACE, helm
+from tessera.testenv.images import ImageConfig, ImageFile, build_gpu_probe, oci_archive
 from tessera.testenv.process import free_port
 from tessera.testenv.realnode import RealNode, missing_prerequisites
 from tests.e2e.realnode import CARDS, LIBVGPU_BUILD, NODE, NS, RealWorld, gpu_pod
-from tests.e2e.scheduler.harness import scheduler_config
 from tests.e2e.wait import wait_for
 
 _MISSING = missing_prerequisites() + [
@@ -39,8 +41,18 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "tessera.local/tessera"
-NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
+KUBE_SCHEDULER_IMAGE = "tessera.local/kube-scheduler:v1.36.3"
+EXTENDER_PORT, WEBHOOK_PORT = 8888, 8443  # the chart's, on the host's network here
 SCRIPT = "id -u; python3 -m tessera.cli version; python3 -m tessera.cli scheduler --help | head -3"
+
+
+def _kube_scheduler_image(binaries: Any, folder: Path) -> Path:
+    """The stock kube-scheduler (the testenv's build: static) as an image of one file."""
+    dest = folder / "kube-scheduler.oci.tar"
+    oci_archive(dest, KUBE_SCHEDULER_IMAGE,
+                [ImageFile("/usr/local/bin/kube-scheduler", source=binaries["kube-scheduler"])],
+                ImageConfig())  # fmt: skip
+    return dest
 
 
 def _build_image() -> tuple[Path, str]:
@@ -55,24 +67,34 @@ def _build_image() -> tuple[Path, str]:
 class ImageWorld(RealWorld):
     """RealWorld whose node agent is the image's, run by the chart's DaemonSet."""
 
-    def __init__(self, env: Any, root: Path, archive: Path, tag: str) -> None:
+    def __init__(self, env: Any, root: Path, archives: list[Path], tag: str) -> None:
         # RealWorld's own Child agent is made but never started.
-        self.archive, self.tag = archive, tag
+        self.archives, self.tag = archives, tag
         super().__init__(env, root)
 
     def _start_node(self) -> RealNode:
         images = self.root / "images"
         probe_image = build_gpu_probe(images, LIBVGPU_BUILD)
         return RealNode.start(self.env, self.root / "node", name=NODE,
-                              images=[probe_image, self.archive])  # fmt: skip
+                              images=[probe_image, *self.archives])  # fmt: skip
 
-    def start_agent_daemonset(self) -> None:
+    def helm_install(self) -> None:
+        """The chart, installed by helm with the values a cluster without kube-proxy and
+        cluster DNS needs (host network, the API server on the host's loopback)."""
         api, root = self.api, self.root
-        api.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
         api.merge_patch(NODES, NODE, {"metadata": {"labels": {"tessera.io/gpu-node": "true"}}})
         apiserver_port = self.env.server.rsplit(":", 1)[1]
+        # No kube-proxy here: every pod reaches the API server on the host's loopback.
+        env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+               {"name": "KUBERNETES_SERVICE_PORT", "value": apiserver_port}]  # fmt: skip
         values = {
             "image": {"repository": IMAGE, "tag": self.tag, "pullPolicy": "Never"},
+            "scheduler": {"replicas": 1, "hostNetwork": True, "web": True, "extraEnv": env,
+                          "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
+            "kubeScheduler": {"image": KUBE_SCHEDULER_IMAGE, "replicas": 1, "hostNetwork": True,
+                              "extenderURL": f"http://127.0.0.1:{EXTENDER_PORT}",
+                              "extraEnv": env},
+            "webhook": {"url": f"https://127.0.0.1:{WEBHOOK_PORT}"},
             "nodeAgent": {
                 "backend": "fake",
                 "hostNetwork": True,
@@ -81,23 +103,20 @@ class ImageWorld(RealWorld):
                 "recoverySeconds": 1,
                 "extraArgs": [f"--nodes={root / 'nodes.csv'}",
                               f"--fake-device-dir={self.devices}"],
-                # No kube-proxy here: the API server is reached on the host's loopback.
-                "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-                             {"name": "KUBERNETES_SERVICE_PORT", "value": apiserver_port}],
+                "extraEnv": env,
                 "extraVolumes": [{"name": "world", "hostPath": {"path": str(root)}}],
                 "extraVolumeMounts": [{"name": "world", "mountPath": str(root)}],
             },
         }  # fmt: skip
         values_file = root / "values.yaml"
         values_file.write_text(yaml.safe_dump(values))
-        dyn = DynamicClient(self.env.api_client())
-        for template in ("rbac.yaml", "node-agent.yaml"):
-            text = render(show_only=f"templates/{template}", extra=["-f", str(values_file)])
-            for doc in (d for d in yaml.safe_load_all(text) if d):
-                if template == "rbac.yaml" and "node-agent" not in doc["metadata"]["name"]:
-                    continue  # the agent's account only: least privilege is what is tested
-                resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-                resource.create(body=doc, namespace=doc["metadata"].get("namespace"))
+        done = subprocess.run(
+            [str(helm()), "install", "tessera", str(CHART), "-n", NAMESPACE,
+             "--create-namespace", "-f", str(values_file), "--wait", "--timeout", "4m",
+             "--kubeconfig", str(self.env.kubeconfig)],
+            capture_output=True, text=True, timeout=330, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{self.agent_log()}"
 
     def agent_pod(self) -> dict[str, Any] | None:
         pods = self.api.list(PODS, NAMESPACE, label_selector="app=tessera-node-agent").items
@@ -132,19 +151,16 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     from tessera.testenv import TestEnv
 
     archive, tag = _build_image()
-    port = free_port()
-    cfg = scheduler_config(port)
-    # The DaemonSet's pod goes to the default profile (the extender sees GPU pods only).
-    cfg["profiles"].append({"schedulerName": "default-scheduler"})
-    env = TestEnv.start(tmp_path_factory.mktemp("image-cp"), binaries=testenv_binaries,
-                        scheduler_config=cfg)  # fmt: skip
+    # The testenv's own kube-scheduler serves the default profile only: GPU pods go to the
+    # chart's kube-scheduler and its extender.
+    env = TestEnv.start(tmp_path_factory.mktemp("image-cp"), binaries=testenv_binaries)
     root = Path(tempfile.mkdtemp(prefix="ts-img-", dir="/tmp"))
     root.chmod(0o755)
     w: ImageWorld | None = None
     try:
-        w = ImageWorld(env, root, archive, tag)
-        w.start_agent_daemonset()
-        w.start_extender(port)
+        scheduler_image = _kube_scheduler_image(testenv_binaries, root / "images")
+        w = ImageWorld(env, root, [archive, scheduler_image], tag)
+        w.helm_install()
         yield w
     finally:
         if w is not None:
@@ -153,31 +169,44 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_the_image_runs_the_agent_daemonset_and_a_gpu_pod_gets_its_slice(
-    world: ImageWorld,
-) -> None:
+def test_helm_install_runs_tessera_and_a_gpu_pod_gets_its_slice(world: ImageWorld) -> None:
     w = world
-
-    def running() -> bool:
-        p = w.agent_pod()
-        return bool(p and (p.get("status") or {}).get("phase") == "Running")
-
-    wait_for("the DaemonSet's agent pod Running", running, 120, 0.5, w.agent_log)
     wait_for("the agent's slots on the node", w.slots_advertised, 60, 0.5, w.agent_log)
-    pod = w.agent_pod()
-    assert pod is not None
-    assert pod["spec"]["containers"][0]["image"] == f"{IMAGE}:{w.tag}"
+    for label in ("tessera-node-agent", "tessera-scheduler", "tessera-kube-scheduler"):
+        [pod] = w.api.list(PODS, NAMESPACE, label_selector=f"app={label}").items
+        assert pod["status"]["phase"] == "Running", (label, pod["status"])
+        if label != "tessera-kube-scheduler":
+            assert pod["spec"]["containers"][0]["image"] == f"{IMAGE}:{w.tag}"
     assert "registered with kubelet as tessera.io/gpu" in w.agent_log()
 
-    probe = "tool_slice; echo rc=$?"
-    w.create(gpu_pod("img-slice", 1500, 30, probe, w.devices))
-    assert w.wait_phase("img-slice", ("Succeeded", "Failed")) == "Succeeded", w.diagnose(
-        "img-slice"
-    )
-    out = w.logs("img-slice")
-    w.delete("img-slice")
+    # No scheduler name: the chart's webhook routes the pod to the chart's kube-scheduler.
+    probe = gpu_pod("helm-slice", 1500, 30, "tool_slice; echo rc=$?; sleep 600", w.devices)
+    del probe["spec"]["schedulerName"]
+    w.create(probe)
+    assert w.wait_phase("helm-slice", ("Running", "Failed")) == "Running", w.diagnose("helm-slice")
+    got = w.pod("helm-slice")
+    assert got["spec"]["schedulerName"] == "tessera-scheduler"
+
+    def sliced() -> str:
+        out = w.logs("helm-slice")
+        return out if "rc=" in out else ""
+
+    out = wait_for("the probe's output", sliced, 30, 0.5)
     assert "rc=0" in out and "total_mib=1500" in out, out
     assert any(f"uuid={c.uuid}" in out for c in CARDS), out
+
+    plugin = Path(sys.executable).parent / "kubectl-tessera"
+    top = subprocess.run([str(plugin), "top", "-n", NS, "-o", "json",
+                          "--kubeconfig", str(w.env.kubeconfig)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    held = [h for c in json.loads(top)["cards"] for h in c["holders"]]
+    assert [(h["pod"], h["memoryMiB"], h["coresPercent"]) for h in held] == [
+        ("helm-slice", 1500, 30)]  # fmt: skip
+    with urlopen(f"http://127.0.0.1:{EXTENDER_PORT}/gpus.json", timeout=10) as r:
+        page = json.load(r)
+    assert [h["pod"] for n in page["nodes"] for c in n["cards"] for h in c["holders"]] == [
+        "helm-slice"]  # fmt: skip
+    w.delete("helm-slice")
 
 
 def test_the_image_runs_the_scheduler_command_as_non_root(world: ImageWorld) -> None:
