@@ -8,8 +8,10 @@ node-agent``), with libvgpu at /opt/tessera/lib/libvgpu.so. Two layers:
 
 * **base**: Debian 12 (bookworm) from its mirror by ``mmdebstrap`` -- the essential set,
   python3 and CA certificates, no apt, no docs -- plus the non-root user 65532 the
-  scheduler runs as. Cached by its recipe; ``--refresh-base`` rebuilds it (security
-  updates).
+  scheduler runs as. Pinned to the release, not to a snapshot (none is reachable from
+  the build machines): the package versions that went in are listed in
+  /etc/tessera-base-packages. Cached by its recipe; ``--refresh-base`` rebuilds it
+  (security updates).
 * **app**: Tessera and its runtime dependencies (pinned by requirements.lock, without
   the dev group and the ``plot`` extra) installed by ``uv`` into
   /opt/tessera/site-packages, byte-compiled, and libvgpu.
@@ -82,6 +84,9 @@ def base_recipe() -> list[str]:
     hooks = [
         f'echo "tessera:x:{USER}:{USER}:tessera:/nonexistent:/usr/sbin/nologin" >> "$1/etc/passwd"',
         f'echo "tessera:x:{USER}:" >> "$1/etc/group"',
+        # What went in, with versions: the base is rebuilt from the mirror, not a snapshot.
+        "chroot \"$1\" dpkg-query -W -f='${Package} ${Version}\\n'"
+        ' > "$1/etc/tessera-base-packages"',
         'rm -rf "$1"/var/cache/* "$1"/var/lib/apt/lists/* "$1"/var/log/*',
     ]
     argv = ["mmdebstrap", "--variant=essential", f"--include={','.join(PACKAGES)}", "--mode=root"]

@@ -99,6 +99,20 @@ def test_each_mode_renders_what_it_names() -> None:
     assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
         "tessera-system/tessera-webhook"
     )
+    direct = docs({"webhook.url": "https://10.0.0.7:8443", "kubeScheduler.extenderURL":
+                   "http://10.0.0.7:8888", "scheduler.hostNetwork": "true"})  # fmt: skip
+    hook = one(direct, "ValidatingWebhookConfiguration", "tessera-scheduler")["webhooks"][0]
+    assert hook["clientConfig"]["url"] == "https://10.0.0.7:8443/validate"
+    assert "service" not in hook["clientConfig"]
+    cert = x509.load_pem_x509_certificate(
+        base64.b64decode(one(direct, "Secret", "tessera-webhook-tls")["data"]["tls.crt"])
+    )
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.7"]
+    cfg = one(direct, "ConfigMap", "tessera-kube-scheduler")["data"]["config.yaml"]
+    assert yaml.safe_load(cfg)["extenders"][0]["urlPrefix"] == "http://10.0.0.7:8888"
+    spec = one(direct, "Deployment", "tessera-scheduler")["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
     mon = docs({"metrics.serviceMonitor.enabled": "true", "nodeAgent.enabled": "false"})
     assert ("ServiceMonitor", "tessera-scheduler") in kinds(mon)
     assert ("PodMonitor", "tessera-node-agent") in kinds(mon)

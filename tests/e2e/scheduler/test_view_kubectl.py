@@ -275,12 +275,24 @@ def test_the_page_draws_the_map_searches_and_shows_a_pod(
     uuid = json.loads(train["metadata"]["annotations"][ASSIGNMENT])["containers"][0]["cards"][0][
         "uuid"
     ]
-    url = f"http://127.0.0.1:{h.extender.port}/gpus#q=view/train&pod=view/train"
-    page = _browser(url, tmp_path)
+    broken = {"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": "broken-page", "annotations": {INVENTORY: "{oops"}}}  # fmt: skip
+    h.admin.create(NODES, broken)
+    try:
+        wait_for("the extender to refuse the broken inventory",
+                 lambda: b"broken-page" in h.extender.get("/gpus.json")[1], 30, 0.2)  # fmt: skip
+        url = f"http://127.0.0.1:{h.extender.port}/gpus#q=view/train&pod=view/train"
+        page = _browser(url, tmp_path)
+        everything = _browser(f"http://127.0.0.1:{h.extender.port}/gpus", tmp_path / "all")
+    finally:
+        h.admin.delete(NODES, "broken-page")
+    [(_, row, text)] = [e for e in everything.with_class("broken")]
+    assert row["data-node"] == "broken-page" and "inventory refused" in text
+    assert not [a for _, a, _ in everything.with_class("hidden")]  # no search: every row
     [(_, body, _)] = [e for e in page.found if e[0] == "body"]
     assert body.get("data-ready") == "1", "the page's script did not finish"
     rows = page.with_class("node")
-    assert len(rows) == len(h.nodes)
+    assert len(rows) == len(h.nodes) + 1  # and the broken one
     shown = [a["data-node"] for _, a, _ in rows if "hidden" not in a["class"].split()]
     assert shown == [node]  # the search keeps the one node holding view/train
     tiles = page.with_class("card")
@@ -293,6 +305,6 @@ def test_the_page_draws_the_map_searches_and_shows_a_pod(
     assert "open" in detail["class"].split()
     assert "view/train" in text and "12000 MiB" in text and "fixed-share" in text
     _, summary = page.by_id("summary")
-    assert f"{len(h.nodes)} nodes" in summary and "1 pods waiting" in summary
+    assert f"{len(h.nodes) + 1} nodes" in summary and "1 pods waiting" in summary
     shot = (tmp_path / "gpus.png").read_bytes()
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000, len(shot)
