@@ -171,12 +171,13 @@ class RealWorld:
                  timeout, 0.1, lambda: self.diagnose(name))  # fmt: skip
         return self.phase(name)
 
-    def logs(self, name: str, container: str | None = None) -> str:
+    def logs(self, name: str, container: str | None = None, namespace: str = NS) -> str:
         from kubernetes import client
 
         api = self.env.api_client()
         try:
-            return str(client.CoreV1Api(api).read_namespaced_pod_log(name, NS, container=container))
+            core = client.CoreV1Api(api)
+            return str(core.read_namespaced_pod_log(name, namespace, container=container))
         finally:
             api.close()
 

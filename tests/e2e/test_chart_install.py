@@ -18,7 +18,7 @@ from tessera.kube import Kind, NotFound
 from tessera.kube.client import KubeClient
 from tessera.model.clusterspec import synthetic_nodes
 from tessera.testenv import TestEnv
-from tessera.testenv.chart import CHART, helm, render
+from tessera.testenv.chart import CHART, helm_on, render
 from tests.e2e.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -38,10 +38,10 @@ CRDS = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresour
 
 
 def _helm(env: TestEnv, *args: str) -> str:
-    done = subprocess.run([str(helm()), *args, "--kubeconfig", str(env.kubeconfig)],
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    assert done.returncode == 0, f"helm {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
+    try:
+        return helm_on(env.kubeconfig, *args)
+    except subprocess.CalledProcessError as exc:
+        raise AssertionError(f"helm {' '.join(args)}:\n{exc.stdout}\n{exc.stderr}") from exc
 
 
 def _dry_run_apply(dyn: DynamicClient, doc: dict[str, Any]) -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import pytest
 from tessera.kube.kinds import PODS
 from tessera.node.formats.usage import CardUsage, ProcessUsage, encode_region
 from tests.e2e.agent_world import NODE, NS, SLOTS, World, gpu_pod, kpod, world
+from tests.e2e.plugin import rows, run
 from tests.e2e.prometheus import Prometheus
 from tests.e2e.wait import wait_for
 
@@ -119,23 +118,13 @@ def test_every_dashboard_query_returns_series_and_top_shows_live_use(
                     empty.append(f"{path.name}: {title}: {expr}")
         assert empty == [], "queries with no series:\n" + "\n".join(empty)
 
-        plugin = Path(sys.executable).parent / "kubectl-tessera"
-        r = subprocess.run(
-            [str(plugin), "top", "-n", NS, "--prometheus", prom.url,
-             "--kubeconfig", str(w.env.kubeconfig)],
-            capture_output=True, text=True, timeout=60,
-            env={**os.environ, "COLUMNS": "250"},
-        )  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        lines = r.stdout.splitlines()
-        header = lines[0].split()
-        row = next(ln for ln in lines if f"{NS}/mon-a" in ln)
-        cells = dict(zip(header, [c.strip() for c in row.split("   ") if c.strip()], strict=False))
-        assert cells["USED"] == "3072Mi", r.stdout
-        achieved = int(cells["ACHIEVED"].rstrip("%"))
+        r = run(w.env.kubeconfig, "top", "-n", NS, "--prometheus", prom.url)
+        by_pod = {row["POD"]: row for row in rows(r.stdout)}
+        assert by_pod[f"{NS}/mon-a"]["USED"] == "3072Mi", r.stdout
+        achieved = int(by_pod[f"{NS}/mon-a"]["ACHIEVED"].rstrip("%"))
         assert 40 <= achieved <= 60, r.stdout  # 50 % of wall time between two scrapes
-        other = next(ln for ln in lines if f"{NS}/mon-b" in ln)
-        assert other.split()[-2:] == ["0Mi", "0%"], r.stdout  # started, no CUDA use yet
+        # Started, no CUDA use yet.
+        assert (by_pod[f"{NS}/mon-b"]["USED"], by_pod[f"{NS}/mon-b"]["ACHIEVED"]) == ("0Mi", "0%")
     finally:
         busy.stop.set()
         prom.stop()

@@ -23,10 +23,11 @@ import pytest
 import yaml
 
 from tessera.kube import EVENTS, NODES, PODS, Kind
-from tessera.testenv.chart import CHART, NAMESPACE, helm
+from tessera.testenv.chart import CHART, NAMESPACE, helm_on
 from tessera.testenv.images import ImageConfig, ImageFile, build_gpu_probe, oci_archive
 from tessera.testenv.process import free_port
 from tessera.testenv.realnode import RealNode, missing_prerequisites
+from tests.e2e.plugin import run
 from tests.e2e.realnode import CARDS, LIBVGPU_BUILD, NODE, NS, RealWorld, gpu_pod
 from tests.e2e.wait import wait_for
 
@@ -110,13 +111,12 @@ class ImageWorld(RealWorld):
         }  # fmt: skip
         values_file = root / "values.yaml"
         values_file.write_text(yaml.safe_dump(values))
-        done = subprocess.run(
-            [str(helm()), "install", "tessera", str(CHART), "-n", NAMESPACE,
-             "--create-namespace", "-f", str(values_file), "--wait", "--timeout", "4m",
-             "--kubeconfig", str(self.env.kubeconfig)],
-            capture_output=True, text=True, timeout=330, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{self.agent_log()}"
+        try:
+            helm_on(self.env.kubeconfig, "install", "tessera", str(CHART), "-n", NAMESPACE,
+                    "--create-namespace", "-f", str(values_file), "--wait",
+                    "--timeout", "4m")  # fmt: skip
+        except subprocess.CalledProcessError as exc:
+            raise AssertionError(f"{exc.stdout}\n{exc.stderr}\n{self.agent_log()}") from exc
 
     def agent_pod(self) -> dict[str, Any] | None:
         pods = self.api.list(PODS, NAMESPACE, label_selector="app=tessera-node-agent").items
@@ -131,19 +131,10 @@ class ImageWorld(RealWorld):
         events = [(e.get("reason"), e.get("message"))
                   for e in self.api.list(EVENTS, NAMESPACE).items]  # fmt: skip
         try:
-            log = self.logs_in(p["metadata"]["name"], NAMESPACE)
+            log = self.logs(p["metadata"]["name"], namespace=NAMESPACE)
         except Exception as exc:  # not started yet
             log = f"(no log: {exc})"
         return f"status: {yaml.safe_dump(p.get('status'))}\nevents: {events}\nlog:\n{log}"
-
-    def logs_in(self, name: str, namespace: str) -> str:
-        from kubernetes import client
-
-        api = self.env.api_client()
-        try:
-            return str(client.CoreV1Api(api).read_namespaced_pod_log(name, namespace))
-        finally:
-            api.close()
 
 
 @pytest.fixture(scope="module")
@@ -195,10 +186,7 @@ def test_helm_install_runs_tessera_and_a_gpu_pod_gets_its_slice(world: ImageWorl
     assert "rc=0" in out and "total_mib=1500" in out, out
     assert any(f"uuid={c.uuid}" in out for c in CARDS), out
 
-    plugin = Path(sys.executable).parent / "kubectl-tessera"
-    top = subprocess.run([str(plugin), "top", "-n", NS, "-o", "json",
-                          "--kubeconfig", str(w.env.kubeconfig)],
-                         capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    top = run(w.env.kubeconfig, "top", "-n", NS, "-o", "json").stdout
     held = [h for c in json.loads(top)["cards"] for h in c["holders"]]
     assert [(h["pod"], h["memoryMiB"], h["coresPercent"]) for h in held] == [
         ("helm-slice", 1500, 30)]  # fmt: skip

@@ -27,6 +27,7 @@ __all__ = [
     "KUBE_VERSION",
     "deployed",
     "helm",
+    "helm_on",
     "kube_scheduler_config",
     "render",
     "write_deploy",
@@ -60,7 +61,17 @@ def render(
         argv += ["--set", f"{k}={v}"]
     if show_only:
         argv += ["--show-only", show_only]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return _run(argv)
+
+
+def helm_on(kubeconfig: Path, *args: str, timeout: float = 330.0) -> str:
+    """``helm ARGS`` against the cluster of ``kubeconfig`` (install, upgrade, status...):
+    its output; CalledProcessError with helm's message."""
+    return _run([str(helm()), *args, "--kubeconfig", str(kubeconfig)], timeout)
+
+
+def _run(argv: list[str], timeout: float = 120.0) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
     if done.returncode != 0:
         raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
     return done.stdout

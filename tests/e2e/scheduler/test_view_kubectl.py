@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import yaml
 
 from tessera.kube import GPUQUOTAS, NODES, PODS, Kind, NotFound
 from tessera.model.annotations import ASSIGNMENT, GPU_MODEL, INVENTORY
+from tests.e2e.plugin import rows, run
 from tests.e2e.scheduler.harness import Harness, unschedulable
 from tests.e2e.scheduler.workload import _pod
 from tests.e2e.wait import wait_for
@@ -29,7 +28,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "view"
 NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
-PLUGIN = Path(sys.executable).parent / "kubectl-tessera"
 
 
 def _viewer_kubeconfig(h: Harness) -> Path:
@@ -64,29 +62,6 @@ def _viewer_kubeconfig(h: Harness) -> Path:
     return path
 
 
-def _run(kubeconfig: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    assert PLUGIN.exists(), f"{PLUGIN} is not installed (make setup installs it)"
-    env = {**os.environ, "COLUMNS": "250"}
-    r = subprocess.run([str(PLUGIN), *args, "--kubeconfig", str(kubeconfig)], env=env,
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
-    if ok:
-        assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r
-
-
-def _rows(text: str) -> list[dict[str, str]]:
-    """kubectl-style columns into dicts (headers are single words)."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    headers = lines[0].split()
-    out = []
-    for ln in lines[1:]:
-        if "   " not in ln:
-            continue  # a message line, not a row
-        out.append(dict(zip(headers, [c.strip() for c in ln.split("   ") if c.strip()],
-                            strict=False)))  # fmt: skip
-    return out
-
-
 @pytest.fixture(scope="module")
 def placed(harness: Harness) -> dict[str, Any]:
     h = harness
@@ -119,9 +94,8 @@ def placed(harness: Harness) -> dict[str, Any]:
 def test_top_shows_each_pods_slice_on_its_card(placed: dict[str, Any]) -> None:
     kc = placed["kubeconfig"]
     train = placed["pods"]["train"]
-    r = _run(kc, "top", "-n", NS)
-    rows = _rows(r.stdout)
-    by_pod = {row["POD"]: row for row in rows}
+    r = run(kc, "top", "-n", NS)
+    by_pod = {row["POD"]: row for row in rows(r.stdout)}
     assert set(by_pod) == {f"{NS}/train", f"{NS}/whole"}, r.stdout
     t = by_pod[f"{NS}/train"]
     assert t["NODE"] == train["spec"]["nodeName"] and t["MODEL"] == "A100"
@@ -129,7 +103,7 @@ def test_top_shows_each_pods_slice_on_its_card(placed: dict[str, Any]) -> None:
     assert by_pod[f"{NS}/whole"]["SLICE"] == "whole" and by_pod[f"{NS}/whole"]["MODEL"] == "T4"
     assert "1 GPU pod(s) waiting" in r.stdout
 
-    doc = json.loads(_run(kc, "top", "-o", "json", "--model", "A100", "--sort-by", "memory").stdout)
+    doc = json.loads(run(kc, "top", "-o", "json", "--model", "A100", "--sort-by", "memory").stdout)
     assert all(c["model"] == "A100" for c in doc["cards"]) and len(doc["cards"]) >= 8
     allocated = [c["allocatedMiB"] for c in doc["cards"]]
     assert allocated == sorted(allocated, reverse=True)
@@ -139,7 +113,7 @@ def test_top_shows_each_pods_slice_on_its_card(placed: dict[str, Any]) -> None:
                      "usedBytes": None, "achievedPercent": None}]  # fmt: skip
     assert f"{NS}/waits" in doc["pending"]
 
-    wide = _rows(_run(kc, "top", "-n", NS, "-o", "wide").stdout)
+    wide = rows(run(kc, "top", "-n", NS, "-o", "wide").stdout)
     assert {row["POD"]: row["HEALTH"] for row in wide} == {f"{NS}/train": "ok",
                                                            f"{NS}/whole": "ok"}  # fmt: skip
     assert all(row["UUID"].startswith("GPU-") for row in wide)
@@ -150,15 +124,15 @@ def test_pod_shows_its_cards_and_limits(placed: dict[str, Any]) -> None:
     train = placed["pods"]["train"]
     a = json.loads(train["metadata"]["annotations"][ASSIGNMENT])
     uuid = a["containers"][0]["cards"][0]["uuid"]
-    r = _run(kc, "pod", "train")  # the context's namespace, as kubectl does
+    r = run(kc, "pod", "train")  # the context's namespace, as kubectl does
     assert f"pod {NS}/train on node {train['spec']['nodeName']}" in r.stdout
-    [row] = _rows(r.stdout.split("\n", 1)[1])
+    [row] = rows(r.stdout.split("\n", 1)[1])
     assert row["UUID"] == uuid and row["MEMORY"] == "12000Mi" and row["COMPUTE"] == "30%"
-    doc = yaml.safe_load(_run(kc, "pod", "whole", "-n", NS, "-o", "yaml").stdout)
+    doc = yaml.safe_load(run(kc, "pod", "whole", "-n", NS, "-o", "yaml").stdout)
     assert doc["cards"][0]["exclusive"] is True and doc["cards"][0]["model"] == "T4"
-    r = _run(kc, "pod", "waits")
+    r = run(kc, "pod", "waits")
     assert "is waiting to be placed" in r.stdout and "kubectl tessera why waits" in r.stdout
-    r = _run(kc, "pod", "nope", ok=False)
+    r = run(kc, "pod", "nope", ok=False)
     assert r.returncode == 1 and 'pods "nope" not found in namespace view' in r.stderr
 
 
@@ -166,11 +140,11 @@ def test_why_gives_the_grouped_reason_and_the_scheduler_events(
     placed: dict[str, Any], harness: Harness
 ) -> None:
     kc = placed["kubeconfig"]
-    r = _run(kc, "why", "waits")
+    r = run(kc, "why", "waits")
     assert f"pod {NS}/waits fits nowhere: 0/{len(harness.nodes)} nodes fit" in r.stdout, r.stdout
     assert "B200" in r.stdout
     assert "FailedScheduling" in r.stdout or "TesseraUnschedulable" in r.stdout, r.stdout
-    r = _run(kc, "why", "train")
+    r = run(kc, "why", "train")
     assert "is placed: bound to" in r.stdout
 
 
@@ -183,8 +157,8 @@ def test_quota_shows_use_against_the_limits(placed: dict[str, Any], harness: Har
                              "coresPercent": 200},
                             {"name": "t4", "models": ["T4"], "cards": 2}]},
     }, NS)  # fmt: skip
-    rows = _rows(_run(kc, "quota", "-o", "wide").stdout)
-    assert {r["LIMIT"]: (r["MEMORY"], r["CORES"], r["CARDS"], r["HOLDERS"]) for r in rows} == {
+    limits = rows(run(kc, "quota", "-o", "wide").stdout)
+    assert {r["LIMIT"]: (r["MEMORY"], r["CORES"], r["CARDS"], r["HOLDERS"]) for r in limits} == {
         "a100": ("12000/40000Mi", "30/200%", "-", "train"),
         "t4": ("-", "-", "1/2", "whole"),
     }
@@ -200,10 +174,10 @@ def test_a_node_whose_inventory_does_not_decode_is_shown_and_the_rest_served(
                            "annotations": {INVENTORY: "{not json"}}}  # fmt: skip
     h.admin.create(NODES, broken)
     try:
-        r = _run(kc, "top", "-n", NS)
+        r = run(kc, "top", "-n", NS)
         assert "node broken-gpu: inventory refused" in r.stderr, r.stderr
-        assert {row["POD"] for row in _rows(r.stdout)} == {f"{NS}/train", f"{NS}/whole"}
-        doc = json.loads(_run(kc, "top", "-o", "json").stdout)
+        assert {row["POD"] for row in rows(r.stdout)} == {f"{NS}/train", f"{NS}/whole"}
+        doc = json.loads(run(kc, "top", "-o", "json").stdout)
         assert "not valid JSON" in doc["nodeProblems"]["broken-gpu"]
         assert len(doc["cards"]) == sum(len(n.cards) for n in h.nodes)
     finally:
