@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -55,6 +56,7 @@ from tessera.node.formats.usage import RegionSnapshot, read_region
 __all__ = ["AgentMetrics", "NodeCollector", "NodeView"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 MIB = 1 << 20
 _NS = 1e-9
@@ -85,15 +87,13 @@ class NodeCollector(Collector):
     def _read(
         self, rec: AllocRecord
     ) -> tuple[Limits | None, RegionSnapshot | None, list[tuple[str, str]]]:
+        """The container's limits and usage region, each None if it did not read, and the
+        (file, problem) of each that did not."""
         problems: list[tuple[str, str]] = []
-        limits: Limits | None = None
-        region: RegionSnapshot | None = None
-        for file in ("limits", "usage_region"):
+
+        def attempt(file: str, read: Callable[[], _T]) -> _T | None:
             try:
-                if file == "limits":
-                    limits = self._limits.read(self.layout.limits_path(rec.alloc_id))
-                else:
-                    region = read_region(self.layout.region_path(rec.alloc_id))
+                return read()
             except FileNotFoundError:
                 problems.append((file, "missing"))
             except FormatError as exc:
@@ -104,6 +104,10 @@ class NodeCollector(Collector):
             except OSError as exc:
                 problems.append((file, "unreadable"))
                 log.warning("exporter: %s/%s %s: %s", rec.pod_key, rec.container, file, exc)
+            return None
+
+        limits = attempt("limits", lambda: self._limits.read(self.layout.limits_path(rec.alloc_id)))
+        region = attempt("usage_region", lambda: read_region(self.layout.region_path(rec.alloc_id)))
         return limits, region, problems
 
     def collect(self) -> Iterator[Metric]:

@@ -19,7 +19,7 @@ import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -83,9 +83,20 @@ class _Conn:
         return str((chosen or {}).get("context", {}).get("namespace") or "default")
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _get_pod(api: Any, name: str, namespace: str) -> dict[str, Any]:
+    """The pod, or exit 1 with kubectl's wording when it does not exist."""
+    from tessera.kube.errors import NotFound
+    from tessera.kube.kinds import PODS
+
+    try:
+        return dict(api.get(PODS, name, namespace))
+    except NotFound:
+        _fail(f'pods "{name}" not found in namespace {namespace}')
 
 
 def _load_map(api: Any) -> GpuMap:
@@ -135,7 +146,6 @@ def _live(url: str | None) -> dict[tuple[str, str, str, str], Live]:
         return {k: Live(*v) for k, v in container_use(url).items()}
     except OSError as exc:
         _fail(f"--prometheus {url}: {exc}")
-    return {}
 
 
 def _use(live: Mapping[tuple[str, str, str, str], Live], h: Holder, uuid: str) -> Live:
@@ -271,17 +281,11 @@ def pod(
     context: Context = None,
 ) -> None:
     """A pod's cards and limits, as the extender assigned them."""
-    from tessera.kube.errors import NotFound
 
     conn = _Conn(kubeconfig, context)
     ns = conn.namespace(namespace)
     api = conn.client()
-    from tessera.kube.kinds import PODS
-
-    try:
-        api.get(PODS, name, ns)
-    except NotFound:
-        _fail(f'pods "{name}" not found in namespace {ns}')
+    _get_pod(api, name, ns)
     gmap = _load_map(api)
     key = f"{ns}/{name}"
     live = _live(prometheus)
@@ -355,10 +359,7 @@ def why(
     conn = _Conn(kubeconfig, context)
     ns = conn.namespace(namespace)
     api = conn.client()
-    try:
-        obj = api.get(PODS, name, ns)
-    except NotFound:
-        _fail(f'pods "{name}" not found in namespace {ns}')
+    obj = _get_pod(api, name, ns)
     key = f"{ns}/{name}"
     bound = (obj.get("spec") or {}).get("nodeName")
     if bound:
