@@ -101,6 +101,14 @@ def test_every_dashboard_query_returns_series_and_top_shows_live_use(
 
         wait_for("a rate of kernel time for mon-a", has_rate, 60, 0.5, counter)
 
+        def two_scrapes_each() -> bool:
+            # rate() needs two samples of a series: the dashboards' rates over the
+            # extender's counters must not be judged after its first scrape alone.
+            result = prom.query("count_over_time(up[1m]) >= 2").get("data", {}).get("result")
+            return len(result or []) == 2
+
+        wait_for("two scrapes of each target", two_scrapes_each, 30, 0.5, prom.log_tail)
+
         empty: list[str] = []
         for path in DASHBOARDS:
             dashboard = json.loads(path.read_text())
