@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EVENTS", "GPUQUOTAS", "LEASES", "NODES", "PODS", "Kind"]
+__all__ = [
+    "DEVICE_CLASSES",
+    "EVENTS",
+    "GPUQUOTAS",
+    "LEASES",
+    "NODES",
+    "PODS",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_SLICES",
+    "Kind",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +41,9 @@ PODS = Kind("v1", "Pod", "pods", namespaced=True)
 EVENTS = Kind("v1", "Event", "events", namespaced=True)
 LEASES = Kind("coordination.k8s.io/v1", "Lease", "leases", namespaced=True)
 GPUQUOTAS = Kind("tessera.io/v1alpha1", "GpuQuota", "gpuquotas", namespaced=True)
+RESOURCE_SLICES = Kind("resource.k8s.io/v1", "ResourceSlice", "resourceslices", namespaced=False)
+RESOURCE_CLAIMS = Kind("resource.k8s.io/v1", "ResourceClaim", "resourceclaims", namespaced=True)
+RESOURCE_CLAIM_TEMPLATES = Kind(
+    "resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", namespaced=True
+)
+DEVICE_CLASSES = Kind("resource.k8s.io/v1", "DeviceClass", "deviceclasses", namespaced=False)

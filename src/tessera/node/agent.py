@@ -5,6 +5,9 @@
     cleanup loop: folders of containers that are gone; MPS daemon supervision
     backstop loop: device memory per container from the driver, against its cap
     exporter: /metrics of cards, containers and the agent, read at scrape time
+    claims (--claims-cards): those cards go to a ResourceSlice and the DRA kubelet plugin
+        (prepare/unprepare) instead of the device plugin and the inventory; no card is on
+        both paths (docs/claims.md)
 
 Every outside dependency comes in through the constructor (discovery backend, pod source,
 event sink, node port, MPS control), so tests run the real wiring with fakes.
@@ -22,15 +25,21 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 
+from tessera.claims.devices import claims_pool
+from tessera.kube.port import KubeApi
 from tessera.model.types import DEFAULT_SLOTS, Card
 from tessera.node.allocation.allocator import Allocator
 from tessera.node.backstop import Backstop, BackstopMode
 from tessera.node.burst.tenants import AllocationTenants, CoordinatorHost
 from tessera.node.cards.health import APPLICATION_XIDS, HealthTracker
 from tessera.node.cards.inventory import InventoryPublisher
+from tessera.node.dra.prepare import ClaimPreparer
+from tessera.node.dra.server import DraPluginServer
+from tessera.node.dra.slices import SlicePublisher
 from tessera.node.exporter import AgentMetrics, NodeView
 from tessera.node.formats.layout import Layout
 from tessera.node.isolation import Isolation, MpsSupervisor, Visibility
+from tessera.node.kube_source import KubeClaims
 from tessera.node.kubelet.plugin import RECENT, DevicePluginServer
 from tessera.node.ports import (
     Discovery,
@@ -70,6 +79,10 @@ class AgentConfig:
     context_mib: int = 0  # libvgpu's charge per CUDA context (limits file context_mib)
     metrics_port: int | None = None  # the exporter's /metrics; None: not served
     metrics_address: str = "0.0.0.0"
+    claims_cards: str = "none"  # card indices offered to DRA claims: all, none or "4,5"
+    dra_plugin_dir: Path = Path("/var/lib/kubelet/plugins")
+    dra_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    cdi_dir: Path = Path("/var/run/cdi")
 
 
 class Agent:
@@ -82,8 +95,10 @@ class Agent:
         node_port: NodePort | None,
         podres: PodResources | None,
         mps: MpsControl | None = None,
+        kube: KubeApi | None = None,
     ) -> None:
         self.cfg = cfg
+        self.kube = kube  # ResourceSlices and ResourceClaims, for the claims path
         self.discovery = discovery
         self.pods = pods
         self.events = events
@@ -98,6 +113,9 @@ class Agent:
         self.coordinator: CoordinatorHost | None = None
         self.backstop: Backstop | None = None
         self.metrics: AgentMetrics | None = None
+        self.claim_cards: frozenset[str] = frozenset()  # UUIDs on the claims path
+        self.slices: SlicePublisher | None = None
+        self.dra: DraPluginServer | None = None
         self._metrics_server: WSGIServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -118,13 +136,19 @@ class Agent:
         )
 
     def _publish(self) -> None:
-        if self.inventory is None:
-            return
-        try:
-            self.inventory.publish(self.cards())
-        except Exception:
-            log.exception("could not patch the inventory of %s; will retry", self.cfg.node)
-            self.inventory.forget()
+        cards = self.cards()
+        if self.inventory is not None:
+            try:
+                self.inventory.publish(tuple(c for c in cards if c.uuid not in self.claim_cards))
+            except Exception:
+                log.exception("could not patch the inventory of %s; will retry", self.cfg.node)
+                self.inventory.forget()
+        if self.slices is not None:
+            try:
+                self.slices.publish(c for c in cards if c.uuid in self.claim_cards)
+            except Exception:
+                log.exception("could not write the ResourceSlice of %s; will retry", self.cfg.node)
+                self.slices.forget()
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -147,6 +171,11 @@ class Agent:
         lib_version = self.layout.install_library(cfg.libvgpu)
         if self.mps is not None:
             self.mps.check()
+        pool = claims_pool(cfg.claims_cards, (c.index for c in cards))
+        self.claim_cards = frozenset(c.uuid for c in cards if c.index in pool)
+        if self.claim_cards:
+            self._start_claims(tuple(c for c in cards if c.uuid in self.claim_cards), lib_version)
+        cards = tuple(c for c in cards if c.uuid not in self.claim_cards)  # the extender's
         self.allocator = Allocator(
             node=cfg.node,
             cards=cards,
@@ -210,6 +239,27 @@ class Agent:
             self.facts.driver_version or "unknown",
         )
 
+    def _start_claims(self, cards: tuple[Card, ...], lib_version: str) -> None:
+        assert self.facts is not None
+        if self.kube is None:
+            raise RuntimeError("--claims-cards needs the Kubernetes API (ResourceSlices, claims)")
+        cfg = self.cfg
+        preparer = ClaimPreparer(
+            node=cfg.node,
+            cards=cards,
+            layout=self.layout,
+            lib_version=lib_version,
+            claims=KubeClaims(self.kube),
+            cdi_dir=cfg.cdi_dir,
+            isolation=cfg.isolation,
+            visibility=cfg.visibility,
+            context_mib=cfg.context_mib,
+        )
+        self.slices = SlicePublisher(self.kube, cfg.node, self.facts.driver_version)
+        self.dra = DraPluginServer(preparer, cfg.dra_plugin_dir, cfg.dra_registry_dir)
+        self.dra.start()
+        log.info("claims path on %s: cards %s", cfg.node, sorted(c.index for c in cards))
+
     def _metrics(self, lib_version: str) -> AgentMetrics:
         assert self.facts is not None and self.allocator is not None
         info = {
@@ -247,6 +297,8 @@ class Agent:
             self.coordinator.stop()
         if self.plugin is not None:
             self.plugin.stop()
+        if self.dra is not None:
+            self.dra.stop()
 
     # --- loops -----------------------------------------------------------------------
 

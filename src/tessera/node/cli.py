@@ -84,12 +84,29 @@ def node_agent(
     metrics_address: Annotated[str, typer.Option(help="Address /metrics listens on.")] = (
         "0.0.0.0"
     ),
+    claims_cards: Annotated[
+        str,
+        typer.Option(
+            help="Cards offered to DRA claims instead of the extender path: all, none, or "
+            "indices such as 4,5,6,7 (docs/claims.md)."
+        ),
+    ] = "none",
+    dra_plugin_dir: Annotated[
+        Path, typer.Option(help="kubelet's DRA plugin folder (the service socket goes under it).")
+    ] = Path("/var/lib/kubelet/plugins"),
+    dra_registry_dir: Annotated[
+        Path, typer.Option(help="kubelet's plugin registration folder.")
+    ] = Path("/var/lib/kubelet/plugins_registry"),
+    cdi_dir: Annotated[
+        Path, typer.Option(help="Where the container runtime reads CDI specs.")
+    ] = Path("/var/run/cdi"),
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the node agent: discovery, inventory, device plugin, health, cleanup."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from tessera.errors import SpecError
     from tessera.kube.client import KubeClient
     from tessera.kube.events import EventRecorder
     from tessera.node.agent import Agent, AgentConfig
@@ -144,14 +161,21 @@ def node_agent(
         context_mib=context_mib,
         metrics_port=metrics_port or None,
         metrics_address=metrics_address,
+        claims_cards=claims_cards,
+        dra_plugin_dir=dra_plugin_dir,
+        dra_registry_dir=dra_registry_dir,
+        cdi_dir=cdi_dir,
     )
     layout = Layout(state_dir)
     mps = MpsDaemon(layout.mps_pipe, layout.mps_log) if iso is Isolation.MPS else None
-    agent = Agent(cfg, disc, pods, KubeEvents(recorder), KubeNode(api), podres, mps)
+    agent = Agent(cfg, disc, pods, KubeEvents(recorder), KubeNode(api), podres, mps, kube=api)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    agent.start()
+    try:
+        agent.start()
+    except SpecError as exc:
+        raise typer.BadParameter(str(exc)) from None
     typer.echo(f"tessera node-agent on {node} (pid {os.getpid()})", err=True)
     done.wait()
     agent.stop()

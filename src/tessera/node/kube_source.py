@@ -4,6 +4,7 @@
   watch, re-list on 410); ``refresh`` is a fresh list for when the watch lags kubelet.
 * ``KubeEvents``: Warning Events on a pod through the off-path ``EventRecorder``.
 * ``KubeNode``: reads and merge-patches the node's ``tessera.io/inventory``.
+* ``KubeClaims``: reads a ResourceClaim for the DRA plugin's prepare.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import threading
 from typing import Any
 
 from tessera.kube.events import EventRecorder
-from tessera.kube.kinds import NODES, PODS
+from tessera.kube.kinds import NODES, PODS, RESOURCE_CLAIMS
 from tessera.kube.port import KubeApi, Obj, WatchEvent
 from tessera.kube.reflector import Reflector
 from tessera.model import annotations as ann
 from tessera.node.pods import PodInfo, pod_info
 
-__all__ = ["KubeEvents", "KubeNode", "KubePods"]
+__all__ = ["KubeClaims", "KubeEvents", "KubeNode", "KubePods"]
 
 
 class KubePods:
@@ -91,3 +92,12 @@ class KubeNode:
 
     def set_inventory(self, node: str, text: str) -> None:
         self.api.merge_patch(NODES, node, {"metadata": {"annotations": {ann.INVENTORY: text}}})
+
+
+class KubeClaims:
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+
+    def claim(self, namespace: str, name: str) -> Obj:
+        # A fresh GET, not a watch cache: kubelet calls prepare right after allocation.
+        return self.api.get(RESOURCE_CLAIMS, name, namespace)

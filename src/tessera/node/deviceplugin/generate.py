@@ -1,4 +1,5 @@
-"""Regenerate the Python code of the kubelet APIs from the checked-in ``.proto`` files.
+"""Regenerate the Python code of the kubelet APIs (device plugin, pod-resources, DRA and
+plugin registration) from the checked-in ``.proto`` files.
 
     .venv/bin/python -m tessera.node.deviceplugin.generate
 
@@ -16,14 +17,19 @@ __all__ = ["PROTOS", "main"]
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[2]  # .../src
-PROTOS = ("api.proto", "podresources.proto")
+PROTOS = (
+    ("deviceplugin/v1beta1", "api.proto"),
+    ("deviceplugin/v1beta1", "podresources.proto"),
+    ("dra/v1", "dra.proto"),
+    ("dra/v1", "registration.proto"),
+)
 
 
 def main() -> int:
     from grpc_tools import protoc  # dev dependency; imported only here
 
-    folder = HERE / "v1beta1"
-    for name in PROTOS:
+    for where, name in PROTOS:
+        folder = HERE.parent / where
         proto = folder / name
         args = [
             "grpc_tools.protoc",
@@ -37,7 +43,7 @@ def main() -> int:
         if rc != 0:
             print(f"protoc failed on {proto.name} (exit {rc})", file=sys.stderr)
             return rc
-    (folder / "__init__.py").touch()
+        (folder / "__init__.py").touch()
     return 0
 
 

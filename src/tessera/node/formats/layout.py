@@ -9,6 +9,8 @@ byte for byte in docs/protocol.md, "## Device plugin"):
     containers/<alloc-id>/etc/limits  -> /etc/tessera/limits (folder mounted read-only)
     containers/<alloc-id>/usage/      -> /var/run/tessera/usage (read-write)
     containers/<alloc-id>/allowance/  -> /var/run/tessera/allowance (read-only)
+    claims/<claim-uid>/...            the same four for a DRA claim (meta.json is the
+                                      claim's record), through its CDI spec
     mps/pipe/, mps/log/               the MPS control daemon's folders (mps backend)
 
 An agent upgrade that ships a new library writes a new ``lib/<version>/``; containers
@@ -63,6 +65,14 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _write_folder(d: Path, limits_text: str, meta_json: str) -> None:
+    for sub in ("etc", "usage", "allowance"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    os.chmod(d / "usage", 0o777)  # the container's processes, any uid, write their usage
+    atomic_write(d / "etc" / "limits", limits_text, 0o444)
+    atomic_write(d / "meta.json", meta_json + "\n", 0o600)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +137,7 @@ class Layout:
         self.root = Path(state_dir)
         self.lib_root = self.root / "lib"
         self.containers = self.root / "containers"
+        self.claims = self.root / "claims"
         self.mps_pipe = self.root / "mps" / "pipe"
         self.mps_log = self.root / "mps" / "log"
 
@@ -188,12 +199,7 @@ class Layout:
 
     def write_alloc(self, record: AllocRecord, limits_text: str) -> None:
         """Create or rewrite the allocation's folder; the limits file is replaced atomically."""
-        d = self.alloc_dir(record.alloc_id)
-        for sub in ("etc", "usage", "allowance"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(d / "usage", 0o777)  # the container's processes, any uid, write their usage
-        atomic_write(self.limits_path(record.alloc_id), limits_text, 0o444)
-        atomic_write(d / "meta.json", record.to_json() + "\n", 0o600)
+        _write_folder(self.alloc_dir(record.alloc_id), limits_text, record.to_json())
 
     def read_allocs(self) -> list[AllocRecord]:
         out: list[AllocRecord] = []
@@ -214,6 +220,29 @@ class Layout:
 
     def remove_alloc(self, alloc_id: str) -> None:
         shutil.rmtree(self.alloc_dir(alloc_id), ignore_errors=True)
+
+    # --- claims (DRA) -----------------------------------------------------------------
+
+    def claim_dir(self, uid: str) -> Path:
+        return self.claims / uid
+
+    def write_claim(self, uid: str, limits_text: str, meta_json: str) -> None:
+        """Create or rewrite a prepared claim's folder (same files as an allocation's)."""
+        _write_folder(self.claim_dir(uid), limits_text, meta_json)
+
+    def read_claim_meta(self, uid: str) -> str | None:
+        try:
+            return (self.claim_dir(uid) / "meta.json").read_text()
+        except OSError:
+            return None
+
+    def claim_uids(self) -> list[str]:
+        if not self.claims.exists():
+            return []
+        return sorted(p.name for p in self.claims.iterdir())
+
+    def remove_claim(self, uid: str) -> None:
+        shutil.rmtree(self.claim_dir(uid), ignore_errors=True)
 
     def remove_lib(self, version: str) -> None:
         shutil.rmtree(self.lib_dir(version), ignore_errors=True)

@@ -1,0 +1,152 @@
+"""Prepare and unprepare claims: the node side of the claims path.
+
+kubelet calls the DRA plugin with a claim's namespace, name and UID before the first
+container that references it starts, and again after a kubelet restart; it unprepares
+once no pod on the node uses the claim. Prepare reads the claim (its allocation is in
+``status``), turns the results for this node into an assignment
+(``tessera.claims.allocation``) and writes, under the state folder, the same limits file
+and folders as the device plugin path, then one CDI spec naming them. Both writes are
+atomic and both are the same bytes for the same claim, so a repeated prepare is harmless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tessera.claims.allocation import ClaimGrant, GrantedDevice, claim_grant
+from tessera.claims.cdi import cdi_device_id, cdi_spec, spec_file_name
+from tessera.claims.devices import device_name
+from tessera.errors import FormatError, SpecError
+from tessera.model.types import Card
+from tessera.node.formats.layout import Layout, atomic_write
+from tessera.node.formats.limits import encode_limits, limits_for
+from tessera.node.isolation import Isolation, Visibility, container_edits
+
+__all__ = ["ClaimPreparer", "ClaimSource", "PrepareError", "PreparedDevice"]
+
+log = logging.getLogger(__name__)
+CLAIM_META_VERSION = 1
+
+
+class ClaimSource(Protocol):
+    def claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        """The ResourceClaim as the API server has it now (raises when it cannot say)."""
+        ...
+
+
+class PrepareError(Exception):
+    """A claim this node cannot prepare; the message goes back to kubelet and the pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    granted: GrantedDevice
+    cdi_ids: tuple[str, ...]
+
+
+class ClaimPreparer:
+    def __init__(
+        self,
+        node: str,
+        cards: tuple[Card, ...],
+        layout: Layout,
+        lib_version: str,
+        claims: ClaimSource,
+        cdi_dir: Path,
+        isolation: Isolation = Isolation.HOOK,
+        visibility: Visibility = Visibility.ENV,
+        context_mib: int = 0,
+    ) -> None:
+        self.node = node
+        self.cards = {device_name(c): c for c in cards}
+        self.layout = layout
+        self.lib_version = lib_version
+        self.claims = claims
+        self.cdi_dir = cdi_dir
+        self.isolation = isolation
+        self.visibility = visibility
+        self.context_mib = context_mib
+
+    def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
+        try:
+            claim = self.claims.claim(namespace, name)
+        except Exception as exc:
+            raise PrepareError(f"reading ResourceClaim {namespace}/{name}: {exc}") from exc
+        got = str((claim.get("metadata") or {}).get("uid", ""))
+        if got != uid:
+            raise PrepareError(
+                f"ResourceClaim {namespace}/{name} has UID {got}, kubelet asked for {uid}: "
+                "the claim was deleted and made again"
+            )
+        try:
+            grant = claim_grant(claim, pool=self.node, cards=self.cards)
+            limits = limits_for(grant.assignment, context_mib=self.context_mib)
+        except (SpecError, FormatError) as exc:
+            raise PrepareError(f"ResourceClaim {namespace}/{name}: {exc}") from exc
+        nvidia_ids = self._write(grant, encode_limits(limits))
+        ids = (cdi_device_id(uid), *nvidia_ids)
+        log.info(
+            "prepared claim %s/%s: %s",
+            namespace,
+            name,
+            ", ".join(
+                f"{s.uuid} {s.memory_mib} MiB {s.cores_percent} %" for s in grant.assignment.slices
+            ),
+        )
+        return [PreparedDevice(d, ids) for d in grant.devices]
+
+    def _write(self, grant: ClaimGrant, limits_text: str) -> tuple[str, ...]:
+        """Write the claim's folder and CDI spec; NVIDIA's CDI IDs to return beside ours."""
+        meta = json.dumps(
+            {
+                "v": CLAIM_META_VERSION,
+                "claim": {"uid": grant.uid, "namespace": grant.namespace, "name": grant.name},
+                "cards": [s.uuid for s in grant.assignment.slices],
+                "lib": self.lib_version,
+            },
+            sort_keys=True,
+        )
+        self.layout.write_claim(grant.uid, limits_text, meta)
+        edits = container_edits(
+            grant.assignment,
+            self.layout.claim_dir(grant.uid),
+            self.layout.lib_dir(self.lib_version),
+            self.isolation,
+            self.visibility,
+            mps_pipe=self.layout.mps_pipe,
+            alloc_id=f"claim-{grant.uid}",
+        )
+        self.cdi_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.cdi_dir / spec_file_name(grant.uid), cdi_spec(grant.uid, edits))
+        return edits.cdi_devices
+
+    def unprepare(self, uid: str) -> None:
+        """Remove the claim's CDI spec and folder (nothing to do when it has none)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.cdi_dir / spec_file_name(uid))
+        self.layout.remove_claim(uid)
+        log.info("unprepared claim %s", uid)
+
+    def prepared(self) -> list[str]:
+        """UIDs of the claims with a folder on this node."""
+        return self.layout.claim_uids()
+
+    def lib_versions(self) -> set[str]:
+        """Library versions prepared claims use (the agent must not remove them)."""
+        out = set()
+        for uid in self.prepared():
+            text = self.layout.read_claim_meta(uid)
+            if text is None:
+                continue
+            try:
+                out.add(str(json.loads(text)["lib"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out

@@ -1,0 +1,148 @@
+"""The agent as a DRA kubelet plugin: registration socket and the v1 DRAPlugin service.
+
+kubelet's plugin watcher finds ``<registry_dir>/gpu.tessera.io-reg.sock``, asks it
+``GetInfo`` (type ``DRAPlugin``, the driver name, the service socket, the gRPC services
+we serve: ``v1.DRAPlugin``) and reports back with ``NotifyRegistrationStatus``. It then
+calls ``NodePrepareResources`` / ``NodeUnprepareResources`` on
+``<plugin_dir>/gpu.tessera.io/dra.sock`` with batches of claims; each claim gets its own
+answer, so one bad claim does not fail the others in the batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tessera.claims.devices import DRIVER
+from tessera.node.dra.prepare import ClaimPreparer, PrepareError
+from tessera.node.dra.v1 import dra_pb2 as pb
+from tessera.node.dra.v1 import dra_pb2_grpc as pbg
+from tessera.node.dra.v1 import registration_pb2 as reg
+from tessera.node.dra.v1 import registration_pb2_grpc as regg
+
+__all__ = ["DRA_SERVICE", "PLUGIN_TYPE", "DraPluginServer"]
+
+log = logging.getLogger(__name__)
+
+PLUGIN_TYPE = "DRAPlugin"  # k8s.io/kubelet/pkg/apis/pluginregistration/v1 DRAPlugin
+DRA_SERVICE = "v1.DRAPlugin"  # k8s.io/kubelet/pkg/apis/dra/v1 DRAPluginService
+
+
+class _Registration(regg.RegistrationServicer):  # type: ignore[misc]  # untyped generated base
+    def __init__(self, owner: DraPluginServer) -> None:
+        self.owner = owner
+
+    def GetInfo(self, request: reg.InfoRequest, context: Any) -> reg.PluginInfo:
+        return reg.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self.owner.driver,
+            endpoint=str(self.owner.socket_path),
+            supported_versions=[DRA_SERVICE],
+        )
+
+    def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus, context: Any
+    ) -> reg.RegistrationStatusResponse:
+        self.owner.on_registration(request.plugin_registered, request.error)
+        return reg.RegistrationStatusResponse()
+
+
+class _DraPlugin(pbg.DRAPluginServicer):  # type: ignore[misc]  # untyped generated base
+    def __init__(self, owner: DraPluginServer) -> None:
+        self.owner = owner
+
+    def NodePrepareResources(
+        self, request: pb.NodePrepareResourcesRequest, context: Any
+    ) -> pb.NodePrepareResourcesResponse:
+        out = pb.NodePrepareResourcesResponse()
+        for claim in request.claims:
+            answer = out.claims[claim.uid]
+            try:
+                for d in self.owner.preparer.prepare(claim.namespace, claim.name, claim.uid):
+                    device = answer.devices.add(
+                        request_names=[d.granted.request],
+                        pool_name=self.owner.preparer.node,
+                        device_name=d.granted.device,
+                        cdi_device_ids=list(d.cdi_ids),
+                    )
+                    if d.granted.share_id is not None:
+                        device.share_id = d.granted.share_id
+            except PrepareError as exc:
+                log.warning("prepare %s/%s: %s", claim.namespace, claim.name, exc)
+                del answer.devices[:]
+                answer.error = str(exc)
+            except Exception as exc:  # never crash a handler; say what broke
+                log.exception("prepare %s/%s", claim.namespace, claim.name)
+                del answer.devices[:]
+                answer.error = f"tessera node agent: {type(exc).__name__}: {exc}"
+        return out
+
+    def NodeUnprepareResources(
+        self, request: pb.NodeUnprepareResourcesRequest, context: Any
+    ) -> pb.NodeUnprepareResourcesResponse:
+        out = pb.NodeUnprepareResourcesResponse()
+        for claim in request.claims:
+            answer = out.claims[claim.uid]
+            try:
+                self.owner.preparer.unprepare(claim.uid)
+            except Exception as exc:
+                log.exception("unprepare %s/%s", claim.namespace, claim.name)
+                answer.error = f"tessera node agent: {type(exc).__name__}: {exc}"
+        return out
+
+
+class DraPluginServer:
+    def __init__(
+        self,
+        preparer: ClaimPreparer,
+        plugin_dir: Path = Path("/var/lib/kubelet/plugins"),
+        registry_dir: Path = Path("/var/lib/kubelet/plugins_registry"),
+        driver: str = DRIVER,
+    ) -> None:
+        self.preparer = preparer
+        self.driver = driver
+        self.socket_path = plugin_dir / driver / "dra.sock"
+        self.registration_path = registry_dir / f"{driver}-reg.sock"
+        self.registered = threading.Event()
+        self.registration_error = ""
+        self._server: grpc.Server | None = None
+
+    def on_registration(self, ok: bool, error: str) -> None:
+        if ok:
+            log.info("kubelet registered DRA driver %s", self.driver)
+            self.registration_error = ""
+            self.registered.set()
+        else:
+            log.error("kubelet refused DRA driver %s: %s", self.driver, error)
+            self.registration_error = error
+            self.registered.clear()
+
+    def start(self) -> None:
+        """Serve both sockets; the registration socket last, so kubelet finds us ready."""
+        for path in (self.socket_path, self.registration_path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        pbg.add_DRAPluginServicer_to_server(_DraPlugin(self), server)
+        regg.add_RegistrationServicer_to_server(_Registration(self), server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.add_insecure_port(f"unix://{self.registration_path}")
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        """Stop serving; removing the registration socket tells kubelet we are gone."""
+        if self._server is not None:
+            self._server.stop(grace=0).wait(5)
+            self._server = None
+        for path in (self.registration_path, self.socket_path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self.registered.clear()

@@ -1,0 +1,95 @@
+"""Keeps the node's ResourceSlice equal to the cards it offers to claims.
+
+Written only on change (a new pool generation each time, as DRA asks of a driver that
+changes its pool), and read once at start so an agent restart with the same cards writes
+nothing. A card that turns unhealthy gets a NoSchedule device taint; an API server that
+does not serve device taints drops the field silently, so the publisher checks what it
+got back and, if the taints are gone, leaves the sick cards out of the slice instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from tessera.claims.devices import resource_slice, slice_name
+from tessera.kube.errors import NotFound
+from tessera.kube.kinds import NODES, RESOURCE_SLICES
+from tessera.kube.port import KubeApi
+from tessera.model.types import Card
+
+__all__ = ["SlicePublisher"]
+
+log = logging.getLogger(__name__)
+
+
+def _devices(obj: dict[str, Any] | None) -> list[Any]:
+    return list(((obj or {}).get("spec") or {}).get("devices") or [])
+
+
+class SlicePublisher:
+    def __init__(self, api: KubeApi, node: str, driver_version: str = "") -> None:
+        self.api = api
+        self.node = node
+        self.driver_version = driver_version
+        self.name = slice_name(node)
+        self.writes = 0
+        self.taints_served: bool | None = None  # None until a tainted device was written
+        self._mu = threading.Lock()
+        self._current: dict[str, Any] | None = None
+        self._loaded = False
+
+    def _desired(self, cards: list[Card], generation: int, node_uid: str) -> dict[str, Any]:
+        if self.taints_served is False:
+            cards = [c for c in cards if c.healthy]
+        return resource_slice(self.node, cards, generation, self.driver_version, node_uid)
+
+    def publish(self, cards: Iterable[Card]) -> bool:
+        """Write the slice if it differs from ``cards``; True when written."""
+        cards = list(cards)
+        with self._mu:
+            if not self._loaded:
+                try:
+                    self._current = self.api.get(RESOURCE_SLICES, self.name)
+                except NotFound:
+                    self._current = None
+                self._loaded = True
+            current = self._current
+            pool = ((current or {}).get("spec") or {}).get("pool") or {}
+            generation = int(pool.get("generation", 0))
+            node_uid = str(self.api.get(NODES, self.node)["metadata"]["uid"])
+            want = self._desired(cards, generation, node_uid)
+            if current is not None and _devices(current) == _devices(want):
+                return False
+            want = self._desired(cards, generation + 1, node_uid)
+            written = self._write(want, current)
+            if self.taints_served is None and any("taints" in d for d in _devices(want)):
+                self.taints_served = any("taints" in d for d in _devices(written))
+                if not self.taints_served:
+                    log.warning("the API server drops device taints: sick cards leave the slice")
+                    written = self._write(self._desired(cards, generation + 2, node_uid), written)
+            self._current = written
+        log.info("ResourceSlice %s written (%d devices)", self.name, len(_devices(written)))
+        return True
+
+    def _write(self, want: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
+        self.writes += 1
+        if current is None:
+            return self.api.create(RESOURCE_SLICES, want)
+        want["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return self.api.replace(RESOURCE_SLICES, want)
+
+    def forget(self) -> None:
+        """Read the slice again before the next publish (after a failed or raced write)."""
+        with self._mu:
+            self._loaded = False
+
+    def remove(self) -> None:
+        """Delete the slice (the node offers no cards to claims any more)."""
+        with contextlib.suppress(NotFound):
+            self.api.delete(RESOURCE_SLICES, self.name)
+        with self._mu:
+            self._current, self._loaded = None, True

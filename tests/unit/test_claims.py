@@ -1,0 +1,241 @@
+"""The claims core: a node's cards as DRA devices, an allocated claim as an assignment."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tessera.claims.allocation import claim_grant
+from tessera.claims.cdi import cdi_device_id, cdi_spec
+from tessera.claims.devices import (
+    DRIVER,
+    UNHEALTHY_TAINT,
+    claims_pool,
+    nvlink_islands,
+    resource_slice,
+    semver,
+)
+from tessera.errors import SpecError
+from tessera.model.clusterspec import make_cards
+from tessera.model.types import ComputePolicy
+from tessera.node.isolation import Isolation, Visibility, container_edits
+
+CARDS = make_cards("n1", 4, "A100-SXM4-80GB", memory_mib=81920, nvlink="pairs")
+BY_NAME = {f"gpu-{c.index}": c for c in CARDS}
+
+
+# --- the ResourceSlice ----------------------------------------------------------------
+
+
+def test_slice_has_one_shareable_device_per_card_with_its_capacities() -> None:
+    s = resource_slice("n1", reversed(CARDS), generation=3, driver_version="535.104.05",
+                       node_uid="u-1")  # fmt: skip
+    spec = s["spec"]
+    assert (s["apiVersion"], s["kind"]) == ("resource.k8s.io/v1", "ResourceSlice")
+    assert s["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"
+    }  # fmt: skip
+    assert spec["driver"] == DRIVER and spec["nodeName"] == "n1"
+    assert spec["pool"] == {"name": "n1", "generation": 3, "resourceSliceCount": 1}
+    assert [d["name"] for d in spec["devices"]] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    d1 = spec["devices"][1]
+    assert d1["allowMultipleAllocations"] is True
+    assert d1["attributes"]["uuid"] == {"string": CARDS[1].uuid}
+    assert d1["attributes"]["driverVersion"] == {"version": "535.104.5"}
+    assert d1["attributes"]["nvlinkIsland"] == {"int": 0}  # pairs: 0-1, 2-3
+    assert spec["devices"][3]["attributes"]["nvlinkIsland"] == {"int": 2}
+    cap = d1["capacity"]
+    assert cap["memory"]["value"] == "81920Mi"
+    assert cap["memory"]["requestPolicy"]["default"] == "81920Mi"  # unnamed: whole card
+    assert cap["compute"]["requestPolicy"]["default"] == "0"
+    assert cap["slots"] == {"value": "16", "requestPolicy": {"default": "1", "validValues": ["1"]}}
+    assert "taints" not in d1
+
+
+def test_a_sick_card_is_tainted_not_dropped() -> None:
+    cards = (CARDS[0], replace(CARDS[1], healthy=False))
+    devices = resource_slice("n1", cards, 1)["spec"]["devices"]
+    assert "taints" not in devices[0]
+    assert devices[1]["taints"] == [
+        {"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"}
+    ]
+    assert "driverVersion" not in devices[0]["attributes"]  # unknown: not published
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [("535.104.05", "535.104.5"), ("550.54", "550.54.0"), ("470", "470.0.0"), ("n/a", None)],
+)
+def test_driver_versions_become_semver(raw: str, want: str | None) -> None:
+    assert semver(raw) == want
+
+
+def test_nvlink_islands_are_connected_components() -> None:
+    cards = make_cards("n", 8, "V100M32", nvlink="cube-mesh")  # one island
+    assert set(nvlink_islands(cards).values()) == {0}
+    assert nvlink_islands(make_cards("n", 3, "T4")) == {0: 0, 1: 1, 2: 2}
+
+
+def test_claims_pool() -> None:
+    assert claims_pool("all", range(4)) == {0, 1, 2, 3}
+    assert claims_pool("none", range(4)) == frozenset()
+    assert claims_pool("2,3", range(4)) == {2, 3}
+    with pytest.raises(SpecError, match=r"--claims-cards: names card 9"):
+        claims_pool("1,9", range(4))
+    with pytest.raises(SpecError, match=r"--claims-cards: must be all, none or card indices"):
+        claims_pool("first", range(4))
+
+
+# --- an allocated claim ---------------------------------------------------------------
+
+
+def _claim(
+    results: list[dict[str, Any]], config: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    alloc: dict[str, Any] = {"devices": {"results": results}}
+    if config is not None:
+        alloc["devices"]["config"] = config
+    return {
+        "metadata": {"name": "c1", "namespace": "team", "uid": "uid-1"},
+        "status": {"allocation": alloc},
+    }
+
+
+def _result(device: str, request: str = "gpu", **consumed: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"request": request, "driver": DRIVER, "pool": "n1", "device": device}
+    if consumed:
+        out["consumedCapacity"] = consumed
+    return out
+
+
+def _config(
+    policy: str, source: str = "FromClass", requests: list[str] | None = None
+) -> dict[str, Any]:
+    params = {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "GpuConfig", "computePolicy": policy}
+    out: dict[str, Any] = {"source": source, "opaque": {"driver": DRIVER, "parameters": params}}
+    if requests is not None:
+        out["requests"] = requests
+    return out
+
+
+def test_a_slice_claim_becomes_a_capped_assignment() -> None:
+    claim = _claim([
+        _result("gpu-2", memory="8Gi", compute="30", slots="1"),
+        {"request": "nic", "driver": "other.example.com", "pool": "n1", "device": "x"},
+    ])  # fmt: skip
+    grant = claim_grant(claim, "n1", BY_NAME)
+    assert (grant.uid, grant.namespace, grant.name) == ("uid-1", "team", "c1")
+    assert [(d.request, d.device) for d in grant.devices] == [("gpu", "gpu-2")]
+    [s] = grant.assignment.slices
+    assert (s.uuid, s.memory_mib, s.cores_percent) == (CARDS[2].uuid, 8192, 30)
+    assert grant.assignment.policy is ComputePolicy.FIXED_SHARE
+    assert not grant.assignment.exclusive
+
+
+def test_a_claim_with_no_capacity_is_a_whole_card() -> None:
+    for consumed in ({}, {"memory": "81920Mi", "compute": "0", "slots": "1"}):
+        grant = claim_grant(_claim([_result("gpu-0", **consumed)]), "n1", BY_NAME)
+        assert grant.assignment.exclusive
+        assert grant.assignment.slices[0].memory_mib == 81920
+
+
+def test_the_claims_config_wins_over_the_class() -> None:
+    config = [_config("fixed-share"), _config("burst-share", source="FromClaim")]
+    grant = claim_grant(_claim([_result("gpu-0", memory="1Gi")], config), "n1", BY_NAME)
+    assert grant.assignment.policy is ComputePolicy.BURST_SHARE
+    other = [_config("best-effort", requests=["other"])]
+    grant = claim_grant(_claim([_result("gpu-0", memory="1Gi")], other), "n1", BY_NAME)
+    assert grant.assignment.policy is ComputePolicy.FIXED_SHARE  # not for request "gpu"
+
+
+def test_two_requests_on_one_card_add_up() -> None:
+    claim = _claim([_result("gpu-1", "a", memory="1Gi", compute="10"),
+                    _result("gpu-1", "b", memory="2Gi", compute="20")])  # fmt: skip
+    grant = claim_grant(claim, "n1", BY_NAME)
+    [s] = grant.assignment.slices
+    assert (s.memory_mib, s.cores_percent) == (3072, 30)
+    assert len(grant.devices) == 2
+
+
+@pytest.mark.parametrize(
+    ("claim", "field"),
+    [
+        (
+            {"metadata": {"name": "c"}, "status": {}},
+            "status.allocation: the claim is not allocated",
+        ),
+        (_claim([_result("gpu-9")]), r"results\[0\].device: must be a card this node offers"),
+        (_claim([_result("gpu-0", memory="200Gi")]), r"consumedCapacity.memory: must be within"),
+        (_claim([_result("gpu-0", compute="2.5")]), r"consumedCapacity.compute: must be a whole"),
+        (_claim([_result("gpu-0", memory="lots")]), r"consumedCapacity.memory: must be a Kube"),
+        (
+            _claim(
+                [_result("gpu-0", "a", memory="1Gi"), _result("gpu-1", "b", memory="1Gi")],
+                [_config("best-effort", requests=["a"])],
+            ),
+            r"config: must give every request of a claim on one node the same computePolicy",
+        ),
+        (
+            _claim([_result("gpu-0", memory="1Gi")], [_config("turbo")]),
+            r"config\[0\].opaque.parameters.computePolicy: must be one of fixed-share",
+        ),
+        (
+            _claim(
+                [_result("gpu-0", memory="1Gi")],
+                [{"opaque": {"driver": DRIVER, "parameters": {"kind": "Gpu"}}}],
+            ),
+            r"parameters: must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig",
+        ),
+        (
+            _claim(
+                [_result("gpu-0", memory="1Gi")],
+                [
+                    {
+                        "opaque": {
+                            "driver": DRIVER,
+                            "parameters": {
+                                "apiVersion": f"{DRIVER}/v1alpha1",
+                                "kind": "GpuConfig",
+                                "memory": "1",
+                            },
+                        }
+                    }
+                ],
+            ),
+            r"parameters.memory: is not a field of GpuConfig",
+        ),
+        (_claim([{**_result("gpu-0"), "pool": "n2"}]), "has no device of pool n1"),
+        (
+            _claim([_result("gpu-0", "a", memory="60Gi"), _result("gpu-0", "b", memory="30Gi")]),
+            "must not take more than card",
+        ),
+    ],
+)
+def test_bad_allocations_are_refused_naming_the_field(claim: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError, match=field):
+        claim_grant(claim, "n1", BY_NAME)
+
+
+# --- the CDI spec ---------------------------------------------------------------------
+
+
+def test_cdi_spec_carries_the_device_plugin_paths_edits(tmp_path: Path) -> None:
+    grant = claim_grant(_claim([_result("gpu-2", memory="8Gi", compute="30")]), "n1", BY_NAME)
+    edits = container_edits(grant.assignment, tmp_path / "claim", tmp_path / "lib",
+                            Isolation.HOOK, Visibility.ENV, alloc_id="claim-uid-1")  # fmt: skip
+    spec = json.loads(cdi_spec("uid-1", edits))
+    assert cdi_device_id("uid-1") == "gpu.tessera.io/claim=uid-1"
+    assert spec["kind"] == "gpu.tessera.io/claim" and spec["cdiVersion"] == "0.6.0"
+    [device] = spec["devices"]
+    assert device["name"] == "uid-1"
+    env = device["containerEdits"]["env"]
+    assert f"NVIDIA_VISIBLE_DEVICES={CARDS[2].uuid}" in env
+    mounts = {m["containerPath"]: m for m in device["containerEdits"]["mounts"]}
+    assert mounts["/etc/tessera"]["hostPath"] == str(tmp_path / "claim" / "etc")
+    assert "ro" in mounts["/etc/tessera"]["options"]  # the limits cannot be raised
+    assert "ro" in mounts["/etc/ld.so.preload"]["options"]
+    assert "rw" in mounts["/var/run/tessera/usage"]["options"]
