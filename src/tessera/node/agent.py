@@ -27,6 +27,7 @@ from prometheus_client import start_http_server
 
 from tessera.claims.devices import claims_pool
 from tessera.kube.port import KubeApi
+from tessera.kube.reflector import Reflector
 from tessera.model.types import DEFAULT_SLOTS, Card
 from tessera.node.allocation.allocator import Allocator
 from tessera.node.backstop import Backstop, BackstopMode
@@ -116,6 +117,7 @@ class Agent:
         self.claim_cards: frozenset[str] = frozenset()  # UUIDs on the claims path
         self.slices: SlicePublisher | None = None
         self.dra: DraPluginServer | None = None
+        self._slice_watch: Reflector | None = None
         self._metrics_server: WSGIServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -256,6 +258,7 @@ class Agent:
             context_mib=cfg.context_mib,
         )
         self.slices = SlicePublisher(self.kube, cfg.node, self.facts.driver_version)
+        self._slice_watch = self.slices.watch()
         self.dra = DraPluginServer(preparer, cfg.dra_plugin_dir, cfg.dra_registry_dir)
         self.dra.start()
         log.info("claims path on %s: cards %s", cfg.node, sorted(c.index for c in cards))
@@ -299,6 +302,8 @@ class Agent:
             self.plugin.stop()
         if self.dra is not None:
             self.dra.stop()
+        if self._slice_watch is not None:
+            self._slice_watch.stop()
 
     # --- loops -----------------------------------------------------------------------
 

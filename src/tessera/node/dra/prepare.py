@@ -7,6 +7,11 @@ once no pod on the node uses the claim. Prepare reads the claim (its allocation 
 (``tessera.claims.allocation``) and writes, under the state folder, the same limits file
 and folders as the device plugin path, then one CDI spec naming them. Both writes are
 atomic and both are the same bytes for the same claim, so a repeated prepare is harmless.
+
+The node checks the scheduler's arithmetic: a claim that would take a card past its
+memory, compute or slots together with the claims already prepared on it is refused
+(a ResourceSlice edited by hand can make kube-scheduler believe in capacity the card
+does not have). The prepared claims are read back from their folders at start.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +30,7 @@ from tessera.claims.allocation import ClaimGrant, GrantedDevice, claim_grant
 from tessera.claims.cdi import cdi_device_id, cdi_spec, spec_file_name
 from tessera.claims.devices import device_name
 from tessera.errors import FormatError, SpecError
-from tessera.model.types import Card
+from tessera.model.types import Card, CardSlice
 from tessera.node.formats.layout import Layout, atomic_write
 from tessera.node.formats.limits import encode_limits, limits_for
 from tessera.node.isolation import Isolation, Visibility, container_edits
@@ -33,6 +39,19 @@ __all__ = ["ClaimPreparer", "ClaimSource", "PrepareError", "PreparedDevice"]
 
 log = logging.getLogger(__name__)
 CLAIM_META_VERSION = 1
+
+
+def _meta_slices(text: str | None) -> tuple[CardSlice, ...] | None:
+    if text is None:
+        return None
+    try:
+        meta = json.loads(text)
+        return tuple(
+            CardSlice(str(s["uuid"]), int(s["memoryMiB"]), int(s["coresPercent"]))
+            for s in meta["slices"]
+        )
+    except (ValueError, KeyError, TypeError):
+        return None  # a folder half-written when the agent died: prepare writes it again
 
 
 class ClaimSource(Protocol):
@@ -73,6 +92,12 @@ class ClaimPreparer:
         self.isolation = isolation
         self.visibility = visibility
         self.context_mib = context_mib
+        self._mu = threading.Lock()
+        self._held: dict[str, tuple[CardSlice, ...]] = {}  # claim UID -> its slices
+        for held_uid in layout.claim_uids():
+            slices = _meta_slices(layout.read_claim_meta(held_uid))
+            if slices is not None:
+                self._held[held_uid] = slices
 
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         try:
@@ -90,7 +115,10 @@ class ClaimPreparer:
             limits = limits_for(grant.assignment, context_mib=self.context_mib)
         except (SpecError, FormatError) as exc:
             raise PrepareError(f"ResourceClaim {namespace}/{name}: {exc}") from exc
-        nvidia_ids = self._write(grant, encode_limits(limits))
+        with self._mu:
+            self._check_room(grant)
+            nvidia_ids = self._write(grant, encode_limits(limits))
+            self._held[uid] = grant.assignment.slices
         ids = (cdi_device_id(uid), *nvidia_ids)
         log.info(
             "prepared claim %s/%s: %s",
@@ -102,6 +130,28 @@ class ClaimPreparer:
         )
         return [PreparedDevice(d, ids) for d in grant.devices]
 
+    def _check_room(self, grant: ClaimGrant) -> None:
+        by_uuid = {c.uuid: c for c in self.cards.values()}
+        for new in grant.assignment.slices:
+            card = by_uuid[new.uuid]
+            others = [
+                (uid, s)
+                for uid, slices in self._held.items()
+                if uid != grant.uid
+                for s in slices
+                if s.uuid == new.uuid
+            ]
+            mib = new.memory_mib + sum(s.memory_mib for _, s in others)
+            cores = new.cores_percent + sum(s.cores_percent for _, s in others)
+            if mib > card.memory_mib or cores > 100 or len(others) + 1 > card.slots:
+                held = ", ".join(sorted(uid for uid, _ in others))
+                raise PrepareError(
+                    f"ResourceClaim {grant.namespace}/{grant.name} would take card {card.uuid} "
+                    f"to {mib} of {card.memory_mib} MiB, {cores} of 100 % compute and "
+                    f"{len(others) + 1} of {card.slots} slots with the claims already on it "
+                    f"({held}): refused; is the node's ResourceSlice edited by hand?"
+                )
+
     def _write(self, grant: ClaimGrant, limits_text: str) -> tuple[str, ...]:
         """Write the claim's folder and CDI spec; NVIDIA's CDI IDs to return beside ours."""
         meta = json.dumps(
@@ -109,6 +159,10 @@ class ClaimPreparer:
                 "v": CLAIM_META_VERSION,
                 "claim": {"uid": grant.uid, "namespace": grant.namespace, "name": grant.name},
                 "cards": [s.uuid for s in grant.assignment.slices],
+                "slices": [
+                    {"uuid": s.uuid, "memoryMiB": s.memory_mib, "coresPercent": s.cores_percent}
+                    for s in grant.assignment.slices
+                ],
                 "lib": self.lib_version,
             },
             sort_keys=True,
@@ -129,9 +183,11 @@ class ClaimPreparer:
 
     def unprepare(self, uid: str) -> None:
         """Remove the claim's CDI spec and folder (nothing to do when it has none)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.cdi_dir / spec_file_name(uid))
-        self.layout.remove_claim(uid)
+        with self._mu:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.cdi_dir / spec_file_name(uid))
+            self.layout.remove_claim(uid)
+            self._held.pop(uid, None)
         log.info("unprepared claim %s", uid)
 
     def prepared(self) -> list[str]:

@@ -2,9 +2,13 @@
 
 Written only on change (a new pool generation each time, as DRA asks of a driver that
 changes its pool), and read once at start so an agent restart with the same cards writes
-nothing. A card that turns unhealthy gets a NoSchedule device taint; an API server that
-does not serve device taints drops the field silently, so the publisher checks what it
-got back and, if the taints are gone, leaves the sick cards out of the slice instead.
+nothing. A watch on the slice (``watch``) takes in what others write: a slice edited or
+deleted by hand differs from the cards, so the next publish (every health tick) writes
+the cards' slice back.
+
+A card that turns unhealthy gets a NoSchedule device taint; an API server that does not
+serve device taints drops the field silently, so the publisher checks what it got back
+and, if the taints are gone, leaves the sick cards out of the slice instead.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any
 from tessera.claims.devices import resource_slice, slice_name
 from tessera.kube.errors import NotFound
 from tessera.kube.kinds import NODES, RESOURCE_SLICES
-from tessera.kube.port import KubeApi
+from tessera.kube.port import KubeApi, Obj, WatchEvent
+from tessera.kube.reflector import Reflector
 from tessera.model.types import Card
 
 __all__ = ["SlicePublisher"]
@@ -28,6 +33,16 @@ log = logging.getLogger(__name__)
 
 def _devices(obj: dict[str, Any] | None) -> list[Any]:
     return list(((obj or {}).get("spec") or {}).get("devices") or [])
+
+
+def _older(obj: Obj, than: Obj | None) -> bool:
+    """Whether ``obj`` is an older version than ``than`` (resourceVersions are opaque;
+    compared only when both are the integers every API server today writes)."""
+    if than is None:
+        return False
+    a = str(obj["metadata"].get("resourceVersion", ""))
+    b = str(than["metadata"].get("resourceVersion", ""))
+    return a.isdigit() and b.isdigit() and int(a) < int(b)
 
 
 class SlicePublisher:
@@ -81,6 +96,30 @@ class SlicePublisher:
             return self.api.create(RESOURCE_SLICES, want)
         want["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self.api.replace(RESOURCE_SLICES, want)
+
+    # --- the watch on our own slice (ReflectorHandler) ------------------------------------
+
+    def watch(self) -> Reflector:
+        """Start following the slice; the caller stops the returned reflector."""
+        reflector = Reflector(
+            self.api, RESOURCE_SLICES, self, field_selector=f"metadata.name={self.name}"
+        )
+        reflector.start()
+        return reflector
+
+    def replace(self, items: list[Obj]) -> None:
+        self._seen(items[0] if items else None)
+
+    def apply(self, event: WatchEvent) -> None:
+        self._seen(None if event.type == "DELETED" else event.object)
+
+    def _seen(self, obj: Obj | None) -> None:
+        with self._mu:
+            if not self._loaded:
+                return  # publish reads the slice itself first
+            if obj is not None and _older(obj, self._current):
+                return  # the event of a write we have already replaced
+            self._current = obj
 
     def forget(self) -> None:
         """Read the slice again before the next publish (after a failed or raced write)."""

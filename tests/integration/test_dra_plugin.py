@@ -1,0 +1,261 @@
+"""The node agent as a DRA kubelet plugin, over kubelet's real v1 gRPC protocols.
+
+The test plays kubelet: it finds the registration socket, asks ``GetInfo`` and answers
+``NotifyRegistrationStatus`` as kubelet's plugin watcher does, then calls
+``NodePrepareResources`` / ``NodeUnprepareResources`` on the endpoint the agent named.
+The API server's part (the Node, the ResourceSlice, the claims) is ``FakeKube``; the
+same agent runs against the real API server in tests/e2e/scheduler/test_claims.py.
+The agent's cards are split: card 0 on the extender path, card 1 on claims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tessera.claims.devices import DRIVER, UNHEALTHY_TAINT, slice_name
+from tessera.kube.errors import NotFound
+from tessera.kube.fake import FakeKube
+from tessera.kube.kinds import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from tessera.model.annotations import decode_inventory
+from tessera.model.clusterspec import make_cards
+from tessera.node.agent import Agent, AgentConfig
+from tessera.node.cards.fake import FakeDiscovery
+from tessera.node.dra.v1 import dra_pb2 as pb
+from tessera.node.dra.v1 import dra_pb2_grpc as pbg
+from tessera.node.dra.v1 import registration_pb2 as reg
+from tessera.node.dra.v1 import registration_pb2_grpc as regg
+from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
+from tessera.node.formats.limits import decode_limits
+from tests.integration.kubelet_double import KubeletDouble
+
+NODE = "node-a"
+RES = "tessera.io/gpu"
+SLOTS = 4
+CARDS = make_cards(NODE, 2, "A100")
+U0, U1 = CARDS[0].uuid, CARDS[1].uuid
+
+
+@dataclass
+class Env:
+    root: Path
+    kube: FakeKube
+    node: MemoryNode
+    discovery: FakeDiscovery
+    kubelet: KubeletDouble
+    agent: Agent
+
+    def stub(self) -> pbg.DRAPluginStub:
+        info = self.info()
+        return pbg.DRAPluginStub(grpc.insecure_channel(f"unix://{info.endpoint}"))
+
+    def info(self) -> reg.PluginInfo:
+        [sock] = (self.root / "registry").glob("*.sock")
+        with grpc.insecure_channel(f"unix://{sock}") as ch:
+            return regg.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=5)
+
+    def slice(self) -> dict[str, Any]:
+        return self.kube.get(RESOURCE_SLICES, slice_name(NODE))
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    root = Path(tempfile.mkdtemp(prefix="ts-dra-", dir="/tmp"))  # short: unix socket paths
+    lib = root / "libvgpu-1.so"
+    lib.write_bytes(b"\x7fELF fake libvgpu v1")
+    kube = FakeKube()
+    kube.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    kubelet = KubeletDouble(root / "dp", root / "pr" / "kubelet.sock", RES, seed=1)
+    kubelet.start()
+    node = MemoryNode()
+    discovery = FakeDiscovery(CARDS)
+    cfg = AgentConfig(
+        node=NODE,
+        resource=RES,
+        plugin_dir=root / "dp",
+        state_dir=root / "state",
+        slots_per_card=SLOTS,
+        libvgpu=lib,
+        recovery_s=0.3,
+        health_interval_s=0.05,
+        claims_cards="1",
+        dra_plugin_dir=root / "plugins",
+        dra_registry_dir=root / "registry",
+        cdi_dir=root / "cdi",
+    )
+    pods = MemoryPods(RES, frozenset(c.uuid for c in CARDS))
+    agent = Agent(cfg, discovery, pods, MemoryEvents(), node, None, kube=kube)
+    agent.start()
+    kubelet.wait_devices(SLOTS)
+    yield Env(root, kube, node, discovery, kubelet, agent)
+    agent.stop()
+    kubelet.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _claim(kube: FakeKube, name: str, device: str, **consumed: str) -> dict[str, Any]:
+    result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device,
+              "shareID": f"share-{name}", "consumedCapacity": consumed}  # fmt: skip
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+    return kube.create(RESOURCE_CLAIMS, obj, "team")
+
+
+def _ref(claim: dict[str, Any]) -> pb.Claim:
+    m = claim["metadata"]
+    return pb.Claim(namespace=m["namespace"], name=m["name"], uid=m["uid"])
+
+
+def test_cards_are_split_between_the_two_paths(env: Env) -> None:
+    # Card 0: the device plugin and the inventory; card 1: the ResourceSlice only.
+    assert env.kubelet.wait(lambda: {d.split("::")[0] for d in env.kubelet.devices} == {U0})
+    assert [c.uuid for c in decode_inventory(NODE, env.node.text or "", 0, 0).cards] == [U0]
+    spec = env.slice()["spec"]
+    assert [d["attributes"]["uuid"]["string"] for d in spec["devices"]] == [U1]
+    owner = env.slice()["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == env.kube.get(NODES, NODE)["metadata"]["uid"]
+
+
+def test_registration_names_the_driver_and_the_v1_service(env: Env) -> None:
+    info = env.info()
+    assert (info.type, info.name) == ("DRAPlugin", DRIVER)
+    assert list(info.supported_versions) == ["v1.DRAPlugin"]
+    assert info.endpoint == str(env.root / "plugins" / DRIVER / "dra.sock")
+    [sock] = (env.root / "registry").glob("*.sock")
+    with grpc.insecure_channel(f"unix://{sock}") as ch:
+        regg.RegistrationStub(ch).NotifyRegistrationStatus(
+            reg.RegistrationStatus(plugin_registered=True), timeout=5
+        )
+    assert env.agent.dra is not None and env.agent.dra.registered.is_set()
+
+
+def test_prepare_writes_the_limits_and_cdi_spec_and_unprepare_removes_them(env: Env) -> None:
+    good = _claim(env.kube, "slice", "gpu-1", memory="8Gi", compute="30", slots="1")
+    stale = _claim(env.kube, "stale", "gpu-1", memory="1Gi")
+    stale_ref = _ref(stale)
+    stale_ref.uid = "not-its-uid"
+    extender_card = _claim(env.kube, "wrong-card", "gpu-0", memory="1Gi")
+    req = pb.NodePrepareResourcesRequest(claims=[_ref(good), stale_ref, _ref(extender_card)])
+    out = env.stub().NodePrepareResources(req, timeout=5)
+    uid = good["metadata"]["uid"]
+    answer = out.claims[uid]
+    assert answer.error == ""
+    [device] = answer.devices
+    assert (device.pool_name, device.device_name, list(device.request_names)) == (
+        NODE, "gpu-1", ["gpu"]
+    )  # fmt: skip
+    assert list(device.cdi_device_ids) == [f"gpu.tessera.io/claim={uid}"]
+    assert device.share_id == "share-slice"
+    # Each bad claim gets its own reason; the good one in the same batch is not failed.
+    assert "deleted and made again" in out.claims["not-its-uid"].error
+    assert not out.claims["not-its-uid"].devices
+    assert (
+        "device: must be a card this node offers (gpu-1)"
+        in out.claims[extender_card["metadata"]["uid"]].error
+    )
+    limits_file = env.root / "state" / "claims" / uid / "etc" / "limits"
+    [card] = decode_limits(limits_file.read_text()).cards
+    assert (card.uuid, card.memory_mib, card.cores_percent) == (U1, 8192, 30)
+    spec_file = env.root / "cdi" / f"gpu.tessera.io-claim_{uid}.json"
+    spec = json.loads(spec_file.read_text())
+    mounts = {
+        m["containerPath"]: m["hostPath"] for m in spec["devices"][0]["containerEdits"]["mounts"]
+    }
+    assert mounts["/etc/tessera"] == str(limits_file.parent)
+    # kubelet prepares again after its own restart: same bytes, nothing else touched.
+    before = (limits_file.read_bytes(), spec_file.read_bytes())
+    env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(good)]), timeout=5)
+    assert (limits_file.read_bytes(), spec_file.read_bytes()) == before
+    gone = env.stub().NodeUnprepareResources(
+        pb.NodeUnprepareResourcesRequest(claims=[_ref(good)]), timeout=5
+    )
+    assert gone.claims[uid].error == ""
+    assert not spec_file.exists() and not limits_file.parent.parent.exists()
+
+
+def test_a_claim_the_api_server_does_not_have_is_an_error_not_a_crash(env: Env) -> None:
+    ghost = pb.Claim(namespace="team", name="ghost", uid="u-ghost")
+    out = env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[ghost]), timeout=5)
+    assert "reading ResourceClaim team/ghost" in out.claims["u-ghost"].error
+
+
+def test_a_sick_card_is_tainted_in_the_slice_and_comes_back(env: Env) -> None:
+    gen = env.slice()["spec"]["pool"]["generation"]
+    env.discovery.set_probe(U1, False)
+    env.discovery.inject_xid(U1, 79)
+    deadline = time.monotonic() + 5
+    while "taints" not in env.slice()["spec"]["devices"][0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    spec = env.slice()["spec"]
+    assert spec["devices"][0]["taints"][0]["key"] == UNHEALTHY_TAINT
+    assert spec["pool"]["generation"] == gen + 1
+    env.discovery.set_probe(U1, True)
+    deadline = time.monotonic() + 5
+    while "taints" in env.slice()["spec"]["devices"][0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "taints" not in env.slice()["spec"]["devices"][0]
+    assert env.slice()["spec"]["pool"]["generation"] == gen + 2
+
+
+def test_a_slice_edited_or_deleted_by_hand_is_written_back(env: Env) -> None:
+    edited = env.slice()
+    want = copy.deepcopy(edited["spec"]["devices"])
+    edited["spec"]["devices"][0]["capacity"]["memory"]["value"] = "1000Gi"
+    env.kube.replace(RESOURCE_SLICES, edited)
+    deadline = time.monotonic() + 5
+    while env.slice()["spec"]["devices"] != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert env.slice()["spec"]["devices"] == want
+    env.kube.delete(RESOURCE_SLICES, slice_name(NODE))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with contextlib.suppress(NotFound):
+            if env.slice()["spec"]["devices"] == want:
+                break
+        time.sleep(0.05)
+    assert env.slice()["spec"]["devices"] == want
+
+
+def test_the_node_refuses_a_claim_that_would_overcommit_its_card(env: Env) -> None:
+    # As if the scheduler had been shown more memory than the card has (40 GiB).
+    first = _claim(env.kube, "first", "gpu-1", memory="30Gi", compute="50")
+    second = _claim(env.kube, "second", "gpu-1", memory="20Gi", compute="10")
+    stub = env.stub()
+    ok = stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(first)]), timeout=5)
+    assert ok.claims[first["metadata"]["uid"]].error == ""
+    out = stub.NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[_ref(second)]), timeout=5
+    )
+    error = out.claims[second["metadata"]["uid"]].error
+    assert "to 51200 of 40960 MiB" in error and first["metadata"]["uid"] in error
+    assert not (env.root / "state" / "claims" / second["metadata"]["uid"]).exists()
+    # Prepared claims survive an agent restart: the check still counts the first one.
+    env.agent.stop()
+    env.agent.start()
+    out = env.stub().NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[_ref(second)]), timeout=5
+    )
+    assert "refused" in out.claims[second["metadata"]["uid"]].error
+    env.stub().NodeUnprepareResources(
+        pb.NodeUnprepareResourcesRequest(claims=[_ref(first)]), timeout=5
+    )
+    out = env.stub().NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[_ref(second)]), timeout=5
+    )
+    assert out.claims[second["metadata"]["uid"]].error == ""
