@@ -259,3 +259,21 @@ def test_the_node_refuses_a_claim_that_would_overcommit_its_card(env: Env) -> No
         pb.NodePrepareResourcesRequest(claims=[_ref(second)]), timeout=5
     )
     assert out.claims[second["metadata"]["uid"]].error == ""
+
+
+def test_an_agent_upgrade_keeps_the_library_a_prepared_claim_uses(env: Env) -> None:
+    claim = _claim(env.kube, "kept", "gpu-1", memory="1Gi", compute="10")
+    out = env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(claim)]))
+    assert out.claims[claim["metadata"]["uid"]].error == ""
+    [old] = (env.root / "state" / "lib").iterdir()
+    env.agent.stop()
+    new_lib = env.root / "libvgpu-2.so"
+    new_lib.write_bytes(b"\x7fELF fake libvgpu v2")
+    env.agent.cfg.libvgpu = new_lib
+    env.agent.start()
+    assert env.agent.allocator is not None
+    env.agent.allocator.cleanup(grace_s=0)
+    assert old.exists()  # the running claim's container still maps it
+    env.stub().NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[_ref(claim)]))
+    env.agent.allocator.cleanup(grace_s=0)
+    assert not old.exists() and len(list((env.root / "state" / "lib").iterdir())) == 1

@@ -84,9 +84,11 @@ def test_claims_pool() -> None:
     assert claims_pool("all", range(4)) == {0, 1, 2, 3}
     assert claims_pool("none", range(4)) == frozenset()
     assert claims_pool("2,3", range(4)) == {2, 3}
+    assert claims_pool("1-3", range(4)) == {1, 2, 3}
+    assert claims_pool("0_2-3", range(4)) == {0, 2, 3}  # a label value cannot hold a comma
     with pytest.raises(SpecError, match=r"--claims-cards: names card 9"):
         claims_pool("1,9", range(4))
-    with pytest.raises(SpecError, match=r"--claims-cards: must be all, none or card indices"):
+    with pytest.raises(SpecError, match=r"--claims-cards: must be all, none, or card indices and ranges"):
         claims_pool("first", range(4))
 
 

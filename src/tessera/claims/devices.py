@@ -28,6 +28,7 @@ __all__ = [
     "CAPACITY_COMPUTE",
     "CAPACITY_MEMORY",
     "CAPACITY_SLOTS",
+    "CLAIMS_LABEL",
     "DRIVER",
     "UNHEALTHY_TAINT",
     "claims_pool",
@@ -43,6 +44,7 @@ CAPACITY_MEMORY = "memory"
 CAPACITY_COMPUTE = "compute"
 CAPACITY_SLOTS = "slots"
 UNHEALTHY_TAINT = f"{DRIVER}/unhealthy"
+CLAIMS_LABEL = "tessera.io/claims-cards"  # on a Node: its cards offered to claims
 SLICE_API = "resource.k8s.io/v1"
 
 
@@ -167,9 +169,9 @@ def resource_slice(
 
 
 def claims_pool(spec: str, indices: Iterable[int], field: str = "--claims-cards") -> frozenset[int]:
-    """The card indices offered to claims: ``all``, ``none`` or a comma list of indices.
-
-    Every other card of the node stays on the extender path; no card is on both.
+    """The card indices offered to claims: ``all``, ``none``, or indices and ranges
+    separated by ``,`` or ``_`` (``4-7``, ``0,2,4``, ``0_2_4``; a label value cannot hold
+    a comma). Every other card of the node stays on the extender path; none is on both.
     """
     have = frozenset(indices)
     text = spec.strip()
@@ -178,11 +180,14 @@ def claims_pool(spec: str, indices: Iterable[int], field: str = "--claims-cards"
     if text in ("", "none"):
         return frozenset()
     out: set[int] = set()
-    for part in text.split(","):
-        if not part.strip().isdigit():
-            raise SpecError(field, "must be all, none or card indices such as 4,5,6,7", spec)
-        index = int(part)
-        if index not in have:
-            raise SpecError(field, f"names card {index}, which this node does not have", spec)
-        out.add(index)
+    for part in re.split(r"[,_]", text):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if m is None:
+            rule = "must be all, none, or card indices and ranges such as 4-7 or 0,2,4"
+            raise SpecError(field, rule, spec)
+        first, last = int(m[1]), int(m[2] or m[1])
+        for index in range(first, last + 1):
+            if index not in have:
+                raise SpecError(field, f"names card {index}, which this node does not have", spec)
+            out.add(index)
     return frozenset(out)

@@ -19,13 +19,16 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 
-from tessera.claims.devices import claims_pool
+from tessera.claims.devices import CLAIMS_LABEL, claims_pool
+from tessera.errors import SpecError
+from tessera.kube.kinds import NODES
 from tessera.kube.port import KubeApi
 from tessera.kube.reflector import Reflector
 from tessera.model.types import DEFAULT_SLOTS, Card
@@ -80,7 +83,8 @@ class AgentConfig:
     context_mib: int = 0  # libvgpu's charge per CUDA context (limits file context_mib)
     metrics_port: int | None = None  # the exporter's /metrics; None: not served
     metrics_address: str = "0.0.0.0"
-    claims_cards: str = "none"  # card indices offered to DRA claims: all, none or "4,5"
+    # Card indices offered to DRA claims: all, none, "4-7" or "0,2"; "" reads the node label.
+    claims_cards: str = "none"
     dra_plugin_dir: Path = Path("/var/lib/kubelet/plugins")
     dra_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     cdi_dir: Path = Path("/var/run/cdi")
@@ -118,6 +122,7 @@ class Agent:
         self.slices: SlicePublisher | None = None
         self.dra: DraPluginServer | None = None
         self._slice_watch: Reflector | None = None
+        self.claim_libs: Callable[[], set[str]] | None = None
         self._metrics_server: WSGIServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -173,7 +178,7 @@ class Agent:
         lib_version = self.layout.install_library(cfg.libvgpu)
         if self.mps is not None:
             self.mps.check()
-        pool = claims_pool(cfg.claims_cards, (c.index for c in cards))
+        pool = self._claims_pool(cards)
         self.claim_cards = frozenset(c.uuid for c in cards if c.index in pool)
         if self.claim_cards:
             self._start_claims(tuple(c for c in cards if c.uuid in self.claim_cards), lib_version)
@@ -191,6 +196,8 @@ class Agent:
             visibility=cfg.visibility,
             context_mib=cfg.context_mib,
         )
+        if self.claim_libs is not None:
+            self.allocator.claim_libs = self.claim_libs
         self.plugin = DevicePluginServer(
             allocator=self.allocator,
             cards=cards,
@@ -241,6 +248,25 @@ class Agent:
             self.facts.driver_version or "unknown",
         )
 
+    def _claims_pool(self, cards: tuple[Card, ...]) -> frozenset[int]:
+        """Card indices for claims: the flag, or (flag "") the node's label, else none.
+
+        A bad flag stops the agent (the operator is there); a bad label is logged and
+        offers nothing to claims, so the extender path keeps working on that node.
+        """
+        indices = [c.index for c in cards]
+        if self.cfg.claims_cards:
+            return claims_pool(self.cfg.claims_cards, indices)
+        if self.kube is None:
+            return frozenset()
+        labels = self.kube.get(NODES, self.cfg.node)["metadata"].get("labels") or {}
+        text = str(labels.get(CLAIMS_LABEL, "none"))
+        try:
+            return claims_pool(text, indices, field=f"label {CLAIMS_LABEL}")
+        except SpecError as exc:
+            log.error("node %s: %s; no card goes to claims", self.cfg.node, exc)
+            return frozenset()
+
     def _start_claims(self, cards: tuple[Card, ...], lib_version: str) -> None:
         assert self.facts is not None
         if self.kube is None:
@@ -259,6 +285,7 @@ class Agent:
         )
         self.slices = SlicePublisher(self.kube, cfg.node, self.facts.driver_version)
         self._slice_watch = self.slices.watch()
+        self.claim_libs = preparer.lib_versions
         self.dra = DraPluginServer(preparer, cfg.dra_plugin_dir, cfg.dra_registry_dir)
         self.dra.start()
         log.info("claims path on %s: cards %s", cfg.node, sorted(c.index for c in cards))

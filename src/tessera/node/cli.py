@@ -88,9 +88,10 @@ def node_agent(
         str,
         typer.Option(
             help="Cards offered to DRA claims instead of the extender path: all, none, or "
-            "indices such as 4,5,6,7 (docs/claims.md)."
+            "indices such as 4,5,6,7; empty: the node's tessera.io/claims-cards label, none "
+            "without it (docs/claims.md)."
         ),
-    ] = "none",
+    ] = "",
     dra_plugin_dir: Annotated[
         Path, typer.Option(help="kubelet's DRA plugin folder (the service socket goes under it).")
     ] = Path("/var/lib/kubelet/plugins"),

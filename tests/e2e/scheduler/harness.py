@@ -222,14 +222,33 @@ class Harness:
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         for doc in deployed("rbac.yaml"):
             self.apply(doc)
-        token_kind = Kind("v1", "TokenRequest", "serviceaccounts/tessera-scheduler/token", True)
+        return self.token_kubeconfig("tessera-scheduler")
+
+    def token_kubeconfig(
+        self,
+        account: str,
+        namespace: str = NAMESPACE,
+        *,
+        bound_pod: Obj | None = None,
+        context_namespace: str | None = None,
+    ) -> Path:
+        """A kubeconfig holding a token of service account ``account`` (bound to
+        ``bound_pod`` when given: the API server then names the pod's node in it)."""
+        spec: dict[str, Any] = {"expirationSeconds": 86400}
+        if bound_pod is not None:
+            meta = bound_pod["metadata"]
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod",
+                                      "name": meta["name"], "uid": meta["uid"]}  # fmt: skip
+        token_kind = Kind("v1", "TokenRequest", f"serviceaccounts/{account}/token", True)
         out = self.admin.create(
             token_kind,
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": 86400}},
-            NAMESPACE,
-        )  # fmt: skip
-        path = self.workdir / "tessera-scheduler.kubeconfig"
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+            namespace,
+        )
+        context: dict[str, str] = {"cluster": "e2e", "user": "sa"}
+        if context_namespace is not None:
+            context["namespace"] = context_namespace
+        path = self.workdir / f"{account}-{namespace}.kubeconfig"
         path.write_text(
             yaml.safe_dump(
                 {
@@ -238,7 +257,7 @@ class Harness:
                         "server": self.env.server,
                         "certificate-authority": str(self.env.ca.cert_path)}}],
                     "users": [{"name": "sa", "user": {"token": out["status"]["token"]}}],
-                    "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "sa"}}],
+                    "contexts": [{"name": "e2e", "context": context}],
                     "current-context": "e2e",
                 }
             )

@@ -43,23 +43,7 @@ def _viewer_kubeconfig(h: Harness) -> Path:
         "subjects": [{"kind": "ServiceAccount", "name": "gpu-viewer",
                       "namespace": "tessera-system"}],
     })  # fmt: skip
-    token_kind = Kind("v1", "TokenRequest", "serviceaccounts/gpu-viewer/token", True)
-    token = h.admin.create(
-        token_kind,
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        "tessera-system",
-    )["status"]["token"]
-    path = h.workdir / "viewer.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "e2e", "cluster": {
-            "server": h.env.server, "certificate-authority": str(h.env.ca.cert_path)}}],
-        "users": [{"name": "viewer", "user": {"token": token}}],
-        "contexts": [{"name": "view", "context": {"cluster": "e2e", "user": "viewer",
-                                                  "namespace": NS}}],
-        "current-context": "view",
-    }))  # fmt: skip
-    return path
+    return h.token_kubeconfig("gpu-viewer", "tessera-system", context_namespace=NS)
 
 
 @pytest.fixture(scope="module")

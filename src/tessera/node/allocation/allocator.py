@@ -88,6 +88,8 @@ class Allocator:
         self.matcher = Matcher(node, pods, podres)
         self.ledger = Ledger(layout.read_allocs())
         self.corrections = 0
+        # Library versions the claims path's prepared claims use (cleanup keeps them).
+        self.claim_libs: Callable[[], set[str]] = set
 
     def allocations(self) -> list[AllocRecord]:
         return self.ledger.records()
@@ -241,6 +243,7 @@ class Allocator:
             self.lib_version,
             self.clock(),
             grace_s,
+            frozenset(self.claim_libs()),
         )
 
     # --- helpers ---------------------------------------------------------------------

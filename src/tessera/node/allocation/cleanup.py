@@ -20,12 +20,14 @@ def cleanup(
     lib_version: str,
     now: float,
     grace_s: float,
+    keep_libs: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Remove the folders of containers that are gone; return their allocation IDs.
 
     Gone: the pod is no longer bound to this node (or is terminal), kubelet's
     pod-resources no longer lists the slots, and the folder is older than ``grace_s``
-    (an allocation whose pod the watch has not shown yet is not gone).
+    (an allocation whose pod the watch has not shown yet is not gone). Library versions
+    in ``keep_libs`` (prepared claims use them) stay.
     """
 
     def live_uids(items: list[PodInfo]) -> set[str]:
@@ -61,7 +63,7 @@ def cleanup(
         if age >= grace_s:  # a folder without a record: Allocate died half-way
             layout.remove_alloc(alloc_id)
             removed.append(alloc_id)
-    used = ledger.lib_versions() | {lib_version}
+    used = ledger.lib_versions() | {lib_version} | keep_libs
     for version in layout.lib_versions():
         if version not in used:
             layout.remove_lib(version)

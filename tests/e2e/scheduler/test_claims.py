@@ -1,0 +1,395 @@
+"""Claims on the real control plane: the real kube-scheduler allocates Tessera's cards.
+
+50 kwok nodes × 8 cards, each with a real node agent (fake discovery, in this process)
+that reads its node's ``tessera.io/claims-cards`` label (4-7): it publishes cards
+4-7 in a ResourceSlice and cards 0-3 in the inventory annotation. The chart's
+DeviceClasses and the examples' ResourceClaimTemplates are applied as they are. Then
+500 pods with claims (slices, whole cards, two cards on one NVLink island, "not a T4")
+and 200 extender-path pods go to the same nodes at once. kube-scheduler's DRA plugin
+allocates the claims -- no extender on that path -- and the extender places the rest.
+
+Judged from the API objects: no device over its memory, compute or slots; no card of
+the claims path in any extender assignment and no extender card in any allocation;
+what cannot fit stays pending with the scheduler's reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import shutil
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tessera.claims.devices import CLAIMS_LABEL, DRIVER, slice_name
+from tessera.kube import NODES, PODS, Obj
+from tessera.kube.client import KubeClient
+from tessera.kube.errors import ApiError, NotFound
+from tessera.kube.kinds import (
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Kind,
+)
+from tessera.model.clusterspec import make_cards
+from tessera.model.quantity import parse_quantity
+from tessera.model.types import NodeInventory
+from tessera.node.agent import Agent, AgentConfig
+from tessera.node.backstop import BackstopMode
+from tessera.node.cards.fake import FakeDiscovery
+from tessera.node.fakes import MemoryEvents, MemoryPods
+from tessera.node.kube_source import KubeNode
+from tessera.testenv.chart import deployed
+from tests.e2e.scheduler.checks import assignment_of, book_all
+from tests.e2e.scheduler.harness import REPO, Harness, PodView, unschedulable
+from tests.e2e.wait import wait_for
+
+NAMESPACES = Kind("v1", "Namespace", "namespaces", namespaced=False)
+NS = "claims"
+NODE_COUNT = 50
+MODELS = ("A100", "H100", "T4", "A10")
+SELECTOR = {"tessera.io/e2e-claims": "true"}
+EXAMPLES = REPO / "examples" / "claims"
+WHOLE = {  # one whole card, any model: a request that names no capacity
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "one-whole-card"},
+    "spec": {"spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.tessera.io"}}]}}},
+}  # fmt: skip
+HUGE = copy.deepcopy(WHOLE)  # fits no device: 1000 GiB
+HUGE["metadata"]["name"] = "huge"
+HUGE["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {
+    "requests": {"memory": "1000Gi"}
+}
+
+
+@dataclass
+class World:
+    h: Harness
+    nodes: list[NodeInventory]
+    agents: list[Agent]
+    view: PodView
+
+
+def _nodes() -> list[NodeInventory]:
+    out = []
+    for i in range(NODE_COUNT):
+        name = f"claim-{i:03d}"
+        model = MODELS[i % len(MODELS)]
+        nvlink = "all" if model in ("A100", "H100") else "none"
+        cards = make_cards(name, 8, model, nvlink=nvlink)
+        out.append(NodeInventory(name, cards, cpu_milli=96_000, memory_mib=384 * 1024))
+    return out
+
+
+def _agent(h: Harness, root: Path, node: NodeInventory) -> Agent:
+    d = root / node.name
+    cfg = AgentConfig(
+        node=node.name,
+        plugin_dir=d / "dp",
+        state_dir=d / "state",
+        backstop=BackstopMode.OFF,
+        coordinator_period_s=0,
+        claims_cards="",  # the chart's default: the node's label decides
+        dra_plugin_dir=d / "plugins",
+        dra_registry_dir=d / "registry",
+        cdi_dir=d / "cdi",
+    )
+    pods = MemoryPods(cfg.resource, frozenset(c.uuid for c in node.cards))
+    # A client of its own, as each agent process has: its slice watch holds a connection.
+    api = KubeClient.from_kubeconfig(str(h.env.kubeconfig))
+    return Agent(cfg, FakeDiscovery(node.cards), pods, MemoryEvents(), KubeNode(api), None,
+                 kube=api)  # fmt: skip
+
+
+def _apply(h: Harness, kind: Kind, doc: Obj, namespace: str | None = None) -> None:
+    with contextlib.suppress(ApiError):  # already there from an earlier module run
+        h.admin.create(kind, doc, namespace)
+
+
+@pytest.fixture(scope="module")
+def world(harness: Harness) -> Iterator[World]:
+    h = harness
+    nodes = _nodes()
+    root = Path(tempfile.mkdtemp(prefix="ts-claims-", dir="/tmp"))  # short socket paths
+    agents: list[Agent] = []
+    h.env.create_gpu_nodes(nodes)
+    try:
+        labels = {CLAIMS_LABEL: "4-7", **SELECTOR}
+        for n in nodes:
+            h.admin.merge_patch(NODES, n.name, {"metadata": {"labels": labels}})
+        for n in nodes:
+            agent = _agent(h, root, n)
+            agent.start()
+            agents.append(agent)
+        for doc in deployed("device-classes.yaml"):
+            _apply(h, DEVICE_CLASSES, doc)
+        _apply(h, NAMESPACES, {"metadata": {"name": NS}})
+        h.ensure_default_service_account(NS)
+        for path in sorted(EXAMPLES.glob("*.yaml")):
+            doc = yaml.safe_load(path.read_text())
+            if doc["kind"] == "ResourceClaimTemplate":
+                _apply(h, RESOURCE_CLAIM_TEMPLATES, doc, NS)
+        for doc in (WHOLE, HUGE):
+            _apply(h, RESOURCE_CLAIM_TEMPLATES, doc, NS)
+        view = PodView(h.admin, NS)
+        yield World(h, nodes, agents, view)
+        view.stop()
+    finally:
+        for pod in h.admin.list(PODS, NS).items:
+            with contextlib.suppress(NotFound):
+                h.admin.delete(PODS, pod["metadata"]["name"], NS)
+        for agent in agents:
+            agent.stop()
+        for n in nodes:
+            for kind, name in ((RESOURCE_SLICES, slice_name(n.name)), (NODES, n.name)):
+                with contextlib.suppress(NotFound):
+                    h.admin.delete(kind, name)
+        ext = h.extender
+        if ext is not None:  # the other tests count the harness's 100 nodes
+            wait_for("the extender to forget the claim nodes",
+                     lambda: ext.metric("tessera_scheduler_nodes") == 100, 120)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _claim_pod(name: str, template: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "tessera-scheduler",  # the testenv's one profile
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+            "containers": [{"name": "main", "image": "busybox",
+                            "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }  # fmt: skip
+
+
+def _extender_pod(name: str) -> Obj:
+    limits = {"tessera.io/gpu-memory": "8000", "tessera.io/gpu-cores": "25"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},  # no schedulerName: the webhook routes it
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": dict(SELECTOR),
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
+        },
+    }
+
+
+def _workload() -> list[Obj]:
+    pods = [_claim_pod(f"two-a100-{i:03d}", "two-a100-one-island") for i in range(10)]
+    pods += [_claim_pod(f"whole-{i:03d}", "one-whole-card") for i in range(40)]
+    pods += [_claim_pod(f"not-t4-{i:03d}", "any-but-t4") for i in range(150)]
+    pods += [_claim_pod(f"slice-{i:03d}", "slice-8gib-30") for i in range(298)]
+    pods += [_claim_pod(f"huge-{i:03d}", "huge") for i in range(2)]
+    pods += [_extender_pod(f"ext-{i:03d}") for i in range(200)]
+    # Interleave so the two paths race for the same nodes.
+    return [p for pair in zip(pods[:350], pods[350:], strict=True) for p in pair]
+
+
+def _q(raw: object) -> float:
+    return float(parse_quantity(raw, "quantity").value)
+
+
+Device = tuple[str, str]  # pool (node), device name
+
+
+def _capacity(slices: list[Obj]) -> tuple[dict[Device, dict[str, float]], dict[Device, str]]:
+    capacity, model = {}, {}
+    for s in slices:
+        for d in s["spec"].get("devices") or []:
+            key = (s["spec"]["pool"]["name"], d["name"])
+            capacity[key] = {k: _q(v["value"]) for k, v in d["capacity"].items()}
+            model[key] = d["attributes"]["model"]["string"]
+    return capacity, model
+
+
+def _used(claims: list[Obj], capacity: dict[Device, dict[str, float]]) -> dict[Device, Any]:
+    used: dict[Device, Any] = defaultdict(lambda: defaultdict(float))
+    for c in claims:
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get(
+            "results"
+        ) or []:
+            if r["driver"] != DRIVER:
+                continue
+            key = (r["pool"], r["device"])
+            consumed = r.get("consumedCapacity") or capacity[key]  # none: the whole device
+            for k, v in consumed.items():
+                used[key][k] += _q(v)
+    return used
+
+
+def _overcommitted(slices: list[Obj], claims: list[Obj]) -> list[str]:
+    """Devices whose allocations add up past a capacity, from the objects alone."""
+    capacity, _ = _capacity(slices)
+    return [
+        f"{key}: {k} {v} of {capacity[key][k]}"
+        for key, kinds in _used(claims, capacity).items()
+        for k, v in kinds.items()
+        if v > capacity[key][k]
+    ]
+
+
+GIB = float(1 << 30)
+SHAPES = {  # pod name prefix -> (devices, memory, compute, models allowed) ; memory None: whole
+    "slice-": (1, 8 * GIB, 30.0, None),
+    "not-t4-": (1, 16 * GIB, 20.0, "not T4"),
+    "whole-": (1, None, 0.0, None),
+    "two-a100-": (2, None, 0.0, "A100"),
+    "huge-": (1, 1000 * GIB, 0.0, None),
+}
+
+
+def _fits_now(name: str, slices: list[Obj], claims: list[Obj]) -> list[str]:
+    """Nodes where the pending pod ``name`` would fit as the claims stand now."""
+    count, memory, compute, models = next(v for k, v in SHAPES.items() if name.startswith(k))
+    capacity, model = _capacity(slices)
+    used = _used(claims, capacity)
+    room: dict[str, int] = defaultdict(int)
+    for key, cap in capacity.items():
+        u = used.get(key, {})
+        if (models == "not T4" and model[key] == "T4") or (
+            models == "A100" and model[key] != "A100"
+        ):
+            continue
+        want = cap["memory"] if memory is None else memory
+        if (cap["memory"] - u.get("memory", 0) >= want and cap["compute"] - u.get("compute", 0)
+                >= compute and cap["slots"] - u.get("slots", 0) >= 1):  # fmt: skip
+            room[key[0]] += 1
+    return sorted(node for node, n in room.items() if n >= count)
+
+
+def test_claims_and_extender_pods_share_nodes_without_double_booking(world: World) -> None:
+    h = world.h
+    wait_for(
+        "every agent's ResourceSlice",
+        lambda: len([s for s in h.admin.list(RESOURCE_SLICES).items
+                     if s["spec"]["driver"] == DRIVER]) >= NODE_COUNT,
+        60,
+    )  # fmt: skip
+    claim_uuids = {c.uuid for n in world.nodes for c in n.cards if c.index >= 4}
+    pods = _workload()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda p: h.admin.create(PODS, p, NS), pods))
+
+    def settled() -> bool:
+        live = world.view.all()
+        return len(live) == len(pods) and all(
+            p["spec"].get("nodeName") or unschedulable(p) for p in live
+        )
+
+    wait_for("every pod bound or refused by kube-scheduler", settled, 300, 1.0)
+    live = {p["metadata"]["name"]: p for p in world.view.all()}
+    slices = [s for s in h.admin.list(RESOURCE_SLICES).items if s["spec"]["driver"] == DRIVER]
+    claims = h.admin.list(RESOURCE_CLAIMS, NS).items
+
+    # 1. Claims: no device over its memory, compute or slots; only cards 4-7 handed out.
+    assert _overcommitted(slices, claims) == []
+    allocated = [
+        (r["pool"], r["device"])
+        for c in claims
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
+        or []
+    ]
+    assert allocated and all(d in ("gpu-4", "gpu-5", "gpu-6", "gpu-7") for _, d in allocated)
+
+    # 2. Extender path: nothing over-committed, and never a card of the claims path.
+    ext = [p for n, p in live.items() if n.startswith("ext-")]
+    _, problems = book_all(h.admin, ext)
+    assert problems == []
+    ext_uuids = {
+        s.uuid
+        for p in ext
+        if (a := assignment_of(p)) is not None
+        for c in a.containers
+        for s in c.slices
+    }
+    assert ext_uuids and not ext_uuids & claim_uuids
+    assert all(p["spec"].get("nodeName") for p in ext)  # 200 slices fit cards 0-3 easily
+
+    # 3. Two cards on one NVLink island: both on one node, same island (all: one island).
+    for name in (n for n in live if n.startswith("two-a100-") and live[n]["spec"].get("nodeName")):
+        [claim] = [c for c in claims if c["metadata"]["ownerReferences"][0]["name"] == name]
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert len(results) == 2 and len({r["pool"] for r in results}) == 1
+        assert results[0]["pool"].startswith("claim-")
+        assert len({r["device"] for r in results}) == 2
+
+    # 4. What cannot fit waits with kube-scheduler's reason.
+    for name in ("huge-000", "huge-001"):
+        pod = live[name]
+        assert not pod["spec"].get("nodeName")
+        [cond] = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+        assert cond["reason"] == "Unschedulable"
+        assert "cannot allocate all claims" in cond["message"], cond["message"]
+    # Every claim that fits is allocated: a pending pod has no node with room for it.
+    waiting = [n for n, p in live.items() if not p["spec"].get("nodeName")]
+    assert {n: fits for n in waiting if (fits := _fits_now(n, slices, claims))} == {}
+    assert len(waiting) < len(pods) // 4  # the mix is meant to mostly fit
+
+
+def test_a_malformed_class_selector_is_refused_by_the_api_server(world: World) -> None:
+    bad = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "broken.gpu.tessera.io"},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.tessera.io" &&'}}]},
+    }
+    with pytest.raises(ApiError) as err:
+        world.h.admin.create(DEVICE_CLASSES, bad)
+    assert "spec.selectors[0].cel.expression" in err.value.message
+
+
+def test_a_hand_edited_slice_is_written_back_by_its_agent(world: World) -> None:
+    h = world.h
+    name = slice_name(world.nodes[0].name)
+    edited = h.admin.get(RESOURCE_SLICES, name)
+    want = copy.deepcopy(edited["spec"]["devices"])
+    edited["spec"]["devices"][0]["capacity"]["memory"]["value"] = "1000Gi"
+    h.admin.replace(RESOURCE_SLICES, edited)
+    wait_for("the agent to write its slice back",
+             lambda: h.admin.get(RESOURCE_SLICES, name)["spec"]["devices"] == want, 30)  # fmt: skip
+
+
+def test_an_agent_token_writes_only_its_own_nodes_slice(world: World) -> None:
+    # The chart's tessera-node-agent-slices policy (deploy/admission-policy.yaml), with a
+    # token bound to an agent pod on claim-001, as kubelet gives the DaemonSet's pod.
+    h = world.h
+    pod = h.admin.create(PODS, {
+        "metadata": {"name": "agent-claim-001"},
+        "spec": {"nodeName": "claim-001", "serviceAccountName": "tessera-node-agent",
+                 "containers": [{"name": "agent", "image": "busybox"}]},
+    }, "tessera-system")  # fmt: skip
+    try:
+        agent_api = KubeClient.from_kubeconfig(
+            str(h.token_kubeconfig("tessera-node-agent", bound_pod=pod))
+        )
+        own = agent_api.get(RESOURCE_SLICES, slice_name("claim-001"))
+        agent_api.replace(RESOURCE_SLICES, own)  # its own node's: allowed
+        other = agent_api.get(RESOURCE_SLICES, slice_name("claim-002"))
+        with pytest.raises(ApiError) as err:
+            agent_api.replace(RESOURCE_SLICES, other)
+        assert "only the gpu.tessera.io ResourceSlice of its own node (claim-001)" in str(err.value)
+        with pytest.raises(ApiError):
+            agent_api.delete(RESOURCE_SLICES, slice_name("claim-002"))
+        unbound = KubeClient.from_kubeconfig(str(h.token_kubeconfig("tessera-node-agent")))
+        with pytest.raises(ApiError) as err:
+            unbound.replace(RESOURCE_SLICES, h.admin.get(RESOURCE_SLICES, slice_name("claim-001")))
+        assert "its token names no node" in str(err.value)
+    finally:
+        h.admin.delete(PODS, "agent-claim-001", "tessera-system")
