@@ -14,6 +14,7 @@ import contextlib
 import copy
 import json
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -277,3 +278,31 @@ def test_an_agent_upgrade_keeps_the_library_a_prepared_claim_uses(env: Env) -> N
     env.stub().NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[_ref(claim)]))
     env.agent.allocator.cleanup(grace_s=0)
     assert not old.exists() and len(list((env.root / "state" / "lib").iterdir())) == 1
+
+
+def test_the_official_cdi_library_injects_what_the_limits_need(env: Env) -> None:
+    # testenv/cdi: the CDI library of containerd >= 1.7 and CRI-O, over the spec we wrote.
+    from tessera.testenv import ensure_binaries
+
+    inject = ensure_binaries(["cdi"])["cdi-inject"]
+    claim = _claim(env.kube, "cdi", "gpu-1", memory="2Gi", compute="20")
+    out = env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(claim)]))
+    [device] = out.claims[claim["metadata"]["uid"]].devices
+    run = subprocess.run(
+        [str(inject), f"--spec-dir={env.root / 'cdi'}", *device.cdi_device_ids],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    oci = json.loads(run.stdout)
+    mounts = {m["destination"]: m for m in oci["mounts"]}
+    limits = Path(mounts["/etc/tessera"]["source"]) / "limits"
+    assert "ro" in mounts["/etc/tessera"]["options"]
+    assert "ro" in mounts["/etc/ld.so.preload"]["options"]
+    [card] = decode_limits(limits.read_text()).cards
+    assert (card.uuid, card.memory_mib, card.cores_percent) == (U1, 2048, 20)
+    assert f"NVIDIA_VISIBLE_DEVICES={U1}" in oci["process"]["env"]
+    unknown = "gpu.tessera.io/claim=not-prepared"
+    bad = subprocess.run(
+        [str(inject), f"--spec-dir={env.root / 'cdi'}", unknown], capture_output=True, text=True
+    )
+    assert bad.returncode == 1 and "unresolvable CDI devices" in bad.stderr

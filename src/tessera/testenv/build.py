@@ -119,13 +119,20 @@ COMPONENTS: dict[str, Component] = {
             # `helm version` and the chart's kubeVersion checks read these.
             version_ldflags=("-X helm.sh/helm/v3/internal/version.version={version}",),
         ),
+        Component(
+            # Our own main (testenv/cdi/main.go) over the CDI library runtimes use: what
+            # containerd >= 1.7 would inject for a claim (the real node runs 1.6).
+            name="cdi",
+            upstream="tags.cncf.io/container-device-interface",
+            binaries=(("cdi-inject", "tessera.local/testenv/cdi"),),
+        ),
     )
 }
 
 # kubectl shares the kubernetes wrapper module; it is built only when asked for.
 _MODULE_DIR = {"kubectl": "kubernetes"}
 
-DEFAULT_COMPONENTS = ("etcd", "kubernetes", "kwok", "helm")
+DEFAULT_COMPONENTS = ("etcd", "kubernetes", "kwok", "helm", "cdi")
 
 
 def testenv_dir() -> Path:
@@ -188,8 +195,9 @@ def _entry_dir(component: Component, module_dir: Path) -> tuple[Path, str]:
     gomod = (module_dir / "go.mod").read_text()
     gosum = (module_dir / "go.sum").read_bytes() if (module_dir / "go.sum").exists() else b""
     version = module_version(gomod, component.upstream)
+    sources = b"".join(p.read_bytes() for p in sorted(module_dir.glob("*.go")))  # our mains
     digest = hashlib.sha256(
-        gomod.encode() + b"\0" + gosum + b"\0" + component.ldflags(version).encode()
+        gomod.encode() + b"\0" + gosum + b"\0" + component.ldflags(version).encode() + sources
     )
     key = f"{component.name}-{version}-{digest.hexdigest()[:10]}"
     return cache_root() / "testenv" / "bin" / key, version
