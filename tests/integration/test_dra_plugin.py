@@ -306,3 +306,22 @@ def test_the_official_cdi_library_injects_what_the_limits_need(env: Env) -> None
         [str(inject), f"--spec-dir={env.root / 'cdi'}", unknown], capture_output=True, text=True
     )
     assert bad.returncode == 1 and "unresolvable CDI devices" in bad.stderr
+
+
+class _CountingApi:
+    """The publisher's API with its calls counted (each health tick must cost none)."""
+
+    def __init__(self, inner: FakeKube) -> None:
+        self.inner, self.calls = inner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls += 1
+        return getattr(self.inner, name)
+
+
+def test_a_health_tick_with_nothing_changed_costs_no_api_call(env: Env) -> None:
+    assert env.agent.slices is not None
+    counting = _CountingApi(env.kube)
+    env.agent.slices.api = counting  # type: ignore[assignment]
+    time.sleep(0.5)  # ten health ticks at 50 ms
+    assert counting.calls == 0

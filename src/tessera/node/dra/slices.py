@@ -56,11 +56,13 @@ class SlicePublisher:
         self._mu = threading.Lock()
         self._current: dict[str, Any] | None = None
         self._loaded = False
+        self._node_uid: str | None = None  # the owner reference's; read once
 
-    def _desired(self, cards: list[Card], generation: int, node_uid: str) -> dict[str, Any]:
+    def _desired(self, cards: list[Card], generation: int) -> dict[str, Any]:
         if self.taints_served is False:
             cards = [c for c in cards if c.healthy]
-        return resource_slice(self.node, cards, generation, self.driver_version, node_uid)
+        uid = self._node_uid or ""
+        return resource_slice(self.node, cards, generation, self.driver_version, uid)
 
     def publish(self, cards: Iterable[Card]) -> bool:
         """Write the slice if it differs from ``cards``; True when written."""
@@ -73,19 +75,19 @@ class SlicePublisher:
                     self._current = None
                 self._loaded = True
             current = self._current
+            if current is not None and _devices(current) == _devices(self._desired(cards, 0)):
+                return False  # every health tick comes here: no API call
+            if self._node_uid is None:
+                self._node_uid = str(self.api.get(NODES, self.node)["metadata"]["uid"])
             pool = ((current or {}).get("spec") or {}).get("pool") or {}
             generation = int(pool.get("generation", 0))
-            node_uid = str(self.api.get(NODES, self.node)["metadata"]["uid"])
-            want = self._desired(cards, generation, node_uid)
-            if current is not None and _devices(current) == _devices(want):
-                return False
-            want = self._desired(cards, generation + 1, node_uid)
+            want = self._desired(cards, generation + 1)
             written = self._write(want, current)
             if self.taints_served is None and any("taints" in d for d in _devices(want)):
                 self.taints_served = any("taints" in d for d in _devices(written))
                 if not self.taints_served:
                     log.warning("the API server drops device taints: sick cards leave the slice")
-                    written = self._write(self._desired(cards, generation + 2, node_uid), written)
+                    written = self._write(self._desired(cards, generation + 2), written)
             self._current = written
         log.info("ResourceSlice %s written (%d devices)", self.name, len(_devices(written)))
         return True
