@@ -40,6 +40,11 @@ that, not the extender's latency, sets the rate. ``split`` keeps the control pla
 half of the CPUs in every run and the extender on the other half, as when it runs in its
 own pod on another node.
 
+``--claims`` adds a run of the claims path: the same stock kube-scheduler with no
+extender, every node's 8 cards published as a ResourceSlice (tessera.claims.devices, as
+the node agent writes it), the chart's DeviceClasses, and pods whose ResourceClaimTemplate
+asks for the sharing shape (8000Mi / 10 %): kube-scheduler's DRA allocator places them.
+
 ``--extender null`` runs bench/null_extender.py instead of ``tessera scheduler``: the same
 protocol, HTTP stack and watches, no decisions -- the most any Python extender could get.
 ``--extender both`` runs stock, Tessera and null in every round, so all three compare in
@@ -74,11 +79,19 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from tessera.kube import PODS, Conflict, Kind, Obj, Reflector, WatchEvent  # noqa: E402
+from tessera.claims.devices import resource_slice  # noqa: E402
+from tessera.kube import NODES, PODS, Conflict, Kind, Obj, Reflector, WatchEvent  # noqa: E402
 from tessera.kube.client import KubeClient  # noqa: E402
+from tessera.kube.errors import NotFound, Unavailable  # noqa: E402
+from tessera.kube.kinds import (  # noqa: E402
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from tessera.model.clusterspec import synthetic_nodes  # noqa: E402
 from tessera.testenv import TestEnv, ensure_binaries  # noqa: E402
-from tessera.testenv.chart import kube_scheduler_config  # noqa: E402
+from tessera.testenv.chart import deployed, kube_scheduler_config  # noqa: E402
 from tessera.testenv.process import free_port  # noqa: E402
 
 PARKED = {"profiles": [{"schedulerName": "parked"}]}
@@ -118,18 +131,38 @@ WHOLE = {"tessera.io/gpu": "1"}
 SHARING = {"tessera.io/gpu-memory": "8000", "tessera.io/gpu-cores": "10"}
 
 
-def pod(name: str, scheduler: str, limits: dict[str, str] = WHOLE) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "schedulerName": scheduler,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "main", "image": "busybox",
-                            "resources": {"limits": dict(limits)}}],
-        },
-    }  # fmt: skip
+# The claims path's twin of SHARING, as a ResourceClaimTemplate.
+CLAIM_TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "sharing"},
+    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.tessera.io",
+        "capacity": {"requests": {"memory": "8000Mi", "compute": "10"}}}}]}}},
+}  # fmt: skip
+
+
+def pod(
+    name: str, scheduler: str, limits: dict[str, str] = WHOLE, claims: bool = False
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {"limits": dict(limits)}
+    spec: dict[str, Any] = {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0}
+    if claims:
+        resources = {"claims": [{"name": "gpu"}]}
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "sharing"}]
+    spec["containers"] = [{"name": "main", "image": "busybox", "resources": resources}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def publish_slices(env: TestEnv, api: KubeClient, nodes: int) -> None:
+    """Every node's cards as a ResourceSlice, and the chart's DeviceClasses."""
+    for doc in deployed("device-classes.yaml"):
+        api.create(DEVICE_CLASSES, doc)
+    cards = {n.name: n.cards for n in synthetic_nodes(nodes, 8, "A100", prefix="gpu")}
+    uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in api.list(NODES).items}
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda n: api.create(RESOURCE_SLICES, resource_slice(
+            n, cards[n], 1, node_uid=uids[n])), cards))  # fmt: skip
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -186,6 +219,7 @@ def run(
     extra: dict[str, int],
     kwok_pods: bool = True,
     limits: dict[str, str] = WHOLE,
+    claims: bool = False,
 ) -> RunResult:
     """One run (see RunResult). The run's pods are deleted at the end, so every run
     starts from the same cluster."""
@@ -195,9 +229,17 @@ def run(
         api.create(sa, {"metadata": {"name": "default"}}, ns)
     env.restart_scheduler(PARKED)
     scheduler = config["profiles"][0]["schedulerName"]
+    if claims:
+        api.create(RESOURCE_CLAIM_TEMPLATES, CLAIM_TEMPLATE, ns)
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda i: api.create(PODS, pod(f"p-{i:05d}", scheduler, limits), ns),
-                      range(pods)))  # fmt: skip
+        list(pool.map(lambda i: api.create(PODS, pod(f"p-{i:05d}", scheduler, limits, claims),
+                                           ns), range(pods)))  # fmt: skip
+    if claims:  # the resourceclaim controller makes each pod's claim, outside the window
+        deadline = time.monotonic() + 300
+        while len(api.list(RESOURCE_CLAIMS, ns).items) < pods:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{ns}: the claims of the pods were not made in 300 s")
+            time.sleep(0.5)
     watch = BindTimes(api, ns)
     # Requests are counted from before the start (reading /metrics takes a loaded API
     # server a second or more) until every pod is Running (bound, with --kwok-pods off):
@@ -252,11 +294,32 @@ def clear(api: KubeClient, ns: str) -> None:
     """Delete the namespace's pods at once and wait until they are gone: running pods
     cost kwok and the API server CPU, which would slow whichever run came later."""
     # deletecollection with grace 0: the pods go at once (no kubelet here to confirm).
-    api._request("DELETE", PODS.path(ns), {"gracePeriodSeconds": "0"})
-    deadline = time.monotonic() + 120
+    # A busy API server may take longer than the client's timeout, and it stops deleting
+    # when the client goes: ask again until none is left.
+    deadline = time.monotonic() + 300
     while api.list(PODS, ns).items:
         if time.monotonic() > deadline:
-            raise SystemExit(f"{ns}: pods still there 120 s after deleting them")
+            raise SystemExit(f"{ns}: pods still there 300 s after deleting them")
+        with contextlib.suppress(Unavailable):
+            api._request("DELETE", PODS.path(ns), {"gracePeriodSeconds": "0"})
+        time.sleep(0.5)
+
+    # The claims: the resourceclaim controller would release and delete them at its
+    # client's 20 requests/s (minutes for 1,000, taxing the next run), so the bench
+    # lifts their finalizer and deletes them itself; a deleted claim holds no device.
+    def release(claim: Obj) -> None:
+        with contextlib.suppress(NotFound):  # the controller may have got there first
+            api.merge_patch(RESOURCE_CLAIMS, claim["metadata"]["name"],
+                            {"metadata": {"finalizers": None}}, ns)  # fmt: skip
+
+    deadline = time.monotonic() + 300
+    while claims := api.list(RESOURCE_CLAIMS, ns).items:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{ns}: claims still there 300 s after deleting them")
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(release, claims))
+        with contextlib.suppress(Unavailable):
+            api._request("DELETE", RESOURCE_CLAIMS.path(ns))
         time.sleep(0.5)
 
 
@@ -282,6 +345,11 @@ def main() -> None:
         "whole cards (it cannot share one)",
     )  # fmt: skip
     ap.add_argument(
+        "--claims", action="store_true",
+        help="also run the claims path: stock kube-scheduler's DRA allocator, sharing-shaped "
+        "claims (8000Mi / 10 %%) on ResourceSlices of every card",
+    )  # fmt: skip
+    ap.add_argument(
         "--layout", choices=["shared", "split"], default="shared",
         help="shared: every process on every CPU; split: the extender on half the CPUs, "
         "everything else on the other half (see the module docstring)",
@@ -300,6 +368,8 @@ def main() -> None:
     if args.shape != "whole":
         sharing = [f"{k}-sharing" for k in kinds if k != "stock"]
         kinds = ["stock", *sharing] if args.shape == "sharing" else [*kinds, *sharing]
+    if args.claims:
+        kinds.append("claims")
     extender_cpus = split_cpus() if args.layout == "split" else None
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
     kwok_pods = args.kwok_pods == "run"
@@ -313,6 +383,8 @@ def main() -> None:
     try:
         env.create_gpu_nodes(synthetic_nodes(args.nodes, 8, "A100", prefix="gpu"))
         api = KubeClient.from_kubeconfig(str(env.kubeconfig))
+        if args.claims:
+            publish_slices(env, api, args.nodes)
         client = {"qps": args.qps, "burst": int(args.qps * 2)} if args.qps else {}
         stock: dict[str, Any] = {
             "profiles": [{"schedulerName": "stock"}],
@@ -327,8 +399,9 @@ def main() -> None:
         for r in range(args.rounds):
             order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
             for kind in order:
-                if kind == "stock":
-                    result = run(env, api, f"stock-{r}", args.pods, stock, {}, kwok_pods)
+                if kind in ("stock", "claims"):
+                    result = run(env, api, f"{kind}-{r}", args.pods, stock, {}, kwok_pods,
+                                 claims=kind == "claims")  # fmt: skip
                 else:
                     # Its own process per run, started before the run's window and
                     # stopped after: it watches every pod, so it must not tax other runs.
@@ -441,6 +514,7 @@ LABELS = {
     "null": "with the null extender (bench/null_extender.py)",
     "tessera-sharing": "Tessera extender, sharing pods (8,000 MiB / 10 %)",
     "null-sharing": "null extender, sharing pods",
+    "claims": "stock kube-scheduler, DRA claims (8000Mi / 10 %)",
 }
 
 
