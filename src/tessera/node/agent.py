@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
@@ -122,7 +121,7 @@ class Agent:
         self.slices: SlicePublisher | None = None
         self.dra: DraPluginServer | None = None
         self._slice_watch: Reflector | None = None
-        self.claim_libs: Callable[[], set[str]] | None = None
+        self.preparer: ClaimPreparer | None = None
         self._metrics_server: WSGIServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -179,6 +178,7 @@ class Agent:
         if self.mps is not None:
             self.mps.check()
         pool = self._claims_pool(cards)
+        self.preparer = None
         self.claim_cards = frozenset(c.uuid for c in cards if c.index in pool)
         if self.claim_cards:
             self._start_claims(tuple(c for c in cards if c.uuid in self.claim_cards), lib_version)
@@ -196,8 +196,8 @@ class Agent:
             visibility=cfg.visibility,
             context_mib=cfg.context_mib,
         )
-        if self.claim_libs is not None:
-            self.allocator.claim_libs = self.claim_libs
+        if self.preparer is not None:
+            self.allocator.claim_libs = self.preparer.lib_versions
         self.plugin = DevicePluginServer(
             allocator=self.allocator,
             cards=cards,
@@ -272,7 +272,7 @@ class Agent:
         if self.kube is None:
             raise RuntimeError("--claims-cards needs the Kubernetes API (ResourceSlices, claims)")
         cfg = self.cfg
-        preparer = ClaimPreparer(
+        self.preparer = preparer = ClaimPreparer(
             node=cfg.node,
             cards=cards,
             layout=self.layout,
@@ -285,7 +285,6 @@ class Agent:
         )
         self.slices = SlicePublisher(self.kube, cfg.node, self.facts.driver_version)
         self._slice_watch = self.slices.watch()
-        self.claim_libs = preparer.lib_versions
         self.dra = DraPluginServer(preparer, cfg.dra_plugin_dir, cfg.dra_registry_dir)
         self.dra.start()
         log.info("claims path on %s: cards %s", cfg.node, sorted(c.index for c in cards))
