@@ -88,7 +88,8 @@ def test_claims_pool() -> None:
     assert claims_pool("0_2-3", range(4)) == {0, 2, 3}  # a label value cannot hold a comma
     with pytest.raises(SpecError, match=r"--claims-cards: names card 9"):
         claims_pool("1,9", range(4))
-    with pytest.raises(SpecError, match=r"--claims-cards: must be all, none, or card indices and ranges"):
+    rule = r"--claims-cards: must be all, none, or card indices and ranges"
+    with pytest.raises(SpecError, match=rule):
         claims_pool("first", range(4))
 
 
