@@ -137,6 +137,7 @@ def claim_grant(claim: Mapping[str, Any], pool: str, cards: Mapping[str, Card]) 
     policies = _policies(devices)
     granted: list[GrantedDevice] = []
     per_card: dict[str, list[int]] = {}  # uuid -> [memory MiB, cores]
+    by_uuid = {c.uuid: c for c in cards.values()}
     whole = True
     chosen: set[ComputePolicy] = set()
     for i, raw in enumerate(devices.get("results") or []):
@@ -170,7 +171,7 @@ def claim_grant(claim: Mapping[str, Any], pool: str, cards: Mapping[str, Card]) 
         )
     slices = []
     for uuid, (mib, cores) in per_card.items():
-        card = next(c for c in cards.values() if c.uuid == uuid)
+        card = by_uuid[uuid]
         if mib > card.memory_mib or cores > 100:
             raise SpecError(
                 "status.allocation.devices.results",

@@ -85,6 +85,7 @@ class ClaimPreparer:
     ) -> None:
         self.node = node
         self.cards = {device_name(c): c for c in cards}
+        self.by_uuid = {c.uuid: c for c in cards}
         self.layout = layout
         self.lib_version = lib_version
         self.claims = claims
@@ -131,9 +132,8 @@ class ClaimPreparer:
         return [PreparedDevice(d, ids) for d in grant.devices]
 
     def _check_room(self, grant: ClaimGrant) -> None:
-        by_uuid = {c.uuid: c for c in self.cards.values()}
         for new in grant.assignment.slices:
-            card = by_uuid[new.uuid]
+            card = self.by_uuid[new.uuid]
             others = [
                 (uid, s)
                 for uid, slices in self._held.items()
