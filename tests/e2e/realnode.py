@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,7 +33,17 @@ CARDS = make_cards(NODE, 2, "A100")
 NS = "default"
 FAKE_DEVICES = "/var/run/tessera-fake-gpu"  # where the probe pods see the fake cards
 
-__all__ = ["CARDS", "NODE", "NS", "Child", "RealWorld", "gpu_pod", "scheduler_config"]
+__all__ = [
+    "CARDS",
+    "NODE",
+    "NS",
+    "PROBE",
+    "Child",
+    "RealWorld",
+    "gpu_pod",
+    "probe_facts",
+    "scheduler_config",
+]
 
 
 class Child:
@@ -73,8 +84,15 @@ class Child:
 
 
 class RealWorld:
-    def __init__(self, env: TestEnv, root: Path, extra_agent_args: list[str] | None = None):
+    def __init__(
+        self,
+        env: TestEnv,
+        root: Path,
+        extra_agent_args: list[str] | None = None,
+        containerd: Path | None = None,
+    ):
         self.env, self.root = env, root
+        self.containerd = containerd  # None: Debian's (1.6); a built 1.7 applies CDI
         self.api = KubeClient.from_kubeconfig(str(env.kubeconfig))
         self.node = self._start_node()
         (root / "nodes.csv").write_text(
@@ -105,7 +123,11 @@ class RealWorld:
     def _start_node(self) -> RealNode:
         images = self.root / "images"
         return RealNode.start(
-            self.env, self.root / "node", name=NODE, images=[build_gpu_probe(images, LIBVGPU_BUILD)]
+            self.env,
+            self.root / "node",
+            name=NODE,
+            images=[build_gpu_probe(images, LIBVGPU_BUILD)],
+            containerd=self.containerd,
         )
 
     def start(self, extender_port: int) -> None:
@@ -241,3 +263,23 @@ def gpu_pod(
     if init_script is not None:
         spec["initContainers"] = [container("setup", init_memory, init_script)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+# The probe image's report of the slice it sees through libvgpu (over the fake driver).
+SLICE = re.compile(r"card (\d+) uuid=(\S+) total_mib=(\d+) free_mib=(\d+)")
+FILL = re.compile(r"fill (\d+) ok=(\d+) oom=(\d)")
+PROBE = (
+    "tool_slice; echo rc=$?; "
+    "if (echo x >> /etc/tessera/limits) 2>/dev/null; then echo limits=writable; "
+    "else echo limits=read-only; fi; "
+    "echo preload=$(cat /etc/ld.so.preload); echo visible=$NVIDIA_VISIBLE_DEVICES"
+)
+
+
+def probe_facts(out: str) -> dict[str, str]:
+    """What PROBE printed, parsed: its key=value lines, the card it sees and the fill."""
+    facts = dict(line.split("=", 1) for line in out.splitlines() if line.count("=") == 1)
+    (m,) = SLICE.findall(out)
+    (f,) = FILL.findall(out)
+    facts.update(uuid=m[1], total_mib=m[2], free_mib=m[3], filled=f[1], oom=f[2])
+    return facts

@@ -9,7 +9,6 @@ behind.
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,22 +21,21 @@ from tessera.model.annotations import decode_assignment, encode_assignment
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.testenv.process import free_port
 from tessera.testenv.realnode import missing_prerequisites
-from tests.e2e.realnode import CARDS, NODE, RealWorld, gpu_pod, scheduler_config
+from tests.e2e.realnode import (
+    CARDS,
+    NODE,
+    PROBE,
+    RealWorld,
+    gpu_pod,
+    probe_facts,
+    scheduler_config,
+)
 from tests.e2e.wait import wait_for
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites())),
 ]
-
-SLICE = re.compile(r"card (\d+) uuid=(\S+) total_mib=(\d+) free_mib=(\d+)")
-FILL = re.compile(r"fill (\d+) ok=(\d+) oom=(\d)")
-PROBE = (
-    "tool_slice; echo rc=$?; "
-    "if (echo x >> /etc/tessera/limits) 2>/dev/null; then echo limits=writable; "
-    "else echo limits=read-only; fi; "
-    "echo preload=$(cat /etc/ld.so.preload); echo visible=$NVIDIA_VISIBLE_DEVICES"
-)
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +69,7 @@ def probe(world: RealWorld, name: str, memory: int, cores: int = 30) -> dict[str
     assert world.wait_phase(name, ("Succeeded", "Failed")) == "Succeeded", world.diagnose(name)
     out = world.logs(name)
     world.delete(name)
-    facts = dict(line.split("=", 1) for line in out.splitlines() if line.count("=") == 1)
-    (m,) = SLICE.findall(out)
-    (f,) = FILL.findall(out)
-    facts.update(uuid=m[1], total_mib=m[2], free_mib=m[3], filled=f[1], oom=f[2])
-    return facts
+    return probe_facts(out)
 
 
 def assigned_card(pod: dict[str, Any]) -> str:

@@ -1,16 +1,15 @@
-"""The claims path against the real kubelet: the node agent as a DRA kubelet plugin.
+"""The claims path on a real node: the node agent as the real kubelet's DRA plugin.
 
 The real node (kubelet + containerd) with the agent offering card 1 to claims
 (``--claims-cards=1``) and card 0 to the extender. The real kubelet finds the agent's
 registration socket and registers it; the real kube-scheduler's DRA allocator allocates
 a claim on the agent's ResourceSlice; kubelet calls ``NodePrepareResources`` before the
-pod's container starts and ``NodeUnprepareResources`` once the pod is gone.
+pod's container starts, containerd applies the CDI spec the agent wrote, and the
+container's libvgpu enforces the claim's slice; ``NodeUnprepareResources`` follows once
+the pod is gone.
 
-What this does not show: the container seeing the files. The node's containerd is
-Debian 12's 1.6, which does not apply CDI devices (1.7 does, with CDI on). The spec the
-agent wrote during the real kubelet's prepare is given instead to the CDI library those
-runtimes use (testenv/cdi, ``cdi-inject``), and what it would inject is checked.
-docs/claims.md, "Gaps".
+The node runs containerd 1.7 built from its Go module (testenv component
+``containerd``): Debian 12's 1.6, which the other real-node tests use, applies no CDI.
 """
 
 from __future__ import annotations
@@ -29,10 +28,18 @@ from tessera.kube.errors import NotFound
 from tessera.kube.kinds import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.node.formats.limits import decode_limits
 from tessera.testenv.chart import deployed
-from tessera.testenv.images import PAUSE_IMAGE
 from tessera.testenv.process import free_port
 from tessera.testenv.realnode import missing_prerequisites
-from tests.e2e.realnode import CARDS, NODE, NS, RealWorld, scheduler_config
+from tests.e2e.realnode import (
+    CARDS,
+    NODE,
+    NS,
+    PROBE,
+    RealWorld,
+    gpu_pod,
+    probe_facts,
+    scheduler_config,
+)
 from tests.e2e.wait import wait_for
 
 pytestmark = [
@@ -45,7 +52,7 @@ REGISTERED = "kubelet registered DRA driver gpu.tessera.io"
 
 @pytest.fixture(scope="module")
 def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealWorld]:
-    from tessera.testenv import TestEnv
+    from tessera.testenv import TestEnv, ensure_binaries
 
     port = free_port()
     env = TestEnv.start(
@@ -57,7 +64,9 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     root = Path(tempfile.mkdtemp(prefix="ts-rclaim-", dir="/tmp"))
     w: RealWorld | None = None
     try:
-        w = RealWorld(env, root, ["--claims-cards=1", f"--cdi-dir={root / 'cdi'}"])
+        containerd = ensure_binaries(["containerd"])["containerd"]
+        cdi = root / "node" / "cdi"  # RealNode.cdi_dir: where containerd reads specs
+        w = RealWorld(env, root, ["--claims-cards=1", f"--cdi-dir={cdi}"], containerd)
         w.start(port)
         for doc in deployed("device-classes.yaml"):
             w.api.create(DEVICE_CLASSES, doc)
@@ -79,24 +88,13 @@ def _claim(name: str, memory: str, compute: str) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "schedulerName": "tessera-scheduler",
-            "hostNetwork": True,
-            "automountServiceAccountToken": False,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [{
-                "name": "main", "image": PAUSE_IMAGE, "imagePullPolicy": "Never",
-                "resources": {"claims": [{"name": "gpu"}]},
-            }],
-        },
-    }  # fmt: skip
+def _pod(name: str, claim: str, devices: Path) -> dict[str, Any]:
+    """The device plugin path's probe pod (tests/e2e/realnode.py), its slice from a claim."""
+    pod = gpu_pod(name, 0, 0, PROBE + "; sleep 3600", devices)
+    main = pod["spec"]["containers"][0]
+    main["resources"] = {"claims": [{"name": "gpu"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    return pod
 
 
 def test_kubelet_registers_the_agent_and_prepares_and_unprepares_a_claim(
@@ -115,15 +113,26 @@ def test_kubelet_registers_the_agent_and_prepares_and_unprepares_a_claim(
 
     claim = w.api.create(RESOURCE_CLAIMS, _claim("slice", "4Gi", "30"), NS)
     uid = claim["metadata"]["uid"]
-    w.create(_pod("claimer", "slice"))
+    w.create(_pod("claimer", "slice", w.devices))
     assert w.wait_phase("claimer", ("Running", "Failed")) == "Running", w.diagnose("claimer")
+    # Inside the container, through containerd's CDI: the claim's slice, enforced.
+    out = wait_for("the probe's report", lambda: "visible=" in (o := w.logs("claimer")) and o,
+                   60, 0.5)  # fmt: skip
+    facts = probe_facts(out)
+    assert facts["rc"] == "0"
+    assert (facts["uuid"], facts["total_mib"], facts["filled"], facts["oom"]) == (
+        CARDS[1].uuid, "4096", "4096", "1"
+    )  # fmt: skip
+    assert facts["limits"] == "read-only"
+    assert facts["preload"] == "/usr/local/tessera/lib/libvgpu.so"
+    assert facts["visible"] == CARDS[1].uuid
     # kubelet called prepare before the container started: the claim's folder and spec.
     folder = w.state / "claims" / uid
     [card] = decode_limits((folder / "etc" / "limits").read_text()).cards
     assert (card.uuid, card.memory_mib, card.cores_percent) == (CARDS[1].uuid, 4096, 30)
-    # What a CDI runtime (containerd >= 1.7) would do with it, by the CDI library itself.
+    # The CDI library itself agrees on what the spec injects.
     run = subprocess.run(
-        [str(testenv_binaries["cdi-inject"]), f"--spec-dir={w.root / 'cdi'}",
+        [str(testenv_binaries["cdi-inject"]), f"--spec-dir={w.node.cdi_dir}",
          f"gpu.tessera.io/claim={uid}"], capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -143,7 +152,7 @@ def test_kubelet_registers_the_agent_and_prepares_and_unprepares_a_claim(
     # Gone pod: kubelet unprepares, the folder and the spec go.
     w.delete("claimer")
     wait_for("kubelet to unprepare the claim", lambda: not folder.exists(), 90, 0.2)
-    assert not (w.root / "cdi" / f"gpu.tessera.io-claim_{uid}.json").exists()
+    assert not (w.node.cdi_dir / f"gpu.tessera.io-claim_{uid}.json").exists()
     w.api.delete(RESOURCE_CLAIMS, "slice", NS)
 
 

@@ -38,7 +38,9 @@ from tessera.node.dra.v1 import dra_pb2_grpc as pbg
 from tessera.node.dra.v1 import registration_pb2 as reg
 from tessera.node.dra.v1 import registration_pb2_grpc as regg
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
+from tessera.node.formats.allowance import decode_allowance
 from tessera.node.formats.limits import decode_limits
+from tessera.node.formats.usage import CardTotals, encode_region
 from tests.integration.kubelet_double import KubeletDouble
 
 NODE = "node-a"
@@ -325,3 +327,29 @@ def test_a_health_tick_with_nothing_changed_costs_no_api_call(env: Env) -> None:
     env.agent.slices.api = counting  # type: ignore[assignment]
     time.sleep(0.5)  # ten health ticks at 50 ms
     assert counting.calls == 0
+
+
+def test_the_burst_share_coordinator_lends_idle_compute_to_a_claim(env: Env) -> None:
+    # A burst-share claim (its class's GpuConfig) that is throttled all the time: the
+    # coordinator lends it the card's idle compute, as it does an allocation's.
+    claim = _claim(env.kube, "burst", "gpu-1", memory="1Gi", compute="30")
+    params = {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "GpuConfig",
+              "computePolicy": "burst-share"}  # fmt: skip
+    claim["status"]["allocation"]["devices"]["config"] = [
+        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": params}}
+    ]
+    claim = env.kube.replace(RESOURCE_CLAIMS, claim, "team")
+    out = env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(claim)]))
+    assert out.claims[claim["metadata"]["uid"]].error == ""
+    folder = env.root / "state" / "claims" / claim["metadata"]["uid"]
+    allowance = folder / "allowance" / "allowance"
+    busy, percent = 0, {}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and percent.get(0, 0) <= 30:
+        busy += 10**9
+        region = encode_region(retired=(CardTotals(busy_ns=busy, throttled_ns=busy),))
+        (folder / "usage" / "region").write_bytes(region)
+        time.sleep(0.15)
+        if allowance.exists():
+            _, percent = decode_allowance(allowance.read_text())
+    assert percent == {0: 100}  # alone on the card: all of it, above its floor of 30

@@ -212,7 +212,8 @@ class Agent:
         self._publish()
         self.plugin.start()
         if cfg.isolation is Isolation.HOOK and cfg.coordinator_period_s > 0:
-            tenants = AllocationTenants(self.layout, self.allocator.allocations)
+            claims = self.preparer.prepared if self.preparer is not None else list
+            tenants = AllocationTenants(self.layout, self.allocator.allocations, claims)
             self.coordinator = CoordinatorHost(
                 tenants, cfg.coordinator_period_s, card_busy=self.discovery.utilization
             )

@@ -120,6 +120,20 @@ COMPONENTS: dict[str, Component] = {
             version_ldflags=("-X helm.sh/helm/v3/internal/version.version={version}",),
         ),
         Component(
+            # The claims real-node test's runtime: 1.7 applies CDI devices, Debian's 1.6
+            # does not.
+            name="containerd",
+            upstream="github.com/containerd/containerd",
+            binaries=(
+                ("containerd", "github.com/containerd/containerd/cmd/containerd"),
+                (
+                    "containerd-shim-runc-v2",
+                    "github.com/containerd/containerd/cmd/containerd-shim-runc-v2",
+                ),
+            ),
+            version_ldflags=("-X github.com/containerd/containerd/version.Version={version}",),
+        ),
+        Component(
             # Our own main (testenv/cdi/main.go) over the CDI library runtimes use: what
             # containerd >= 1.7 would inject for a claim (the real node runs 1.6).
             name="cdi",
@@ -132,7 +146,7 @@ COMPONENTS: dict[str, Component] = {
 # kubectl shares the kubernetes wrapper module; it is built only when asked for.
 _MODULE_DIR = {"kubectl": "kubernetes"}
 
-DEFAULT_COMPONENTS = ("etcd", "kubernetes", "kwok", "helm", "cdi")
+DEFAULT_COMPONENTS = ("etcd", "kubernetes", "kwok", "helm", "cdi", "containerd")
 
 
 def testenv_dir() -> Path:

@@ -101,8 +101,12 @@ def _hierarchies() -> list[Path]:
 class RealNode:
     """One real node of a running ``TestEnv``. ``RealNode.start(env, ...)``; ``stop()``."""
 
-    def __init__(self, env: TestEnv, state_dir: Path, name: str, tied: bool) -> None:
+    def __init__(
+        self, env: TestEnv, state_dir: Path, name: str, tied: bool, containerd: Path | None = None
+    ) -> None:
         self.env = env
+        # None: Debian's containerd (1.6) from PATH; or a built one (1.7: applies CDI).
+        self.containerd = containerd
         self.state_dir = state_dir
         self.name = name
         self.tied = tied
@@ -131,6 +135,11 @@ class RealNode:
         return self.logs / f"{component}.log"
 
     @property
+    def cdi_dir(self) -> Path:
+        """Where a built containerd reads CDI specs (Debian's 1.6 reads none)."""
+        return self.state_dir / "cdi"
+
+    @property
     def kubeconfig(self) -> Path:
         return self.state_dir / "kubelet.kubeconfig"
 
@@ -146,16 +155,20 @@ class RealNode:
         images: Iterable[Path] = (),
         tied: bool = True,
         timeout: float = 120.0,
+        containerd: Path | None = None,
     ) -> RealNode:
         """Start containerd and kubelet, import the images, wait until the node is Ready.
 
         ``images``: OCI archives to import besides the pause image (``images.build_*``).
+        ``containerd``: a containerd binary to run instead of Debian's (its shim beside
+        it), e.g. ``ensure_binaries(["containerd"])["containerd"]`` (1.7, with CDI on and
+        specs read from ``cdi_dir``).
         On any failure whatever was started is stopped before the error propagates.
         """
         missing = missing_prerequisites()
         if missing:
             raise TestEnvError("cannot start a real node; missing: " + "; ".join(missing))
-        node = cls(env, Path(state_dir).resolve(), name, tied)
+        node = cls(env, Path(state_dir).resolve(), name, tied, containerd)
         try:
             node._start(list(images), timeout)
         except BaseException:
@@ -200,8 +213,12 @@ class RealNode:
 
     def start_containerd(self, timeout: float = 60.0) -> None:
         """Start (or start again) containerd in the node's namespace and cgroup."""
-        argv = self.nsenter(["containerd", "--config", str(self.state_dir / "containerd.toml")])
-        proc = Process.start("containerd", argv, self.log("containerd"), self.tied)
+        binary = str(self.containerd or "containerd")
+        argv = self.nsenter([binary, "--config", str(self.state_dir / "containerd.toml")])
+        env = None
+        if self.containerd is not None:  # it starts the shim it finds first on PATH
+            env = dict(os.environ, PATH=f"{self.containerd.parent}:{os.environ['PATH']}")
+        proc = Process.start("containerd", argv, self.log("containerd"), self.tied, env=env)
         self.processes["containerd"] = proc
         self._save_state()
         self._join_runtime_cgroup(proc.pid)
@@ -276,7 +293,8 @@ class RealNode:
             state = json.loads((state_dir / STATE_FILE).read_text())
         except FileNotFoundError:
             raise TestEnvError(f"no real node in {state_dir} (no {STATE_FILE})") from None
-        node = cls(env, state_dir, state["name"], tied=False)
+        built = state.get("containerd")
+        node = cls(env, state_dir, state["name"], tied=False, containerd=built and Path(built))
         node._sysctls = dict(state["sysctls"])
         for name, pid in state["pids"].items():
             if pid_alive(int(pid)):
@@ -288,6 +306,7 @@ class RealNode:
             "name": self.name,
             "pids": {n: p.pid for n, p in self.processes.items()},
             "sysctls": self._sysctls,
+            "containerd": str(self.containerd) if self.containerd else None,
         }
         (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
 
@@ -412,7 +431,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   sandbox_image = "{PAUSE_IMAGE}"
   # runc cannot lower the OOM score of a container's init without CAP_SYS_RESOURCE.
   restrict_oom_score_adj = true
-  enable_selinux = false
+  enable_selinux = false{self._cdi_config()}
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -425,6 +444,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "/usr/lib/cni"
     conf_dir = "{s / "cni" / "net.d"}"
 """
+
+    def _cdi_config(self) -> str:
+        if self.containerd is None:
+            return ""  # 1.6 has no CDI
+        self.cdi_dir.mkdir(parents=True, exist_ok=True)
+        return f"""
+  enable_cdi = true
+  cdi_spec_dirs = ["{self.cdi_dir}"]"""
 
     def _kubelet_config(self, ca_cert: Path, serving: CertPair) -> dict[str, Any]:
         return {

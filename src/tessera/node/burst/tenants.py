@@ -1,4 +1,5 @@
-"""The burst-share coordinator's view of this node: one tenant per live allocation.
+"""The burst-share coordinator's view of this node: one tenant per live allocation and
+per prepared claim (the claims path writes the same files in its own folders).
 
 The node agent hosts ``coordinator.Coordinator`` (the libvgpu issue's) and gives it, every
 tick, the containers it has allocated: their limits (read from the limits file it wrote,
@@ -16,7 +17,13 @@ from collections.abc import Callable, Iterable
 
 from tessera.errors import FormatError
 from tessera.node.burst.coordinator import Coordinator, Tenant
-from tessera.node.formats.layout import AllocRecord, Layout
+from tessera.node.formats.layout import (
+    ALLOWANCE_IN_FOLDER,
+    LIMITS_IN_FOLDER,
+    REGION_IN_FOLDER,
+    AllocRecord,
+    Layout,
+)
 from tessera.node.formats.limits import LimitsFiles
 
 __all__ = ["AllocationTenants", "CoordinatorHost"]
@@ -25,28 +32,30 @@ log = logging.getLogger(__name__)
 
 
 class AllocationTenants:
-    def __init__(self, layout: Layout, allocations: Callable[[], list[AllocRecord]]) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        allocations: Callable[[], list[AllocRecord]],
+        claims: Callable[[], list[str]] = list,
+    ) -> None:
         self.layout = layout
         self.allocations = allocations
+        self.claims = claims  # UIDs of the prepared claims
         self._limits = LimitsFiles()
 
     def __call__(self) -> Iterable[Tenant]:
+        folders = [(r.alloc_id, self.layout.alloc_dir(r.alloc_id)) for r in self.allocations()]
+        folders += [(f"claim-{uid}", self.layout.claim_dir(uid)) for uid in self.claims()]
         out: list[Tenant] = []
-        records = self.allocations()
-        for rec in records:
+        for name, folder in folders:
             try:
-                limits = self._limits.read(self.layout.limits_path(rec.alloc_id))
+                limits = self._limits.read(folder / LIMITS_IN_FOLDER)
             except (OSError, FormatError):
                 continue
             out.append(
-                Tenant(
-                    rec.alloc_id,
-                    limits,
-                    self.layout.region_path(rec.alloc_id),
-                    self.layout.allowance_path(rec.alloc_id),
-                )
+                Tenant(name, limits, folder / REGION_IN_FOLDER, folder / ALLOWANCE_IN_FOLDER)
             )
-        self._limits.keep_only(self.layout.limits_path(r.alloc_id) for r in records)
+        self._limits.keep_only(folder / LIMITS_IN_FOLDER for _, folder in folders)
         return out
 
 

@@ -33,11 +33,14 @@ from typing import Any
 from tessera.errors import FormatError
 
 __all__ = [
+    "ALLOWANCE_IN_FOLDER",
     "CONTAINER_ALLOWANCE_DIR",
     "CONTAINER_ETC_DIR",
     "CONTAINER_LIB_DIR",
     "CONTAINER_USAGE_DIR",
     "LD_SO_PRELOAD",
+    "LIMITS_IN_FOLDER",
+    "REGION_IN_FOLDER",
     "AllocRecord",
     "Layout",
     "atomic_write",
@@ -67,11 +70,17 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
         raise
 
 
+# Inside an allocation's or a claim's folder.
+LIMITS_IN_FOLDER = Path("etc/limits")
+REGION_IN_FOLDER = Path("usage/region")
+ALLOWANCE_IN_FOLDER = Path("allowance/allowance")
+
+
 def _write_folder(d: Path, limits_text: str, meta_json: str) -> None:
     for sub in ("etc", "usage", "allowance"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(d / "usage", 0o777)  # the container's processes, any uid, write their usage
-    atomic_write(d / "etc" / "limits", limits_text, 0o444)
+    atomic_write(d / LIMITS_IN_FOLDER, limits_text, 0o444)
     atomic_write(d / "meta.json", meta_json + "\n", 0o600)
 
 
@@ -189,13 +198,13 @@ class Layout:
         return self.containers / alloc_id
 
     def limits_path(self, alloc_id: str) -> Path:
-        return self.alloc_dir(alloc_id) / "etc" / "limits"
+        return self.alloc_dir(alloc_id) / LIMITS_IN_FOLDER
 
     def region_path(self, alloc_id: str) -> Path:
-        return self.alloc_dir(alloc_id) / "usage" / "region"
+        return self.alloc_dir(alloc_id) / REGION_IN_FOLDER
 
     def allowance_path(self, alloc_id: str) -> Path:
-        return self.alloc_dir(alloc_id) / "allowance" / "allowance"
+        return self.alloc_dir(alloc_id) / ALLOWANCE_IN_FOLDER
 
     def write_alloc(self, record: AllocRecord, limits_text: str) -> None:
         """Create or rewrite the allocation's folder; the limits file is replaced atomically."""
