@@ -16,14 +16,13 @@ Every rule broken is a ``SpecError`` naming the field, which kubelet shows on th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tessera.claims.devices import CAPACITY_COMPUTE, CAPACITY_MEMORY, DRIVER
 from tessera.errors import SpecError
-from tessera.model.quantity import parse_quantity
+from tessera.model.quantity import memory_mib, parse_quantity
 from tessera.model.types import Card, CardSlice, ComputePolicy, ContainerAssignment
 
 __all__ = [
@@ -38,7 +37,6 @@ __all__ = [
 CONFIG_API_VERSION = f"{DRIVER}/v1alpha1"
 CONFIG_KIND = "GpuConfig"
 _CONFIG_KEYS = {"apiVersion", "kind", "computePolicy"}
-_MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +105,7 @@ def _policies(allocation: Mapping[str, Any]) -> dict[str | None, ComputePolicy]:
 def _consumed_mib(raw: object, field: str, card: Card) -> int:
     if raw is None:  # no consumable capacity recorded: the device was given whole
         return card.memory_mib
-    q = parse_quantity(raw, field)
-    mib = math.ceil(q.value / _MIB)
+    mib = memory_mib(raw, field)  # rounded up to a whole MiB, as on the extender path
     if not 0 < mib <= card.memory_mib:
         raise SpecError(field, f"must be within 1..{card.memory_mib} MiB of the card", raw)
     return mib
