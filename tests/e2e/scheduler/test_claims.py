@@ -219,18 +219,22 @@ def _capacity(slices: list[Obj]) -> tuple[dict[Device, dict[str, float]], dict[D
     return capacity, model
 
 
+def _results(claims: list[Obj]) -> Iterator[Obj]:
+    """Every allocation result of our driver in ``claims``."""
+    for c in claims:
+        allocation = (c.get("status") or {}).get("allocation") or {}
+        for r in allocation.get("devices", {}).get("results") or []:
+            if r["driver"] == DRIVER:
+                yield r
+
+
 def _used(claims: list[Obj], capacity: dict[Device, dict[str, float]]) -> dict[Device, Any]:
     used: dict[Device, Any] = defaultdict(lambda: defaultdict(float))
-    for c in claims:
-        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get(
-            "results"
-        ) or []:
-            if r["driver"] != DRIVER:
-                continue
-            key = (r["pool"], r["device"])
-            consumed = r.get("consumedCapacity") or capacity[key]  # none: the whole device
-            for k, v in consumed.items():
-                used[key][k] += _q(v)
+    for r in _results(claims):
+        key = (r["pool"], r["device"])
+        consumed = r.get("consumedCapacity") or capacity[key]  # none: the whole device
+        for k, v in consumed.items():
+            used[key][k] += _q(v)
     return used
 
 
@@ -300,12 +304,7 @@ def test_claims_and_extender_pods_share_nodes_without_double_booking(world: Worl
 
     # 1. Claims: no device over its memory, compute or slots; only cards 4-7 handed out.
     assert _overcommitted(slices, claims) == []
-    allocated = [
-        (r["pool"], r["device"])
-        for c in claims
-        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
-        or []
-    ]
+    allocated = [(r["pool"], r["device"]) for r in _results(claims)]
     assert allocated and all(d in ("gpu-4", "gpu-5", "gpu-6", "gpu-7") for _, d in allocated)
 
     # 2. Extender path: nothing over-committed, and never a card of the claims path.
