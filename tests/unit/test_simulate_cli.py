@@ -94,3 +94,62 @@ def test_cluster_without_gpus_is_refused(tmp_path: Path) -> None:
         2,
         "tessera simulate: error: --cluster: must hold at least one healthy GPU\n",
     )
+
+
+TIMED = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+    "a,4000,8192,1,500,,0,600\nb,4000,8192,1,1000,,300,3000\nc,4000,8192,2,1000,,900,1500\n"
+    "d,2000,4096,0,0,,1200,\n"
+)
+
+
+def test_departures_mode_runs_writes_json_and_plot(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    nodes, tasks = files
+    tasks.write_text(TIMED)
+    out_json, out_png = tmp_path / "dep.json", tmp_path / "dep.png"
+    code, out, err = run(
+        "--departures", "--speedup", "2", "--cluster", str(nodes), "--workload", str(tasks),
+        "--policy", "binpack", "--policy", "fragmentation", "--seeds", "2",
+        "--json", str(out_json), "--plot", str(out_png),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "With departures: arrivals 2x the trace's pace, 300% of capacity" in out
+    assert "binpack" in out and "fragmentation" in out and "wait p99" in out
+    doc = json.loads(out_json.read_text())
+    assert (doc["mode"], doc["arrival"], doc["speedup"]) == ("departures", 3.0, 2.0)
+    assert [(r["policy"], r["seed"]) for r in doc["results"]] == [
+        ("binpack", 42), ("binpack", 43), ("fragmentation", 42), ("fragmentation", 43)
+    ]  # fmt: skip
+    for r in doc["results"]:
+        # 6 cards x 3 = 18 GPUs requested by the list and its copies.
+        assert r["tasks"] > 4 and 0 < r["time_weighted_allocation"] <= 1
+        assert r["time_weighted_demand"] >= r["time_weighted_allocation"]
+        assert len(r["allocation_curve"]) == len(r["waiting_curve"]) == 101
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--speedup", "10"], "--speedup: applies only with --departures"),
+        (["--departures"], "--departures: needs --workload, a task list with creation_time"),
+        (["--departures", "--speedup", "0", "--workload", "{tasks}"], "--speedup: must be > 0"),
+        (
+            ["--departures", "--workload", "{untimed}"],
+            "--workload: pods.csv: missing column(s) creation_time, deletion_time",
+        ),
+    ],
+)
+def test_departures_bad_options_one_line_exit_2(
+    files: tuple[Path, Path], tmp_path: Path, args: list[str], message: str
+) -> None:
+    untimed = files[1]
+    timed = tmp_path / "timed.csv"
+    timed.write_text(TIMED)
+    args = [a.format(tasks=timed, untimed=untimed) for a in args]
+    code, out, err = run(*args)
+    assert code == 2, out
+    assert err.startswith(f"tessera simulate: error: {message}"), err
+    assert err.count("\n") == 1 and out == ""

@@ -1,20 +1,32 @@
-"""Replay with departures on traces small enough to work out by hand."""
+"""Replay with departures on traces small enough to work out by hand, and against a
+plain reference that retries every waiting task on the whole cluster."""
 
 from __future__ import annotations
 
+import heapq
+import random
+
 import pytest
 
-from tessera.errors import SpecError
+from tessera.cluster import ClusterState
+from tessera.errors import PlacementError, SpecError
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
-from tessera.simulate.departures import Lifetime, parse_lifetimes, replay_departures
-from tessera.simulate.trace import TraceTask
+from tessera.placement import WorkloadMix, make_policy, place
+from tessera.simulate.departures import (
+    CURVE_POINTS,
+    Lifetime,
+    measure_window,
+    parse_lifetimes,
+    replay_departures,
+)
+from tessera.simulate.trace import TRACE_NAMESPACE, TraceTask, to_pod_request
 
 ONE_CARD = [NodeInventory("n", make_cards("n", 1, "A100"), 64_000, 262_144)]
 
 
-def task(name: str, milli: int) -> TraceTask:
-    return TraceTask(name, cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=milli)
+def task(name: str, milli: int, cards: int = 1) -> TraceTask:
+    return TraceTask(name, cpu_milli=1000, memory_mib=1024, num_gpu=cards, gpu_milli=milli)
 
 
 @pytest.mark.parametrize("policy", ["binpack", "fragmentation", "best-fit"])
@@ -24,17 +36,36 @@ def test_waiting_tasks_take_the_card_when_it_frees_and_run_their_lifetime(policy
     r = replay_departures(ONE_CARD, tasks, lifetimes, policy)
     # a runs 0-10; b waits 2-10, runs its 4 s 10-14; c waits 3-14, then stays.
     assert r.waits == (0, 8, 11)
-    assert (r.start, r.end, r.placed_tasks, r.never_placed) == (0, 14, 3, 0)
-    assert r.allocated_milli_seconds == 1000 * 14 and r.time_weighted_allocation == 1.0
-    assert r.waiting_task_seconds == 1 * 1 + 2 * 7 + 1 * 4 and r.peak_waiting == 2
-    assert r.mean_waiting == pytest.approx(19 / 14)
+    assert (r.placed_tasks, r.never_placed) == (3, 0)
+    # The window is the 1st to 99th percentile arrival: [0, 3] for three tasks.
+    assert r.window == (0, 3) and r.span == 3
+    assert r.allocated_milli_seconds == 1000 * 3 and r.time_weighted_allocation == 1.0
+    # Demand adds b's 1000 waiting over [2, 3].
+    assert r.demand_milli_seconds == 1000 * 3 + 1000 * 1
+    assert r.time_weighted_demand == pytest.approx(4 / 3)
+    assert r.waiting_task_seconds == 1 and r.peak_waiting == 2
+    assert r.mean_waiting == pytest.approx(1 / 3)
+    assert r.wait_quantile(0.5) == 8 and r.wait_quantile(0.99) == 11
+
+
+def test_the_speedup_compresses_arrivals_but_not_lifetimes() -> None:
+    tasks = [task("a", 1000), task("b", 1000)]
+    lifetimes = {"a": Lifetime(0, 10), "b": Lifetime(20, 25)}
+    slow = replay_departures(ONE_CARD, tasks, lifetimes, "binpack")
+    assert slow.waits == (0, 0) and slow.window == (0, 20)
+    fast = replay_departures(ONE_CARD, tasks, lifetimes, "binpack", speedup=4)
+    # b arrives at 20 / 4 = 5 while a still runs until 10: it waits 5 s.
+    assert fast.waits == (0, 5) and fast.window == (0, 5) and fast.speedup == 4
+    assert fast.waiting_task_seconds == 0  # b waits after the window's last instant
+    with pytest.raises(SpecError, match="speedup: must be > 0"):
+        replay_departures(ONE_CARD, tasks, lifetimes, "binpack", speedup=0)
 
 
 def test_a_card_freed_at_an_instant_is_free_for_an_arrival_at_that_instant() -> None:
     tasks = [task("a", 1000), task("b", 1000)]
     r = replay_departures(ONE_CARD, tasks, {"a": Lifetime(0, 5), "b": Lifetime(5, 9)}, "binpack")
-    assert r.waits == (0, 0) and r.peak_waiting == 0 and r.end == 9
-    assert r.allocated_milli_seconds == 1000 * 9
+    assert r.waits == (0, 0) and r.peak_waiting == 0
+    assert r.allocated_milli_seconds == 1000 * 5
 
 
 def test_a_waiting_task_does_not_block_a_later_one_that_fits() -> None:
@@ -43,15 +74,34 @@ def test_a_waiting_task_does_not_block_a_later_one_that_fits() -> None:
     r = replay_departures(ONE_CARD, tasks, lifetimes, "binpack")
     # small fits beside a at once; big waits until both have left (a at 10).
     assert r.waits == (0, 0, 9)
-    # a 600 x 10 + small 300 x 2 + big 1000 x 1 (10-11, its 1 s lifetime) = 7,600.
-    assert r.end == 11 and r.allocated_milli_seconds == 6000 + 600 + 1000
+    # Window [0, 2]: a's 600 all along, big's 1000 waiting over [1, 2].
+    assert r.allocated_milli_seconds == 600 * 2
+    assert r.demand_milli_seconds == 600 * 2 + 1000
 
 
 def test_a_task_that_never_fits_is_counted_and_a_missing_deletion_never_leaves() -> None:
     tasks = [task("a", 1000), task("b", 1000)]
     r = replay_departures(ONE_CARD, tasks, {"a": Lifetime(0), "b": Lifetime(3, 4)}, "spread")
-    assert (r.placed_tasks, r.never_placed, r.end) == (1, 1, 3)
-    assert r.waiting_task_seconds == 0  # b arrived at the end
+    assert (r.placed_tasks, r.never_placed) == (1, 1)
+    assert r.waiting_task_seconds == 0  # b arrived at the window's end
+
+
+def test_the_window_leaves_out_the_first_and_last_percent_of_arrivals() -> None:
+    assert measure_window([5.0]) == (5.0, 5.0)
+    times = [float(t) for t in range(1, 201)]  # 200 arrivals: ranks 2 and 198
+    assert measure_window(times) == (2.0, 198.0)
+    assert measure_window(list(reversed(times))) == (2.0, 198.0)
+
+
+def test_the_curves_sample_allocation_and_waiting_across_the_window() -> None:
+    tasks = [task("a", 1000), task("b", 1000)]
+    r = replay_departures(ONE_CARD, tasks, {"a": Lifetime(0, 50), "b": Lifetime(100)}, "binpack")
+    assert r.window == (0, 100)
+    assert len(r.allocation_curve) == len(r.waiting_curve) == CURVE_POINTS + 1
+    # a holds the card over [0, 50), none over [50, 100), b from 100.
+    assert r.allocation_curve[:50] == (1.0,) * 50
+    assert r.allocation_curve[50:100] == (0.0,) * 50 and r.allocation_curve[100] == 1.0
+    assert set(r.waiting_curve) == {0}
 
 
 def test_lifetimes_read_from_the_trace_columns_and_bad_rows_are_named() -> None:
@@ -63,3 +113,65 @@ def test_lifetimes_read_from_the_trace_columns_and_bad_rows_are_named() -> None:
         parse_lifetimes(["name,creation_time,deletion_time\n", "a,soon,3\n"], "t.csv")
     with pytest.raises(SpecError, match="no creation time"):
         replay_departures(ONE_CARD, [task("x", 500)], {}, "binpack")
+
+
+def reference_waits(
+    nodes: list[NodeInventory], tasks: list[TraceTask], life: dict[str, Lifetime], policy: str
+) -> list[tuple[str, float, str]]:
+    """The rules without the shortcut: after a departure every waiting task is tried on
+    the whole cluster, in arrival order. (task, wait, node) in placement order."""
+    state, mix = ClusterState(nodes), WorkloadMix()
+    chooser = make_policy(policy, mix=mix)
+    events = [(float(life[t.name].created), 1, i) for i, t in enumerate(tasks)]
+    heapq.heapify(events)
+    waiting: list[int] = []
+    out: list[tuple[str, float, str]] = []
+
+    def attempt(i: int, now: float) -> bool:
+        pod = to_pod_request(tasks[i])
+        try:
+            d = place(state.snapshot(), pod, chooser)
+        except PlacementError:
+            return False
+        state.assign(pod, d.assignment)
+        out.append((tasks[i].name, now - life[tasks[i].name].created, d.node))
+        if (duration := life[tasks[i].name].duration) is not None:
+            heapq.heappush(events, (now + duration, 0, i))
+        return True
+
+    while events:
+        now, kind, i = heapq.heappop(events)
+        if kind == 0:
+            state.release(f"{TRACE_NAMESPACE}/{tasks[i].name}")
+            waiting = [w for w in waiting if not attempt(w, now)]
+        else:
+            mix.observe(to_pod_request(tasks[i]))
+            if not attempt(i, now):
+                waiting.append(i)
+    return out
+
+
+@pytest.mark.parametrize("policy", ["binpack", "fragmentation", "best-fit", "spread"])
+@pytest.mark.parametrize("seed", range(4))
+def test_retrying_on_the_freed_node_alone_decides_as_the_whole_cluster_would(
+    policy: str, seed: int
+) -> None:
+    rng = random.Random(seed)
+    nodes = [
+        NodeInventory(f"n{k}", make_cards(f"n{k}", rng.choice([1, 2, 4]), "A100"), 16_000, 65_536)
+        for k in range(4)
+    ]
+    sizes = [200, 300, 500, 810, 1000]
+    tasks, life = [], {}
+    for k in range(120):
+        cards = 2 if rng.random() < 0.1 else 1
+        t = TraceTask(
+            f"t{k}", rng.choice([500, 2000]), 1024, cards, 1000 if cards > 1 else rng.choice(sizes)
+        )
+        tasks.append(t)
+        created = k * 3
+        life[t.name] = Lifetime(created, created + rng.randint(1, 60))
+    got = replay_departures(nodes, tasks, life, policy)
+    want = reference_waits(nodes, tasks, life, policy)
+    assert got.waits == tuple(w for _, w, _ in want)
+    assert got.placed_tasks == len(want) and max(got.waits) > 0  # the trace contends

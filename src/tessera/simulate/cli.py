@@ -6,17 +6,23 @@ Light at import: numpy, matplotlib and the placement core load inside the comman
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
     from tessera.model.types import NodeInventory
+    from tessera.simulate.departures import DeparturesResult, Lifetime
     from tessera.simulate.metrics import ReplayResult
     from tessera.simulate.trace import TraceTask
 
 __all__ = ["DEFAULT_POLICIES", "FIRST_SEED", "simulate"]
+
+R = TypeVar("R")
+Progress = Callable[[int, int], None]
 
 DEFAULT_POLICIES = ("fragmentation", "best-fit", "binpack", "spread", "random")
 FIRST_SEED = 42  # the published experiment's seeds are 42..51
@@ -64,32 +70,49 @@ def _load(
     return nodes, tasks, sources
 
 
-def _run_one(
-    nodes: list[NodeInventory], tasks: list[TraceTask], policy: str, seed: int, arrival: float
+def _published(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    arrival: float,
+    policy: str,
+    seed: int,
+    progress: Progress | None = None,
 ) -> ReplayResult:
     from tessera.simulate.replay import replay
 
-    return replay(nodes, tasks, policy, seed, arrival)
+    return replay(nodes, tasks, policy, seed, arrival, progress=progress)
 
 
-def run_experiments(
+def _with_departures(
     nodes: list[NodeInventory],
     tasks: list[TraceTask],
-    policies: list[str],
-    seeds: list[int],
+    lifetimes: dict[str, Lifetime],
     arrival: float,
-    jobs: int,
-) -> list[ReplayResult]:
-    """Every (policy, seed), with a progress bar on stderr; results in (policy, seed) order."""
+    speedup: float,
+    policy: str,
+    seed: int,
+    progress: Progress | None = None,
+) -> DeparturesResult:
+    from tessera.simulate.departures import replay_with_departures
+
+    return replay_with_departures(
+        nodes, tasks, lifetimes, policy, seed, arrival, speedup, progress=progress
+    )
+
+
+def run_all(
+    experiment: Callable[..., R], policies: list[str], seeds: list[int], jobs: int
+) -> list[R]:
+    """``experiment(policy, seed, progress=...)`` for every (policy, seed), with a progress
+    bar on stderr; results in (policy, seed) order. ``experiment`` is a partial of a
+    module-level function, so that ``jobs`` > 1 can send it to worker processes."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from tessera.simulate.replay import replay
-
     runs = [(p, s) for p in policies for s in seeds]
-    done: dict[tuple[str, int], ReplayResult] = {}
+    done: dict[tuple[str, int], R] = {}
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         overall = bar.add_task("experiments", total=len(runs))
@@ -101,18 +124,28 @@ def run_experiments(
                     if i % 200 == 0 or i == n:
                         bar.update(current, completed=i, total=n)
 
-                done[policy, seed] = replay(nodes, tasks, policy, seed, arrival, progress=tick)
+                done[policy, seed] = experiment(policy, seed, progress=tick)
                 bar.remove_task(current)
                 bar.advance(overall)
         else:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {
-                    pool.submit(_run_one, nodes, tasks, p, s, arrival): (p, s) for p, s in runs
-                }
+                futures = {pool.submit(experiment, p, s): (p, s) for p, s in runs}
                 for future in as_completed(futures):
                     done[futures[future]] = future.result()
                     bar.advance(overall)
     return [done[r] for r in runs]
+
+
+def run_experiments(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    policies: list[str],
+    seeds: list[int],
+    arrival: float,
+    jobs: int,
+) -> list[ReplayResult]:
+    """The published protocol for every (policy, seed)."""
+    return run_all(partial(_published, nodes, tasks, arrival), policies, seeds, jobs)
 
 
 def simulate(
@@ -128,8 +161,27 @@ def simulate(
     ] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per policy: 42, 43, ...")] = 1,
     arrival: Annotated[
-        float, typer.Option(help="Arrived GPU requests to reach, × cluster GPU capacity.")
-    ] = 1.3,
+        float | None,
+        typer.Option(
+            help="Arrived GPU requests to reach, × cluster GPU capacity. "
+            "Default: 1.3; 3 with --departures."
+        ),
+    ] = None,
+    departures: Annotated[
+        bool,
+        typer.Option(
+            "--departures",
+            help="Tasks arrive at their trace times and leave after their trace lifetimes "
+            "(needs --workload with creation_time and deletion_time).",
+        ),
+    ] = False,
+    speedup: Annotated[
+        float | None,
+        typer.Option(
+            help="With --departures: arrivals this many times the trace's pace "
+            "(lifetimes unchanged). Default: 3000."
+        ),
+    ] = None,
     jobs: Annotated[int, typer.Option(help="Experiments run in parallel processes.")] = 1,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write every result to this JSON file.")
@@ -140,26 +192,33 @@ def simulate(
 ) -> None:
     """Replay a GPU trace per placement policy and report GPU allocation (published
     protocol of the Alibaba 2023 trace: shuffle by seed, pad to the arrival target, place
-    one by one, drop what does not fit, nothing departs)."""
+    one by one, drop what does not fit, nothing departs; or, with --departures, at the
+    trace's own times, with waiting)."""
     try:
-        _simulate(cluster, workload, policy, seeds, arrival, jobs, json_path, plot)
+        options = _Options(seeds, arrival, departures, speedup, jobs, json_path, plot)
+        _simulate(cluster, workload, policy, options)
     except UsageError as err:
         typer.echo(f"tessera simulate: error: {err}", err=True)
         raise typer.Exit(2) from None
 
 
+@dataclass(frozen=True)
+class _Options:
+    seeds: int
+    arrival: float | None
+    departures: bool
+    speedup: float | None
+    jobs: int
+    json_path: Path | None
+    plot: Path | None
+
+
 def _simulate(
-    cluster: Path | None,
-    workload: Path | None,
-    policy: list[str] | None,
-    seeds: int,
-    arrival: float,
-    jobs: int,
-    json_path: Path | None,
-    plot: Path | None,
+    cluster: Path | None, workload: Path | None, policy: list[str] | None, opt: _Options
 ) -> None:
     from tessera.errors import SpecError
     from tessera.placement import make_policy
+    from tessera.simulate.departures import DEFAULT_ARRIVAL, DEFAULT_SPEEDUP
 
     policies = list(policy or DEFAULT_POLICIES)
     for p in policies:
@@ -167,14 +226,43 @@ def _simulate(
             make_policy(p)
         except SpecError as err:
             raise UsageError(f"--policy: {err.rule} (got {p!r})") from None
+    arrival = (
+        opt.arrival if opt.arrival is not None else (DEFAULT_ARRIVAL if opt.departures else 1.3)
+    )
     if not arrival > 0:
         raise UsageError(f"--arrival: must be > 0 (got {arrival})")
-    if seeds < 1:
-        raise UsageError(f"--seeds: must be >= 1 (got {seeds})")
-    if jobs < 1:
-        raise UsageError(f"--jobs: must be >= 1 (got {jobs})")
+    if opt.speedup is not None and not opt.departures:
+        raise UsageError("--speedup: applies only with --departures")
+    speedup = DEFAULT_SPEEDUP if opt.speedup is None else opt.speedup
+    if not speedup > 0:
+        raise UsageError(f"--speedup: must be > 0 (got {speedup})")
+    if opt.seeds < 1:
+        raise UsageError(f"--seeds: must be >= 1 (got {opt.seeds})")
+    if opt.jobs < 1:
+        raise UsageError(f"--jobs: must be >= 1 (got {opt.jobs})")
+    if opt.departures and workload is None:
+        raise UsageError(
+            "--departures: needs --workload, a task list with creation_time and "
+            "deletion_time columns (the built-in workload has no times)"
+        )
     nodes, tasks, sources = _load(cluster, workload)
+    seed_list = list(range(FIRST_SEED, FIRST_SEED + opt.seeds))
+    if opt.departures:
+        assert workload is not None
+        _departures(nodes, tasks, workload, policies, seed_list, arrival, speedup, opt, sources)
+    else:
+        _published_protocol(nodes, tasks, policies, seed_list, arrival, opt, sources)
 
+
+def _published_protocol(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    policies: list[str],
+    seed_list: list[int],
+    arrival: float,
+    opt: _Options,
+    sources: dict[str, Any],
+) -> None:
     from rich.console import Console
 
     from tessera.simulate.metrics import summarize
@@ -185,27 +273,97 @@ def _simulate(
         write_json,
     )
 
-    seed_list = list(range(FIRST_SEED, FIRST_SEED + seeds))
-    results = run_experiments(nodes, tasks, policies, seed_list, arrival, jobs)
+    results = run_experiments(nodes, tasks, policies, seed_list, arrival, opt.jobs)
     console = Console()
     summaries = summarize(results)
     console.print(summary_table(summaries, arrival))
     console.print(failures_table(summaries))
-    per_run = sum(r.seconds for r in results) / len(results)
-    per_run_cpu = sum(r.cpu_seconds for r in results) / len(results)
     console.print(
+        _footer(nodes, tasks, sources, results[0].arrived_tasks, [r.seconds for r in results],
+                [r.cpu_seconds for r in results])
+    )  # fmt: skip
+    meta = {"arrival": arrival, "seeds": seed_list, "policies": policies, **sources}
+    _outputs(opt, seed_list, sources, lambda p: write_json(p, results, meta),
+             lambda p, title: plot_allocation(p, results, title))  # fmt: skip
+
+
+def _departures(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    workload: Path,
+    policies: list[str],
+    seed_list: list[int],
+    arrival: float,
+    speedup: float,
+    opt: _Options,
+    sources: dict[str, Any],
+) -> None:
+    from rich.console import Console
+
+    from tessera.errors import SpecError
+    from tessera.simulate.departures import read_lifetimes
+    from tessera.simulate.departures_report import (
+        departures_table,
+        plot_departures,
+        summarize_departures,
+        write_departures_json,
+    )
+
+    try:
+        lifetimes = read_lifetimes(workload)
+    except SpecError as err:
+        raise UsageError(f"--workload: {err} (--departures reads the trace's times)") from None
+    experiment = partial(_with_departures, nodes, tasks, lifetimes, arrival, speedup)
+    results = run_all(experiment, policies, seed_list, opt.jobs)
+    console = Console()
+    console.print(departures_table(summarize_departures(results), arrival, speedup))
+    console.print(
+        _footer(nodes, tasks, sources, results[0].tasks, [r.seconds for r in results],
+                [r.cpu_seconds for r in results])
+    )  # fmt: skip
+    meta = {
+        "mode": "departures",
+        "arrival": arrival,
+        "speedup": speedup,
+        "seeds": seed_list,
+        "policies": policies,
+        **sources,
+    }
+    _outputs(opt, seed_list, sources, lambda p: write_departures_json(p, results, meta),
+             lambda p, title: plot_departures(p, results, f"{title}, with departures"))  # fmt: skip
+
+
+def _footer(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    sources: dict[str, Any],
+    arrivals: int,
+    seconds: list[float],
+    cpu_seconds: list[float],
+) -> str:
+    per_run, per_run_cpu = sum(seconds) / len(seconds), sum(cpu_seconds) / len(cpu_seconds)
+    return (
         f"{sources['cluster']}: {len(nodes)} nodes, {sum(len(n.cards) for n in nodes)} GPUs; "
-        f"{sources['workload']}: {len(tasks)} tasks; "
-        f"{results[0].arrived_tasks} arrivals per run; "
+        f"{sources['workload']}: {len(tasks)} tasks; {arrivals} arrivals per run; "
         f"{per_run:.1f} s per experiment ({per_run_cpu:.1f} s CPU)"
     )
-    if json_path is not None:
-        meta = {"arrival": arrival, "seeds": seed_list, "policies": policies, **sources}
-        _write("--json", json_path, lambda: write_json(json_path, results, meta))
-    if plot is not None:
+
+
+def _outputs(
+    opt: _Options,
+    seed_list: list[int],
+    sources: dict[str, Any],
+    write_json: Callable[[Path], None],
+    write_plot: Callable[[Path, str], None],
+) -> None:
+    if opt.json_path is not None:
+        json_path = opt.json_path
+        _write("--json", json_path, lambda: write_json(json_path))
+    if opt.plot is not None:
+        plot = opt.plot
         n = len(seed_list)
         title = f"{sources['workload']} on {sources['cluster']}, {n} seed{'s' * (n > 1)}"
-        _write("--plot", plot, lambda: plot_allocation(plot, results, title))
+        _write("--plot", plot, lambda: write_plot(plot, title))
 
 
 def _write(option: str, path: Path, write: Callable[[], None]) -> None:
