@@ -17,6 +17,12 @@ Needs the trace beside the checkout (../shared/data/alibaba-gpu-v2023) or --data
 replays one seed of one policy and shows where the GPU left idle at the end sits: on
 free cards (and whether their node still has CPU and memory for a task) or as leftovers
 on shared cards, grouped by what shares the card.
+
+    .venv/bin/python bench/simulate.py --departures
+
+runs the departures mode instead (``tessera simulate --departures``: trace times, copies to
+300% of capacity, arrivals 3,000x the trace's pace) and prints its table; JSON to
+out/bench-simulate-departures.json.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import argparse
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from _machine import describe
@@ -35,7 +42,19 @@ from tessera.cluster import ClusterState
 from tessera.model.clusterspec import read_nodes_csv
 from tessera.model.types import NodeInventory
 from tessera.simulate.arrivals import arrival_stream
-from tessera.simulate.cli import DEFAULT_POLICIES, FIRST_SEED, run_experiments
+from tessera.simulate.cli import (
+    DEFAULT_POLICIES,
+    FIRST_SEED,
+    run_all,
+    run_experiments,
+    with_departures,
+)
+from tessera.simulate.departures import DEFAULT_ARRIVAL, DEFAULT_SPEEDUP, read_lifetimes
+from tessera.simulate.departures_report import (
+    departures_table,
+    summarize_departures,
+    write_departures_json,
+)
 from tessera.simulate.metrics import PUBLISHED, PUBLISHED_FGD, gpu_capacity_milli, summarize
 from tessera.simulate.replay import node_order, replay_stream
 from tessera.simulate.report import failures_table, write_json
@@ -104,16 +123,51 @@ def diagnose(
     Console(width=max(Console().width, 100)).print(table)
 
 
+def departures(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    tasks_csv: Path,
+    policies: list[str],
+    seeds: list[int],
+    args: argparse.Namespace,
+) -> int:
+    """The departures mode on the default list: its table, the machine, JSON."""
+    lifetimes = read_lifetimes(tasks_csv)
+    experiment = partial(with_departures, nodes, tasks, lifetimes, args.arrival, args.speedup)
+    started = time.perf_counter()
+    results = run_all(experiment, policies, seeds, args.jobs)
+    wall = time.perf_counter() - started
+    console = Console(width=max(Console().width, 120))
+    console.print(departures_table(summarize_departures(results), args.arrival, args.speedup))
+    console.print(
+        f"{len(results)} experiments, {results[0].tasks} tasks each (seed {seeds[0]}), "
+        f"{sum(r.cpu_seconds for r in results) / len(results):.1f} s CPU each, "
+        f"jobs={args.jobs}, {wall:.0f} s wall; {describe()}"
+    )
+    meta = {"arrival": args.arrival, "speedup": args.speedup, "seeds": seeds}
+    path = args.json.with_name(args.json.stem + "-departures.json")
+    write_departures_json(path, results, {**meta, "policies": policies, "machine": describe()})
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--policy", action="append", help="repeatable; default: five policies")
     ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--arrival", type=float, default=1.3)
+    ap.add_argument("--arrival", type=float, help="default 1.3; 3 with --departures")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--json", type=Path, default=REPO / "out" / "bench-simulate.json")
     ap.add_argument("--diagnose", metavar="POLICY", help="where the idle GPU sits, one seed")
+    ap.add_argument(
+        "--departures",
+        action="store_true",
+        help="the departures mode (trace times; --arrival defaults to 3) instead",
+    )
+    ap.add_argument("--speedup", type=float, default=DEFAULT_SPEEDUP)
     args = ap.parse_args()
+    if args.arrival is None:
+        args.arrival = DEFAULT_ARRIVAL if args.departures else 1.3
 
     nodes_csv = args.data / "openb_node_list_gpu_node.csv"
     tasks_csv = args.data / "openb_pod_list_default.csv"
@@ -127,6 +181,8 @@ def main() -> int:
         for seed in seeds:
             diagnose(nodes, tasks, args.diagnose, seed, args.arrival)
         return 0
+    if args.departures:
+        return departures(nodes, tasks, tasks_csv, policies, seeds, args)
 
     started = time.perf_counter()
     results = run_experiments(nodes, tasks, policies, seeds, args.arrival, args.jobs)

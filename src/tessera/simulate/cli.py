@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from tessera.simulate.metrics import ReplayResult
     from tessera.simulate.trace import TraceTask
 
-__all__ = ["DEFAULT_POLICIES", "FIRST_SEED", "simulate"]
+__all__ = [
+    "DEFAULT_POLICIES",
+    "FIRST_SEED",
+    "run_all",
+    "run_experiments",
+    "simulate",
+    "with_departures",
+]
 
 R = TypeVar("R")
 Progress = Callable[[int, int], None]
@@ -83,7 +90,7 @@ def _published(
     return replay(nodes, tasks, policy, seed, arrival, progress=progress)
 
 
-def _with_departures(
+def with_departures(
     nodes: list[NodeInventory],
     tasks: list[TraceTask],
     lifetimes: dict[str, Lifetime],
@@ -313,7 +320,7 @@ def _departures(
         lifetimes = read_lifetimes(workload)
     except SpecError as err:
         raise UsageError(f"--workload: {err} (--departures reads the trace's times)") from None
-    experiment = partial(_with_departures, nodes, tasks, lifetimes, arrival, speedup)
+    experiment = partial(with_departures, nodes, tasks, lifetimes, arrival, speedup)
     results = run_all(experiment, policies, seed_list, opt.jobs)
     console = Console()
     console.print(departures_table(summarize_departures(results), arrival, speedup))

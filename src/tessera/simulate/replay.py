@@ -12,6 +12,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tessera.cluster import ClusterState
 from tessera.errors import PlacementError
@@ -20,6 +21,10 @@ from tessera.simulate.arrivals import arrival_stream
 from tessera.simulate.metrics import ReplayResult, gpu_capacity_milli
 from tessera.simulate.trace import TraceTask, to_pod_request
 from tessera.simulate.workload import request_class
+
+if TYPE_CHECKING:
+    from tessera.placement.base import Policy
+    from tessera.placement.mix import WorkloadMix
 
 __all__ = ["failure_reason", "node_order", "reason_category", "replay", "replay_stream"]
 
@@ -91,10 +96,12 @@ def replay_stream(
     arrival: float,
     progress: Progress | None = None,
     state: ClusterState | None = None,
+    make: Callable[[str, int, WorkloadMix], Policy] | None = None,
 ) -> ReplayResult:
     """Place ``stream`` in order on an empty cluster of ``nodes``; ``seed`` drives the
     policy's own randomness, ``arrival`` is only recorded. Pass ``state`` (holding
-    ``nodes``) to place onto it and inspect it afterwards."""
+    ``nodes``) to place onto it and inspect it afterwards, and ``make`` (name, seed, mix)
+    to replay a policy that is not one of Tessera's (an experiment's variant)."""
     from tessera.placement import WorkloadMix, fragmentation_rate, make_policy, place
 
     started, started_cpu = time.perf_counter(), time.process_time()
@@ -102,7 +109,7 @@ def replay_stream(
     if state is None:
         state = ClusterState(nodes)
     mix = WorkloadMix()
-    chooser = make_policy(policy, seed=seed, mix=mix)
+    chooser = make(policy, seed, mix) if make else make_policy(policy, seed=seed, mix=mix)
 
     arrived = allocated = placed = 0
     curve = [0.0]
