@@ -106,7 +106,9 @@ def main() -> int:
         values = []
         for seed in seeds:
 
-            def make(name: str, s: int, mix: WorkloadMix, v: tuple[bool, bool, float] = variant) -> Policy:
+            def make(
+                name: str, s: int, mix: WorkloadMix, v: tuple[bool, bool, float] = variant
+            ) -> Policy:
                 return Policy(name, FrameworkBestFit(v[0], v[1], s, v[2]), BestFitCards())
 
             stream = arrival_stream(tasks, gpu_capacity_milli(nodes), 1.3, seed)

@@ -153,3 +153,22 @@ def test_departures_bad_options_one_line_exit_2(
     assert code == 2, out
     assert err.startswith(f"tessera simulate: error: {message}"), err
     assert err.count("\n") == 1 and out == ""
+
+
+def test_variant_replays_the_reshaped_list_and_bad_variants_are_refused(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    nodes, tasks = files
+    out_json = tmp_path / "v.json"
+    code, _, err = run(
+        "--cluster", str(nodes), "--workload", str(tasks), "--policy", "binpack",
+        "--variant", "shared:0.4", "--json", str(out_json),
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out_json.read_text())["workload"] == "pods.csv (shared:0.4)"
+    code, _, err = run("--variant", "shared:0.01")
+    assert code == 2 and err.startswith(
+        "tessera simulate: error: --variant: must be between 0.290 (the list's)"
+    ), err
+    code, _, err = run("--variant", "gpu:0.5")
+    assert code == 2 and "--variant: must be KIND:SHARE" in err

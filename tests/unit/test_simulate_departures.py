@@ -175,3 +175,17 @@ def test_retrying_on_the_freed_node_alone_decides_as_the_whole_cluster_would(
     want = reference_waits(nodes, tasks, life, policy)
     assert got.waits == tuple(w for _, w, _ in want)
     assert got.placed_tasks == len(want) and max(got.waits) > 0  # the trace contends
+
+
+def test_copies_and_variant_copies_arrive_and_run_as_their_original() -> None:
+    from dataclasses import replace
+
+    from tessera.simulate.departures import departures_stream
+
+    a = task("a", 500)
+    tasks = [a, replace(a, name="a-shared-0")]
+    stream, own = departures_stream(tasks, {"a": Lifetime(7, 19)}, 1000, 3.0, seed=1)
+    assert len(stream) == 6 and any("-copy-" in t.name for t in stream)
+    assert set(own.values()) == {Lifetime(7, 19)}
+    with pytest.raises(SpecError, match="no creation time for task 'b'"):
+        departures_stream([task("b", 500)], {"a": Lifetime(0)}, 1000, 1.0, seed=1)

@@ -182,6 +182,14 @@ def simulate(
             "(needs --workload with creation_time and deletion_time).",
         ),
     ] = False,
+    variant: Annotated[
+        str | None,
+        typer.Option(
+            help="Replay a variant of the task list: KIND:SHARE, e.g. shared:0.6 "
+            "(shared-card tasks carry 60% of the GPU demand) or multi:0.25 "
+            "(docs/simulator.md)."
+        ),
+    ] = None,
     speedup: Annotated[
         float | None,
         typer.Option(
@@ -202,7 +210,7 @@ def simulate(
     one by one, drop what does not fit, nothing departs; or, with --departures, at the
     trace's own times, with waiting)."""
     try:
-        options = _Options(seeds, arrival, departures, speedup, jobs, json_path, plot)
+        options = _Options(seeds, arrival, departures, speedup, jobs, json_path, plot, variant)
         _simulate(cluster, workload, policy, options)
     except UsageError as err:
         typer.echo(f"tessera simulate: error: {err}", err=True)
@@ -218,6 +226,7 @@ class _Options:
     jobs: int
     json_path: Path | None
     plot: Path | None
+    variant: str | None = None
 
 
 def _simulate(
@@ -253,12 +262,26 @@ def _simulate(
             "deletion_time columns (the built-in workload has no times)"
         )
     nodes, tasks, sources = _load(cluster, workload)
+    if opt.variant is not None:
+        tasks = _variant(tasks, opt.variant)
+        sources["workload"] += f" ({opt.variant})"
     seed_list = list(range(FIRST_SEED, FIRST_SEED + opt.seeds))
     if opt.departures:
         assert workload is not None
         _departures(nodes, tasks, workload, policies, seed_list, arrival, speedup, opt, sources)
     else:
         _published_protocol(nodes, tasks, policies, seed_list, arrival, opt, sources)
+
+
+def _variant(tasks: list[TraceTask], text: str) -> list[TraceTask]:
+    from tessera.errors import SpecError
+    from tessera.simulate.variants import make_variant, parse_variant
+
+    try:
+        kind, share = parse_variant(text)
+        return make_variant(tasks, kind, share)
+    except SpecError as err:
+        raise UsageError(f"--variant: {err.rule} (got {text!r})") from None
 
 
 def _published_protocol(

@@ -336,11 +336,17 @@ def departures_stream(
     to ``arrival`` x capacity) with each task's lifetime; a copy arrives and runs as its
     original did."""
     stream = arrival_stream(tasks, capacity_milli, arrival, seed)
-    own: dict[str, Lifetime] = {}
-    for t in stream:
-        original = t.name if t.name in lifetimes else t.name.rpartition("-copy-")[0]
-        own[t.name] = lifetimes[original]
-    return stream, own
+    return stream, {t.name: lifetimes[_original(t.name, lifetimes)] for t in stream}
+
+
+def _original(name: str, lifetimes: Mapping[str, Lifetime]) -> str:
+    """The traced task a copy was made from: copies (``-copy-N``) and variants' copies
+    (``-shared-N``, ``-multi-N``) add ``-``-separated suffixes to its name."""
+    while name not in lifetimes and "-" in name:
+        name = name.rpartition("-")[0]
+    if name not in lifetimes:
+        raise SpecError("lifetimes", f"no creation time for task {name!r}")
+    return name
 
 
 def replay_with_departures(
