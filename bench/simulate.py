@@ -14,7 +14,8 @@ Needs the trace beside the checkout (../shared/data/alibaba-gpu-v2023) or --data
 
     .venv/bin/python bench/simulate.py --diagnose fragmentation --seeds 1
 
-replays one seed of one policy and shows where the GPU left idle at the end sits: on
+replays one seed of one policy (on each variant given with --variants) and shows where
+the GPU left idle at the end sits: on
 free cards (and whether their node still has CPU and memory for a task) or as leftovers
 on shared cards, grouped by what shares the card.
 
@@ -23,14 +24,25 @@ on shared cards, grouped by what shares the card.
 runs the departures mode instead (``tessera simulate --departures``: trace times, copies to
 300% of capacity, arrivals 3,000x the trace's pace) and prints its table; JSON to
 out/bench-simulate-departures.json.
+
+    .venv/bin/python bench/simulate.py --variants --seeds 3
+
+replays every policy on the default list and on its workload variants (more of the GPU
+demand on shared cards, or in multi-card tasks; ``tessera simulate --variant``) and
+prints each allocation beside FGD's published default figure. FGD published no figure for
+these mixes, so the table adds an in-run anchor, ``fgd-measure``: FGD's own measure
+descended by Tessera's growth search (the published FGD also learns the mix in advance and
+breaks ties at random).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -41,6 +53,10 @@ from rich.table import Table
 from tessera.cluster import ClusterState
 from tessera.model.clusterspec import read_nodes_csv
 from tessera.model.types import NodeInventory
+from tessera.placement.base import Policy
+from tessera.placement.fragmentation import PublishedMeasure
+from tessera.placement.fragmentation_policy import FragmentationCards, FragmentationNodes
+from tessera.placement.mix import WorkloadMix
 from tessera.simulate.arrivals import arrival_stream
 from tessera.simulate.cli import (
     DEFAULT_POLICIES,
@@ -55,17 +71,29 @@ from tessera.simulate.departures_report import (
     summarize_departures,
     write_departures_json,
 )
-from tessera.simulate.metrics import PUBLISHED, PUBLISHED_FGD, gpu_capacity_milli, summarize
-from tessera.simulate.replay import node_order, replay_stream
+from tessera.simulate.metrics import (
+    PUBLISHED,
+    PUBLISHED_FGD,
+    ReplayResult,
+    gpu_capacity_milli,
+    summarize,
+)
+from tessera.simulate.replay import node_order, replay, replay_stream
 from tessera.simulate.report import failures_table, write_json
 from tessera.simulate.trace import TraceTask, read_tasks_csv
+from tessera.simulate.variants import demand_share, make_variant, parse_variant
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data" / "alibaba-gpu-v2023"
 
 
 def diagnose(
-    nodes: list[NodeInventory], tasks: list[TraceTask], policy: str, seed: int, arrival: float
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    policy: str,
+    seed: int,
+    arrival: float,
+    label: str = "default",
 ) -> None:
     """Where the idle GPU sits after one replay (see the module docstring)."""
     order = node_order(nodes, seed)  # exactly what replay() does, keeping the state
@@ -108,7 +136,8 @@ def diagnose(
             g[1] += idle
     total = sum(g[1] for g in groups.values())
     table = Table(
-        title=f"{policy}, seed {seed}: {100 * r.gpu_allocation_ratio:.2f}% allocated, "
+        title=f"{label} list, {policy}, seed {seed}: "
+        f"{100 * r.gpu_allocation_ratio:.2f}% allocated, "
         f"{total:.1f} GPUs idle of {r.capacity_milli // 1000}"
     )
     for col in ("idle card holds (milli-GPU of its tenants)", "cards", "idle GPUs", "share"):
@@ -150,6 +179,77 @@ def departures(
     return 0
 
 
+FGD_MEASURE = "fgd-measure"
+
+
+def published_measure(name: str, seed: int, mix: WorkloadMix) -> Policy:
+    """FGD's own measure (``PublishedMeasure``) descended by Tessera's growth search: the
+    in-run anchor on mixes FGD published no figure for."""
+    nodes = FragmentationNodes(mix, measure=PublishedMeasure())
+    return Policy(name, nodes, FragmentationCards(nodes))
+
+
+def experiment(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    policy: str,
+    seed: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
+    """One experiment at 130%: a Tessera policy, or the anchor."""
+    if policy != FGD_MEASURE:
+        return replay(nodes, tasks, policy, seed, 1.3, progress=progress)
+    stream = arrival_stream(tasks, gpu_capacity_milli(nodes), 1.3, seed)
+    order = node_order(nodes, seed)
+    return replay_stream(order, stream, policy, seed, 1.3, progress, make=published_measure)
+
+
+VARIANTS = ("shared:0.4", "shared:0.55", "shared:0.7", "multi:0.15", "multi:0.25", "multi:0.35")
+
+
+def variants(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    policies: list[str],
+    seeds: list[int],
+    args: argparse.Namespace,
+) -> int:
+    """Each policy and the anchor on the default list and on each variant, against FGD's
+    published default figure."""
+    fgd = PUBLISHED_FGD[1.3]
+    table = Table(
+        title=f"Workload variants of the openb default list, arrivals to 130%, seeds "
+        f"{seeds[0]}..{seeds[-1]}: allocation (mean) and ÷ FGD's published {100 * fgd:.2f}%"
+    )
+    table.add_column("variant")
+    table.add_column("shared / multi", justify="right")
+    for p in [*policies, FGD_MEASURE]:
+        table.add_column(p, justify="right")
+    records = []
+    console = Console(width=max(Console().width, 150))
+    for text in [None, *(args.variants or VARIANTS)]:
+        mix = tasks if text is None else make_variant(tasks, *parse_variant(text))
+        results = run_all(
+            partial(experiment, nodes, mix), [*policies, FGD_MEASURE], seeds, args.jobs
+        )
+        cells = []
+        for s in summarize(results):
+            cells.append(f"{100 * s.allocation.mean:.2f}% ({s.allocation.mean / fgd:.4f})")
+            records.append({"variant": text or "default", "policy": s.policy,
+                            "allocation": s.allocation.mean, "std": s.allocation.std,
+                            "per_seed": [r.gpu_allocation_ratio for r in results
+                                         if r.policy == s.policy]})  # fmt: skip
+        shares = f"{demand_share(mix, 'shared'):.2f} / {demand_share(mix, 'multi'):.2f}"
+        table.add_row(text or "default", shares, *cells)
+        console.print(f"{text or 'default'} ({shares}): {'  '.join(cells)}")  # progress
+    console.print(table)
+    console.print(describe())
+    path = args.json.with_name(args.json.stem + "-variants.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"seeds": seeds, "results": records}, indent=1) + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -165,6 +265,12 @@ def main() -> int:
         help="the departures mode (trace times; --arrival defaults to 3) instead",
     )
     ap.add_argument("--speedup", type=float, default=DEFAULT_SPEEDUP)
+    ap.add_argument(
+        "--variants",
+        nargs="*",
+        metavar="KIND:SHARE",
+        help=f"the workload variants instead (default: {' '.join(VARIANTS)})",
+    )
     args = ap.parse_args()
     if args.arrival is None:
         args.arrival = DEFAULT_ARRIVAL if args.departures else 1.3
@@ -178,11 +284,15 @@ def main() -> int:
     policies = args.policy or list(DEFAULT_POLICIES)
     seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
     if args.diagnose:
-        for seed in seeds:
-            diagnose(nodes, tasks, args.diagnose, seed, args.arrival)
+        for text in args.variants or [None]:
+            mix = tasks if text is None else make_variant(tasks, *parse_variant(text))
+            for seed in seeds:
+                diagnose(nodes, mix, args.diagnose, seed, args.arrival, text or "default")
         return 0
     if args.departures:
         return departures(nodes, tasks, tasks_csv, policies, seeds, args)
+    if args.variants is not None:
+        return variants(nodes, tasks, policies, seeds, args)
 
     started = time.perf_counter()
     results = run_experiments(nodes, tasks, policies, seeds, args.arrival, args.jobs)
