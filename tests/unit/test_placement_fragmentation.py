@@ -86,8 +86,11 @@ def test_published_measure(
     assert fragmentation_rate(snap, observed) == pytest.approx(expected / 1.3)
 
 
-def test_packing_measure_counts_copies_and_cpu() -> None:
-    state = ClusterState([node(cpu=2500)])
+@pytest.mark.parametrize(("cpu", "expected"), [(1500, 1.5), (10_000, 1.1)])
+def test_packing_measure_counts_one_next_task_per_card_within_the_cpu(
+    cpu: int, expected: float
+) -> None:
+    state = ClusterState([node(cpu=cpu)])
     occupy(state, "n", 0, 10, "u")  # card 0: 0.9 idle, card 1: 1.0 idle
     snap = state.snapshot()
     t = snap.tables
@@ -97,8 +100,10 @@ def test_packing_measure_counts_copies_and_cpu() -> None:
     packing, _ = frag_rows(t, rows, two_fifths, PackingMeasure())
     assert idle[0] == pytest.approx(1.9)
     assert published[0] == pytest.approx(0.0)  # 0.4 fits both cards
-    # CPU (2500 of 1000 per copy) allows two copies: 0.8 of 1.9 is usable.
-    assert packing[0] == pytest.approx(1.1)
+    # One 0.4 task on each card it fits (two, not the four that would pack in), as many
+    # as the CPU allows (1000 per task): with 1500, one; with plenty, two. The rest of the
+    # 1.9 idle counts as unusable for the class.
+    assert packing[0] == pytest.approx(expected)
 
 
 def test_cached_growth_equals_a_fresh_computation_after_changes() -> None:

@@ -64,7 +64,6 @@ class MixArrays:
     mem_fixed: IntArray  # MiB per card for memory_mib requests, else 0
     mem_percent: IntArray  # percent of the card for percent requests, 100 for whole cards
     cores: IntArray
-    cores_f: npt.NDArray[np.float32]  # cores as a divisor
     cores_f_share: npt.NDArray[np.float32]  # cores / 100
     whole: BoolArray
     allowed: BoolArray  # [K + 1, M]
@@ -91,10 +90,6 @@ class MixArrays:
                 [100 if g and g.exclusive else (g.memory_percent or 0) if g else 0 for g in gpus]
             ),
             cores=ints([g.cores() if g else 0 for g in gpus]),
-            # 0 cores (best effort): a tiny divisor, so memory alone bounds the copies.
-            cores_f=np.asarray(
-                [max(g.cores() if g else 0, 1e-6) for g in gpus], dtype=np.float32
-            ).reshape(m),
             cores_f_share=np.asarray(
                 [g.cores() / 100 if g else 0 for g in gpus], dtype=np.float32
             ).reshape(m),
@@ -193,20 +188,18 @@ class PublishedMeasure:
 
 
 class PackingMeasure:
-    """Tessera's variant: per class, the idle GPU left over once as many copies of the class
-    as the node can still hold are packed in, counting every resource: copies per card
-    (a card with room for two copies counts twice), the node's CPU and memory (a node
-    with eight idle cards and CPU for one whole-card task strands seven), and for
-    multi-card classes whole groups of ``count`` cards."""
+    """Tessera's variant: per class, the idle GPU the class's next tasks would leave, one
+    task on each card it fits, as many as the node's CPU and memory allow (a node with
+    eight idle cards and CPU for one whole-card task strands seven), and for multi-card
+    classes whole groups of ``count`` cards. What a task leaves beside itself on its card
+    counts as unusable for its class: a second copy is not assumed to come (counting it
+    made an empty card look as good a home for a small task as a half-used one, which
+    left empty cards to tasks that strand a sliver; docs/placement.md)."""
 
     def card_features(self, t: Tables, rows: Cells, s: CardState, k: MixArrays) -> FloatArray:
         need = np.maximum(_need_mem(t, rows, k), 1)
-        ok = _fits(t, rows, s, k, need)
+        copies = _fits(t, rows, s, k, need).astype(np.float32)  # one per card it fits
         needf = need.astype(np.float32)
-        by_mem = np.floor(s.free_mem[:, :, None].astype(np.float32) / needf)
-        by_cores = np.floor(s.free_cores[:, :, None].astype(np.float32) / k.cores_f)
-        copies = np.minimum(by_mem, by_cores)
-        copies = np.where(ok, np.where(k.count > 1, 1.0, copies), 0.0)  # multi-card: 1 per card
         out = np.empty((*copies.shape, 2), dtype=np.float32)
         mem = np.maximum(t.card_mem[rows], 1)[:, :, None].astype(np.float32)
         out[..., 0] = copies * np.maximum(k.cores_f_share, needf / mem)
