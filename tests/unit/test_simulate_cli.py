@@ -172,3 +172,23 @@ def test_variant_replays_the_reshaped_list_and_bad_variants_are_refused(
     ), err
     code, _, err = run("--variant", "gpu:0.5")
     assert code == 2 and "--variant: must be KIND:SHARE" in err
+
+
+def test_departures_in_worker_processes_give_the_same_results(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    nodes, tasks = files
+    tasks.write_text(TIMED)
+    docs = []
+    for jobs in ("1", "2"):
+        out_json = tmp_path / f"jobs{jobs}.json"
+        code, _, err = run(
+            "--departures", "--speedup", "2", "--cluster", str(nodes), "--workload", str(tasks),
+            "--policy", "binpack", "--policy", "spread", "--seeds", "2", "--jobs", jobs,
+            "--json", str(out_json),
+        )  # fmt: skip
+        assert code == 0, err
+        records = json.loads(out_json.read_text())["results"]
+        timing = ("seconds", "cpu_seconds")
+        docs.append([{k: v for k, v in r.items() if k not in timing} for r in records])
+    assert docs[0] == docs[1]
