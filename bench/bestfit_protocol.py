@@ -37,7 +37,7 @@ from rich.table import Table
 from tessera.cluster.snapshot import Snapshot
 from tessera.model.clusterspec import read_nodes_csv
 from tessera.placement.base import Demand, FloatArray, Policy
-from tessera.placement.bestfit import BestFitCards, BestFitNodes
+from tessera.placement.bestfit import BestFitCards, cpu_left_after, gpu_left_after
 from tessera.placement.mix import WorkloadMix
 from tessera.simulate.arrivals import arrival_stream
 from tessera.simulate.metrics import PUBLISHED, Spread, gpu_capacity_milli
@@ -50,22 +50,19 @@ MAX_NODE_SCORE = 100  # the kube-scheduler framework's
 
 
 class FrameworkBestFit:
-    """Best-fit's score as a framework plugin would return it, with the tie-break chosen."""
+    """Best-fit's score as a framework plugin would return it, with the tie-break chosen
+    and the CPU share left weighted ``cpu_weight`` against the GPU share left."""
 
     def __init__(self, integer: bool, random_ties: bool, seed: int, cpu_weight: float) -> None:
-        self.inner = BestFitNodes()
         self.integer = integer
         self.rng = np.random.default_rng(seed) if random_ties else None
         self.cpu_weight = cpu_weight
 
     def score_rows(self, snap: Snapshot, demand: Demand) -> FloatArray:
-        score = self.inner.score_rows(snap, demand)  # in [-2, 0]: -(GPU + CPU share left)
-        if self.cpu_weight != 1.0:
-            t = snap.tables
-            cpu_left = (t.cpu_free[demand.rows] - demand.pod.cpu_milli) / np.maximum(
-                t.cpu_total[demand.rows], 1
-            )
-            score = score + (1.0 - self.cpu_weight) * cpu_left
+        t = snap.tables
+        gpu_share = gpu_left_after(snap, demand) / np.maximum(t.gpu_cards[demand.rows], 1)
+        cpu_share = cpu_left_after(snap, demand) / np.maximum(t.cpu_total[demand.rows], 1)
+        score = -(gpu_share + self.cpu_weight * cpu_share)  # in [-2, 0] at weight 1
         if self.integer:
             score = np.floor(MAX_NODE_SCORE * (2.0 + score) / 2.0)
         if self.rng is None:
@@ -80,17 +77,10 @@ class ClusterScaleBestFit:
 
     def score_rows(self, snap: Snapshot, demand: Demand) -> FloatArray:
         t = snap.tables
-        rows = demand.rows
-        gpu_left = -BestFitNodes().score_rows(snap, demand)  # GPU share + CPU share left
-        cpu_share = (t.cpu_free[rows] - demand.pod.cpu_milli) / np.maximum(t.cpu_total[rows], 1)
-        cards_left = (gpu_left - cpu_share) * np.maximum(t.gpu_cards[rows], 1)
-        cpu_left = t.cpu_free[rows] - demand.pod.cpu_milli
-        biggest = t.present
-        return np.asarray(
-            -(cards_left / max(int(t.gpu_cards[biggest].max()), 1)
-              + cpu_left / max(int(t.cpu_total[biggest].max()), 1)),
-            dtype=np.float64,
-        )  # fmt: skip
+        cards = max(int(t.gpu_cards[t.present].max()), 1)
+        cores = max(int(t.cpu_total[t.present].max()), 1)
+        score = -(gpu_left_after(snap, demand) / cards + cpu_left_after(snap, demand) / cores)
+        return np.asarray(score, dtype=np.float64)
 
 
 VARIANTS = {  # label: (integer, random ties, CPU weight)
