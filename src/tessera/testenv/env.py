@@ -313,7 +313,9 @@ class TestEnv:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
-                "--profiling=false",
+                # /debug/pprof for an investigation (TESSERA_TESTENV_PROFILING=1); off
+                # otherwise, so no test depends on it.
+                f"--profiling={'true' if os.environ.get('TESSERA_TESTENV_PROFILING') else 'false'}",
                 *admission,
                 "--v=1",
             ]
