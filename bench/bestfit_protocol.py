@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +37,11 @@ from rich.table import Table
 
 from tessera.cluster.snapshot import Snapshot
 from tessera.model.clusterspec import read_nodes_csv
-from tessera.placement.base import Demand, FloatArray, Policy
+from tessera.placement.base import Demand, FloatArray, NodeScorer, Policy
 from tessera.placement.bestfit import BestFitCards, cpu_left_after, gpu_left_after
 from tessera.placement.mix import WorkloadMix
-from tessera.simulate.arrivals import arrival_stream
-from tessera.simulate.metrics import PUBLISHED, Spread, gpu_capacity_milli
-from tessera.simulate.replay import node_order, replay_stream
+from tessera.simulate.metrics import PUBLISHED, Spread
+from tessera.simulate.replay import replay
 from tessera.simulate.trace import read_tasks_csv
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,15 +83,16 @@ class ClusterScaleBestFit:
         return np.asarray(score, dtype=np.float64)
 
 
-VARIANTS = {  # label: (integer, random ties, CPU weight)
-    "float, first (Tessera)": (False, False, 1.0),
-    "float, random": (False, True, 1.0),
-    "int 0-100, first": (True, False, 1.0),
-    "int 0-100, random (framework)": (True, True, 1.0),
-    "float, first, CPU weight 0.75": (False, False, 0.75),
-    "float, first, CPU weight 0.5": (False, False, 0.5),
-    "float, first, GPU only": (False, False, 0.0),
-    "float, first, over the largest node": (False, False, -1.0),
+# label: the node scorer for a seed (the seed drives random tie-breaks).
+VARIANTS: dict[str, Callable[[int], NodeScorer]] = {
+    "float, first (Tessera)": lambda s: FrameworkBestFit(False, False, s, 1.0),
+    "float, random": lambda s: FrameworkBestFit(False, True, s, 1.0),
+    "int 0-100, first": lambda s: FrameworkBestFit(True, False, s, 1.0),
+    "int 0-100, random (framework)": lambda s: FrameworkBestFit(True, True, s, 1.0),
+    "float, first, CPU weight 0.75": lambda s: FrameworkBestFit(False, False, s, 0.75),
+    "float, first, CPU weight 0.5": lambda s: FrameworkBestFit(False, False, s, 0.5),
+    "float, first, GPU only": lambda s: FrameworkBestFit(False, False, s, 0.0),
+    "float, first, over the largest node": lambda s: ClusterScaleBestFit(),
 }
 
 
@@ -113,19 +114,16 @@ def main() -> int:
     for col in ("node score, tie-break", "alloc @130%", "÷ published best-fit", "per seed"):
         table.add_column(col, justify="left" if col.startswith("node") else "right")
     console = Console(width=max(Console().width, 110))
-    for label, variant in VARIANTS.items():
+    for label, scorer in VARIANTS.items():
         values = []
         for seed in seeds:
 
             def make(
-                name: str, s: int, mix: WorkloadMix, v: tuple[bool, bool, float] = variant
+                name: str, s: int, mix: WorkloadMix, scorer: Callable[[int], NodeScorer] = scorer
             ) -> Policy:
-                if v[2] < 0:
-                    return Policy(name, ClusterScaleBestFit(), BestFitCards())
-                return Policy(name, FrameworkBestFit(v[0], v[1], s, v[2]), BestFitCards())
+                return Policy(name, scorer(s), BestFitCards())
 
-            stream = arrival_stream(tasks, gpu_capacity_milli(nodes), 1.3, seed)
-            r = replay_stream(node_order(nodes, seed), stream, "best-fit", seed, 1.3, make=make)
+            r = replay(nodes, tasks, "best-fit", seed, 1.3, make=make)
             values.append(r.gpu_allocation_ratio)
             console.print(f"  {label}, seed {seed}: {100 * r.gpu_allocation_ratio:.2f}%")
         s = Spread.of(values)

@@ -15,9 +15,8 @@ Needs the trace beside the checkout (../shared/data/alibaba-gpu-v2023) or --data
     .venv/bin/python bench/simulate.py --diagnose fragmentation --seeds 1
 
 replays one seed of one policy (on each variant given with --variants) and shows where
-the GPU left idle at the end sits: on
-free cards (and whether their node still has CPU and memory for a task) or as leftovers
-on shared cards, grouped by what shares the card.
+the GPU left idle at the end sits: on free cards (and whether their node still has CPU
+and memory for a task) or as leftovers on shared cards, grouped by what shares the card.
 
     .venv/bin/python bench/simulate.py --departures
 
@@ -197,11 +196,13 @@ def experiment(
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
     """One experiment at 130%: a Tessera policy, or the anchor."""
-    if policy != FGD_MEASURE:
-        return replay(nodes, tasks, policy, seed, 1.3, progress=progress)
-    stream = arrival_stream(tasks, gpu_capacity_milli(nodes), 1.3, seed)
-    order = node_order(nodes, seed)
-    return replay_stream(order, stream, policy, seed, 1.3, progress, make=published_measure)
+    make = published_measure if policy == FGD_MEASURE else None
+    return replay(nodes, tasks, policy, seed, 1.3, progress, make=make)
+
+
+def variant_of(tasks: list[TraceTask], text: str | None) -> list[TraceTask]:
+    """The task list, or its variant ``KIND:SHARE``."""
+    return tasks if text is None else make_variant(tasks, *parse_variant(text))
 
 
 VARIANTS = ("shared:0.4", "shared:0.55", "shared:0.7", "multi:0.15", "multi:0.25", "multi:0.35")
@@ -228,7 +229,7 @@ def variants(
     records = []
     console = Console(width=max(Console().width, 150))
     for text in [None, *(args.variants or VARIANTS)]:
-        mix = tasks if text is None else make_variant(tasks, *parse_variant(text))
+        mix = variant_of(tasks, text)
         results = run_all(
             partial(experiment, nodes, mix), [*policies, FGD_MEASURE], seeds, args.jobs
         )
@@ -285,7 +286,7 @@ def main() -> int:
     seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
     if args.diagnose:
         for text in args.variants or [None]:
-            mix = tasks if text is None else make_variant(tasks, *parse_variant(text))
+            mix = variant_of(tasks, text)
             for seed in seeds:
                 diagnose(nodes, mix, args.diagnose, seed, args.arrival, text or "default")
         return 0

@@ -69,8 +69,10 @@ def replay(
     seed: int,
     arrival: float,
     progress: Progress | None = None,
+    make: Callable[[str, int, WorkloadMix], Policy] | None = None,
 ) -> ReplayResult:
-    """Run one experiment of the published protocol and measure it.
+    """Run one experiment of the published protocol and measure it (``make``: as for
+    :func:`replay_stream`).
 
     Besides the task stream, the seed also shuffles the order of the nodes, as the
     published simulator does (it renames nodes with a random prefix): policies break
@@ -78,7 +80,8 @@ def replay(
     decide the result.
     """
     stream = arrival_stream(tasks, gpu_capacity_milli(nodes), arrival, seed)
-    return replay_stream(node_order(nodes, seed), stream, policy, seed, arrival, progress)
+    order = node_order(nodes, seed)
+    return replay_stream(order, stream, policy, seed, arrival, progress, make=make)
 
 
 def node_order(nodes: Sequence[NodeInventory], seed: int) -> list[NodeInventory]:
