@@ -45,6 +45,20 @@ extender, every node's 8 cards published as a ResourceSlice (tessera.claims.devi
 the node agent writes it), the chart's DeviceClasses, and pods whose ResourceClaimTemplate
 asks for the sharing shape (8000Mi / 10 %): kube-scheduler's DRA allocator places them.
 
+``--shape sharing`` gives the extenders pods of 8,000 MiB / 10 % of a card, and adds
+**stock-sharing**: stock kube-scheduler counting those pods against the nodes' totals
+(it chooses no card). Its own filters then pay what the pods' two extended resources
+cost them (NodeResourcesFit checks every resource on every node), as they do under an
+extender; stock on whole cards stays the anchor of the ratios, as in issue 15.
+
+A fourth table is kube-scheduler's cycle, from its own histograms: the scheduling
+algorithm's mean (the serial part of the cycle), its filter and score plugins, and the
+extender's filter call (the rest), beside the time between binds and how many CPUs the
+control plane kept busy (its CPU per pod times the rate) -- 1.00 of one CPU on the split
+layout means the run is bound by the control plane's CPU, not by the cycle's latency.
+``--profile DIR`` also writes 4 s CPU profiles of kube-scheduler and kube-apiserver per
+run.
+
 ``--extender null`` runs bench/null_extender.py instead of ``tessera scheduler``: the same
 protocol, HTTP stack and watches, no decisions -- the most any Python extender could get.
 ``--extender both`` runs stock, Tessera and null in every round, so all three compare in
@@ -67,6 +81,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -201,6 +216,82 @@ def api_requests(api: KubeClient) -> collections.Counter[str]:
     return out
 
 
+_HISTOGRAM = re.compile(r"^(scheduler_\w+_seconds)_(sum|count)(?:\{(.*)\})? (\S+)$")
+
+
+def scheduler_histograms(env: TestEnv) -> dict[str, tuple[float, float]]:
+    """kube-scheduler's duration histograms as {"name{labels}": (count, sum)}, from its own
+    /metrics; it restarts at each run's start, so they cover that run."""
+    url = f"https://127.0.0.1:{env.ports['kube-scheduler']}/metrics"
+    resp = urllib3.PoolManager(ssl_context=env.ssl_context()).request("GET", url, timeout=30)
+    if resp.status != 200:
+        raise SystemExit(f"kube-scheduler /metrics: HTTP {resp.status}")
+    out: dict[str, tuple[float, float]] = {}
+    for line in resp.data.decode().splitlines():
+        m = _HISTOGRAM.match(line)
+        if m:
+            key = f"{m.group(1)}{{{m.group(3) or ''}}}"
+            count, total = out.get(key, (0.0, 0.0))
+            value = float(m.group(4))
+            out[key] = (value, total) if m.group(2) == "count" else (count, value)
+    return out
+
+
+def cycle_ms(histograms: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Mean ms per pod of kube-scheduler's scheduling algorithm (the serial part of its
+    cycle: its own filters, the extenders, scoring) and of its parts. The extender's
+    filter call has no histogram of its own: it is the algorithm less the framework's
+    extension points that run inside it."""
+
+    def mean(key: str) -> float:
+        count, total = histograms.get(key, (0.0, 0.0))
+        return 1000 * total / count if count else 0.0
+
+    def point(name: str) -> float:
+        keys = [k for k in histograms if k.startswith(
+            "scheduler_framework_extension_point_duration_seconds{")
+            and f'extension_point="{name}"' in k]  # fmt: skip
+        count = sum(histograms[k][0] for k in keys)
+        return 1000 * sum(histograms[k][1] for k in keys) / count if count else 0.0
+
+    algorithm = mean("scheduler_scheduling_algorithm_duration_seconds{}")
+    parts = {name: point(name) for name in ("PreFilter", "Filter", "PreScore", "Score")}
+    return {
+        "algorithm": algorithm,
+        "filter plugins": parts["Filter"],
+        "score plugins": parts["Score"],
+        "extender filter call": max(0.0, algorithm - sum(parts.values())),
+    }
+
+
+def profile_control_plane(env: TestEnv, bound: Callable[[], int], prefix: str) -> threading.Thread:
+    """Once 100 pods are bound, write 4 s CPU profiles of kube-scheduler and kube-apiserver
+    (taken at once) to ``<prefix>-<process>.pprof``; read them with
+    ``go tool pprof -top -cum``. kube-apiserver serves them only with
+    TESSERA_TESTENV_PROFILING set, which --profile sets."""
+    ports = {"kube-scheduler": env.ports["kube-scheduler"],
+             "kube-apiserver": env.ports["apiserver"]}  # fmt: skip
+
+    def grab(process: str) -> None:
+        url = f"https://127.0.0.1:{ports[process]}/debug/pprof/profile?seconds=4"
+        pool = urllib3.PoolManager(ssl_context=env.ssl_context())
+        resp = pool.request("GET", url, timeout=30)
+        path = Path(f"{prefix}-{process}.pprof")
+        if resp.status == 200:
+            path.write_bytes(resp.data)
+        print(f"  {process} profile: HTTP {resp.status}, {path}", flush=True)
+
+    def both() -> None:
+        while bound() < 100:
+            time.sleep(0.01)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(grab, ports))
+
+    thread = threading.Thread(target=both, daemon=True)
+    thread.start()
+    return thread
+
+
 class RunResult(NamedTuple):
     rate: float  # pods bound per second: (pods - 1) / (last bind - first bind)
     # (pods - 1) / (last pod Running - first bind): the same work in every run, since
@@ -208,6 +299,7 @@ class RunResult(NamedTuple):
     running_rate: float | None  # None with --kwok-pods off
     cpu: dict[str, float]  # CPU seconds per pod by process, until the last bind
     requests: dict[str, float]  # API requests per pod by verb and resource
+    cycle: dict[str, float]  # kube-scheduler's scheduling algorithm, mean ms per pod
 
 
 def run(
@@ -220,6 +312,7 @@ def run(
     kwok_pods: bool = True,
     limits: dict[str, str] = WHOLE,
     claims: bool = False,
+    profile: Path | None = None,
 ) -> RunResult:
     """One run (see RunResult). The run's pods are deleted at the end, so every run
     starts from the same cluster."""
@@ -251,6 +344,8 @@ def run(
     # kube-scheduler may bind some pods while restart_scheduler waits for it to be
     # ready: the CPU is divided by the binds seen in its window.
     started = time.monotonic()
+    if profile is not None:
+        profiling = profile_control_plane(env, lambda: len(watch.times), str(profile / ns))
     before = cpu_seconds(pids)
     deadline = time.monotonic() + 600
     while len(watch.times) < pods and time.monotonic() < deadline:
@@ -279,6 +374,9 @@ def run(
         note += (f"; the last Running {last_running - times[-1]:.2f} s after the last bind, "
                  f"the control plane using {busy:.2f} CPUs meanwhile")  # fmt: skip
     watch.r.stop()
+    cycle = cycle_ms(scheduler_histograms(env))
+    if profile is not None:
+        profiling.join(30)
     requests = api_requests(api) - requests_before
     clear(api, ns)
     print(note, flush=True)
@@ -287,6 +385,7 @@ def run(
         running_rate=running_rate,
         cpu={n: (after[n] - before[n]) / in_window for n in after if n in before},
         requests={key: n / pods for key, n in requests.items()},
+        cycle=cycle,
     )
 
 
@@ -363,11 +462,22 @@ def main() -> None:
         help="off: kwok leaves bound pods Pending (its pod-running stage removed), so no run "
         "does per-pod kubelet work and the bound rate compares the same work",
     )  # fmt: skip
+    ap.add_argument(
+        "--profile", type=Path, metavar="DIR",
+        help="write 4 s CPU profiles of kube-scheduler and kube-apiserver per run to "
+        "DIR/<run>-<process>.pprof",
+    )  # fmt: skip
     args = ap.parse_args()
-    kinds = ["stock", *(["tessera", "null"] if args.extender == "both" else [args.extender])]
-    if args.shape != "whole":
-        sharing = [f"{k}-sharing" for k in kinds if k != "stock"]
-        kinds = ["stock", *sharing] if args.shape == "sharing" else [*kinds, *sharing]
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        os.environ["TESSERA_TESTENV_PROFILING"] = "1"  # kube-apiserver's /debug/pprof
+    extenders = ["tessera", "null"] if args.extender == "both" else [args.extender]
+    # stock-sharing: stock kube-scheduler counting the sharing pods against the nodes'
+    # totals (it chooses no card), so its own filters pay what the pods' two resources
+    # cost them; stock (whole cards) stays the anchor of the ratios
+    sharing = ["stock-sharing", *(f"{k}-sharing" for k in extenders)]
+    kinds = {"whole": ["stock", *extenders], "sharing": ["stock", *sharing],
+             "both": ["stock", *extenders, *sharing]}[args.shape]  # fmt: skip
     if args.claims:
         kinds.append("claims")
     extender_cpus = split_cpus() if args.layout == "split" else None
@@ -399,18 +509,20 @@ def main() -> None:
         for r in range(args.rounds):
             order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
             for kind in order:
-                if kind in ("stock", "claims"):
+                limits = SHARING if kind.endswith("-sharing") else WHOLE
+                if kind in ("stock", "stock-sharing", "claims"):
                     result = run(env, api, f"{kind}-{r}", args.pods, stock, {}, kwok_pods,
-                                 claims=kind == "claims")  # fmt: skip
+                                 limits, claims=kind == "claims",
+                                 profile=args.profile)  # fmt: skip
                 else:
                     # Its own process per run, started before the run's window and
                     # stopped after: it watches every pod, so it must not tax other runs.
                     log_path = work / f"{kind}-{r}.log"
                     null = kind.startswith("null")
                     ext = start_extender(env, port, log_path, extender_cpus, null=null)
-                    limits = SHARING if kind.endswith("-sharing") else WHOLE
                     result = run(env, api, f"{kind}-{r}", args.pods, extended,
-                                 {"extender": ext.pid}, kwok_pods, limits)  # fmt: skip
+                                 {"extender": ext.pid}, kwok_pods, limits,
+                                 profile=args.profile)  # fmt: skip
                     if kind.startswith("tessera"):
                         verbs = _add_verbs(verbs, _read_verbs(port))
                     ext.terminate()
@@ -512,6 +624,7 @@ LABELS = {
     "stock": "stock kube-scheduler (extended resource)",
     "tessera": "with the Tessera extender (filter + bind)",
     "null": "with the null extender (bench/null_extender.py)",
+    "stock-sharing": "stock kube-scheduler, sharing pods counted against node totals",
     "tessera-sharing": "Tessera extender, sharing pods (8,000 MiB / 10 %)",
     "null-sharing": "null extender, sharing pods",
     "claims": "stock kube-scheduler, DRA claims (8000Mi / 10 %)",
@@ -540,12 +653,14 @@ def report(
         for kind, values in rates.items():
             row = ", ".join(f"{x:.0f}" for x in values)
             table.add_row(f"{LABELS[kind]}: {what}", f"{statistics.median(values):.1f}", row)
-        stock = statistics.median(rates["stock"])
-        for kind in [k for k in rates if k != "stock"]:
-            pairs = zip(rates["stock"], rates[kind], strict=True)
+        ratios = [(k, "stock") for k in rates if k != "stock"]
+        ratios += [(k, "stock-sharing") for k in rates
+                   if k.endswith("-sharing") and k != "stock-sharing"]  # fmt: skip
+        for kind, anchor in ratios:
+            pairs = zip(rates[anchor], rates[kind], strict=True)
             per_round = ", ".join(f"{t / s:.0%}" for s, t in pairs)
-            table.add_row(f"ratio, {kind} / stock, {what}",
-                          f"{statistics.median(rates[kind]) / stock:.0%}", per_round)  # fmt: skip
+            ratio = statistics.median(rates[kind]) / statistics.median(rates[anchor])
+            table.add_row(f"ratio, {kind} / {anchor}, {what}", f"{ratio:.0%}", per_round)
     for verb, (count, mean) in sorted(verbs.items()):
         table.add_row(f"  extender {verb}: {count} calls, mean in handler", f"{mean * 1000:.2f} ms")
     console = Console(width=160)  # the tables are wider than a pipe's default 80
@@ -568,7 +683,35 @@ def report(
     totals = [statistics.median(sum(c.values()) for c in cpus[k]) for k in results]
     cpu_table.add_row("total", *(f"{t * 1000:.2f}" for t in totals))
     console.print(cpu_table)
+    console.print(cycle_table(results, cpus))
     console.print(requests_table({k: [r.requests for r in runs] for k, runs in results.items()}))
+
+
+def cycle_table(results: dict[str, list[RunResult]], cpus: dict[str, list[dict[str, float]]]
+                ) -> Table:  # fmt: skip
+    """kube-scheduler's serial cycle against the time between binds, and how busy the
+    control plane's CPUs were (its CPU per pod times the rate): the two ways a run is
+    bound -- by the cycle's latency, or by the control plane's CPU."""
+    table = Table(title="kube-scheduler's cycle, mean ms per pod (its own histograms), and "
+                  "the control plane's CPUs in use; medians of the rounds")  # fmt: skip
+    table.add_column("")
+    for kind in results:
+        table.add_column(kind, justify="right")
+    parts = list(next(iter(results.values()))[0].cycle)
+    for part in parts:
+        table.add_row(part, *(f"{statistics.median(r.cycle[part] for r in results[k]):.2f}"
+                              for k in results))  # fmt: skip
+    table.add_row("time between binds (1 / bound rate)",
+                  *(f"{statistics.median(1000 / r.rate for r in results[k]):.2f}"
+                    for k in results))  # fmt: skip
+
+    def busy(kind: str) -> float:
+        plane = [sum(v for p, v in c.items() if p != "extender") for c in cpus[kind]]
+        return statistics.median(cp * r.rate for cp, r in zip(plane, results[kind], strict=True))
+
+    table.add_row("control plane CPUs in use (CPU per pod × rate)",
+                  *(f"{busy(k):.2f}" for k in results))  # fmt: skip
+    return table
 
 
 def requests_table(requests: dict[str, list[dict[str, float]]]) -> Table:
