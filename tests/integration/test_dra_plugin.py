@@ -26,7 +26,7 @@ import grpc
 import pytest
 
 from tessera.claims.devices import DRIVER, UNHEALTHY_TAINT, slice_name
-from tessera.kube.errors import NotFound
+from tessera.kube.errors import NotFound, Unavailable
 from tessera.kube.fake import FakeKube
 from tessera.kube.kinds import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.model.annotations import decode_inventory
@@ -262,6 +262,67 @@ def test_the_node_refuses_a_claim_that_would_overcommit_its_card(env: Env) -> No
         pb.NodePrepareResourcesRequest(claims=[_ref(second)]), timeout=5
     )
     assert out.claims[second["metadata"]["uid"]].error == ""
+
+
+def _pod_using(name: str, claim: str, phase: str = "Running") -> dict[str, Any]:
+    """A pod on this node whose claim was made from a template (named in its status)."""
+    return {
+        "metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main"}],
+                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
+        "status": {"phase": phase,
+                   "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim}]},
+    }  # fmt: skip
+
+
+def test_claims_kubelet_never_unprepares_are_swept_once_the_api_lets_them_go(env: Env) -> None:
+    # Five claims prepared on card 1, then kubelet loses its state: no unprepare comes.
+    gone = _claim(env.kube, "gone", "gpu-1", memory="20Gi", compute="10")
+    remade = _claim(env.kube, "remade", "gpu-1", memory="2Gi", compute="10")
+    moved = _claim(env.kube, "moved", "gpu-1", memory="2Gi", compute="10")
+    kept = _claim(env.kube, "kept", "gpu-1", memory="2Gi", compute="10")
+    used = _claim(env.kube, "used", "gpu-1", memory="2Gi", compute="10")
+    claims = [gone, remade, moved, kept, used]
+    out = env.stub().NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[_ref(c) for c in claims]), timeout=5
+    )
+    assert all(a.error == "" for a in out.claims.values())
+    uid = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims}
+    # 28 of 40 GiB held: a 20 GiB claim the scheduler placed is refused by the node.
+    late = _claim(env.kube, "late", "gpu-1", memory="20Gi", compute="10")
+    refused = env.stub().NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[_ref(late)]), timeout=5
+    )
+    assert "refused" in refused.claims[late["metadata"]["uid"]].error
+    env.kube.delete(RESOURCE_CLAIMS, "gone", "team")
+    env.kube.delete(RESOURCE_CLAIMS, "remade", "team")
+    _claim(env.kube, "remade", "gpu-1", memory="2Gi")  # same name, new UID
+    elsewhere = copy.deepcopy(env.kube.get(RESOURCE_CLAIMS, "moved", "team"))
+    elsewhere["status"]["allocation"]["devices"]["results"][0]["pool"] = "node-b"
+    env.kube.replace(RESOURCE_CLAIMS, elsewhere, "team")
+    env.kube.delete(RESOURCE_CLAIMS, "used", "team")  # still used by a running pod here
+    env.agent.pods.put(_pod_using("p-used", "used"))
+    claims_dir = env.root / "state" / "claims"
+
+    def spec_of(name: str) -> Path:
+        return env.root / "cdi" / f"gpu.tessera.io-claim_{uid[name]}.json"
+
+    # Young folders stay (a prepare may be in flight); at the production grace, all do.
+    assert env.agent.sweep_claims(env.agent.cfg.cleanup_grace_s) == []
+    # The API server cannot answer: nothing is removed on a guess.
+    for _ in range(4):
+        env.kube.fail_next("get", Unavailable(503, "ServiceUnavailable", "etcd is away"))
+    assert env.agent.sweep_claims(0) == []
+    assert sorted(env.agent.sweep_claims(0)) == sorted(uid[n] for n in ("gone", "remade", "moved"))
+    assert sorted(p.name for p in claims_dir.iterdir()) == sorted([uid["kept"], uid["used"]])
+    assert not spec_of("gone").exists() and spec_of("kept").exists() and spec_of("used").exists()
+    # The freed room is the node's again.
+    ok = env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(late)]))
+    assert ok.claims[late["metadata"]["uid"]].error == ""
+    # The pod that used the deleted claim finishes: now it goes too.
+    env.agent.pods.put(_pod_using("p-used", "used", phase="Succeeded"))
+    assert env.agent.sweep_claims(0) == [uid["used"]]
+    assert not spec_of("used").exists() and spec_of("kept").exists()
 
 
 def test_an_agent_upgrade_keeps_the_library_a_prepared_claim_uses(env: Env) -> None:

@@ -2,7 +2,8 @@
 
     discovery ──► health tracker ──► device plugin (ListAndWatch) + inventory annotation
     pods (watch) + pod-resources ──► allocator ──► device plugin (Preferred/Allocate/PreStart)
-    cleanup loop: folders of containers that are gone; MPS daemon supervision
+    cleanup loop: folders of containers that are gone, claims kubelet never unprepared;
+        MPS daemon supervision
     backstop loop: device memory per container from the driver, against its cap
     exporter: /metrics of cards, containers and the agent, read at scrape time
     claims (--claims-cards): those cards go to a ResourceSlice and the DRA kubelet plugin
@@ -382,6 +383,13 @@ class Agent:
             except Exception:
                 log.exception("backstop loop")
 
+    def sweep_claims(self, grace_s: float) -> list[str]:
+        """Unprepare the prepared claims kubelet will not (see ClaimPreparer.sweep)."""
+        assert self.preparer is not None
+        live = [p for p in self.pods.pods() if p.node == self.cfg.node and not p.terminal]
+        in_use = {(p.namespace, name) for p in live for name in p.claims}
+        return self.preparer.sweep(time.time(), grace_s, in_use)
+
     def _cleanup_loop(self) -> None:
         while not self._stop.wait(self.cfg.cleanup_interval_s):
             try:
@@ -389,5 +397,7 @@ class Agent:
                 removed = self.allocator.cleanup(self.cfg.cleanup_grace_s)
                 if removed:
                     log.info("removed the folders of %d gone container(s)", len(removed))
+                if self.preparer is not None:
+                    self.sweep_claims(self.cfg.cleanup_grace_s)
             except Exception:
                 log.exception("cleanup loop")

@@ -42,6 +42,9 @@ class PodInfo:
     # Runtime container ID (without the "containerd://" scheme) -> container name, for
     # the containers kubelet has started: how a process on a card is traced to its pod.
     container_ids: tuple[tuple[str, str], ...] = ()
+    # The ResourceClaims the pod uses (in its namespace): named in its spec, or made
+    # from a template and named in its status.
+    claims: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -110,7 +113,16 @@ def pod_info(obj: Mapping[str, Any], resource: str, cards: frozenset[str]) -> Po
         problem=problem,
         terminal=status.get("phase") in ("Succeeded", "Failed"),
         container_ids=_container_ids(status),
+        claims=_claim_names(spec, status),
     )
+
+
+def _claim_names(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, ...]:
+    names = {str(c["resourceClaimName"]) for c in spec.get("resourceClaims") or []
+             if isinstance(c, Mapping) and c.get("resourceClaimName")}  # fmt: skip
+    names |= {str(c["resourceClaimName"]) for c in status.get("resourceClaimStatuses") or []
+              if isinstance(c, Mapping) and c.get("resourceClaimName")}  # fmt: skip
+    return tuple(sorted(names))
 
 
 def _container_ids(status: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -2,7 +2,10 @@
 
 kubelet calls the DRA plugin with a claim's namespace, name and UID before the first
 container that references it starts, and again after a kubelet restart; it unprepares
-once no pod on the node uses the claim. Prepare reads the claim (its allocation is in
+once no pod on the node uses the claim. A node whose kubelet lost its state never hears
+that unprepare, so the agent's cleanup loop also sweeps: a prepared claim the API server
+no longer has, has made again under another UID, or has allocated off this node is
+unprepared here (``ClaimPreparer.sweep``). Prepare reads the claim (its allocation is in
 ``status``), turns the results for this node into an assignment
 (``tessera.claims.allocation``) and writes, under the state folder, the same limits file
 and folders as the device plugin path, then one CDI spec naming them. Both writes are
@@ -21,15 +24,16 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from tessera.claims.allocation import ClaimGrant, GrantedDevice, claim_grant
 from tessera.claims.cdi import cdi_device_id, cdi_spec, spec_file_name
-from tessera.claims.devices import device_name
+from tessera.claims.devices import DRIVER, device_name
 from tessera.errors import FormatError, SpecError
+from tessera.kube.errors import NotFound
 from tessera.model.types import Card, CardSlice
 from tessera.node.formats.layout import Layout, atomic_write
 from tessera.node.formats.limits import encode_limits, limits_for
@@ -54,9 +58,28 @@ def _meta_slices(text: str | None) -> tuple[CardSlice, ...] | None:
         return None  # a folder half-written when the agent died: prepare writes it again
 
 
+def _meta_claim(text: str | None) -> tuple[str, str] | None:
+    """The namespace and name a claim folder's meta.json records."""
+    if text is None:
+        return None
+    try:
+        claim = json.loads(text)["claim"]
+        return str(claim["namespace"]), str(claim["name"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _allocated_on(claim: Mapping[str, Any], pool: str) -> bool:
+    """Whether the claim's allocation holds a device of this driver in ``pool``."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return any(r.get("driver") == DRIVER and r.get("pool") == pool for r in results)
+
+
 class ClaimSource(Protocol):
     def claim(self, namespace: str, name: str) -> Mapping[str, Any]:
-        """The ResourceClaim as the API server has it now (raises when it cannot say)."""
+        """The ResourceClaim as the API server has it now: raises NotFound when it has
+        none, anything else when it cannot say."""
         ...
 
 
@@ -189,6 +212,49 @@ class ClaimPreparer:
             self.layout.remove_claim(uid)
             self._held.pop(uid, None)
         log.info("unprepared claim %s", uid)
+
+    def sweep(
+        self, now: float, grace_s: float, in_use: Collection[tuple[str, str]] = ()
+    ) -> list[str]:
+        """Unprepare the claims kubelet will not, and return their UIDs: the API server no
+        longer has the claim, has it under another UID (deleted and made again), or has
+        it allocated off this node. Until then their slices count against the cards, and
+        the node would refuse claims the scheduler rightly placed.
+
+        Stay without a question to the API server: claims a live pod on this node uses
+        (``in_use``: namespace and name), and folders younger than ``grace_s`` (a prepare
+        in flight) or unreadable. A claim the API server cannot answer for stays too."""
+        removed: list[str] = []
+        for uid in self.layout.claim_uids():
+            ref = _meta_claim(self.layout.read_claim_meta(uid))
+            try:
+                age = now - self.layout.claim_dir(uid).stat().st_mtime
+            except OSError:
+                continue  # unprepared meanwhile
+            if ref is None or age < grace_s or ref in in_use:
+                continue
+            namespace, name = ref
+            try:
+                claim = self.claims.claim(namespace, name)
+            except NotFound:
+                why = "the API server has no such claim"
+            except Exception as exc:  # unknown: keep the folder, try again next sweep
+                log.warning("claim %s/%s (%s): cannot tell if it is gone: %s",
+                            namespace, name, uid, exc)  # fmt: skip
+                continue
+            else:
+                got = str((claim.get("metadata") or {}).get("uid", ""))
+                if got != uid:
+                    why = f"the claim was made again (UID {got})"
+                elif not _allocated_on(claim, self.node):
+                    why = "the claim is no longer allocated on this node"
+                else:
+                    continue
+            log.warning("claim %s/%s (%s) left prepared with no unprepare from kubelet: %s; "
+                        "unpreparing it", namespace, name, uid, why)  # fmt: skip
+            self.unprepare(uid)
+            removed.append(uid)
+        return removed
 
     def prepared(self) -> list[str]:
         """UIDs of the claims with a folder on this node."""
