@@ -156,6 +156,31 @@ def test_kubelet_registers_the_agent_and_prepares_and_unprepares_a_claim(
     w.api.delete(RESOURCE_CLAIMS, "slice", NS)
 
 
+def test_a_claim_tenant_past_its_cap_is_killed_by_the_backstop(world: RealWorld) -> None:
+    # As on the device plugin path (tests/e2e/test_realnode.py): the tenant zeroes its
+    # usage region between allocations; the agent sees the driver's per-process figure
+    # and holds the container to its claim's slice.
+    w = world
+    wait_for("kubelet to register the DRA plugin", lambda: REGISTERED in w.agent.log(), 60, 0.2)
+    cap, rounds = 256, 6
+    w.api.create(RESOURCE_CLAIMS, _claim("bypass", f"{cap}Mi", "20"), NS)
+    pod = _pod("bypasser", "bypass", w.devices)
+    script = f"exec tool_bypass /var/run/tessera/usage/region {cap} {rounds}"
+    pod["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", script]
+    w.create(pod)
+    phase = w.wait_phase("bypasser", ("Succeeded", "Failed"), timeout=90)
+    assert phase == "Failed", w.diagnose("bypasser")
+    state = w.pod("bypasser")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert state["exitCode"] == 137, state  # SIGKILL
+    assert "bypassed" in w.logs("bypasser")
+    [event] = [e for e in w.events("bypasser") if e["reason"] == "TesseraMemoryBackstop"]
+    message = event["message"]
+    assert f"{cap * rounds} MiB" in message and f"cap of {cap} MiB" in message
+    assert CARDS[1].uuid in message
+    w.delete("bypasser")
+    w.api.delete(RESOURCE_CLAIMS, "bypass", NS)
+
+
 def _get(w: RealWorld, kind: Any, name: str) -> dict[str, Any] | None:
     try:
         return w.api.get(kind, name)

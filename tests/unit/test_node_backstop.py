@@ -79,10 +79,10 @@ class World:
             }
         )  # fmt: skip
 
-    def process(self, pid: int, card: str, mib: int, cid: str = CID) -> None:
+    def process(self, pid: int, card: str, mib: int, cid: str = CID, uid: str = UID) -> None:
         d = self.proc / str(pid)
         d.mkdir(parents=True, exist_ok=True)
-        (d / "cgroup").write_text(f"4:memory:/kubepods/besteffort/pod{UID}/{cid}\n")
+        (d / "cgroup").write_text(f"4:memory:/kubepods/besteffort/pod{uid}/{cid}\n")
         self.driver.by_card.setdefault(card, []).append(GpuProcess(pid, mib * MIB))
 
 
@@ -134,4 +134,55 @@ def test_a_card_the_container_was_not_assigned_is_a_cap_of_zero(tmp_path: Path) 
 def test_off_does_nothing(tmp_path: Path) -> None:
     w = World(tmp_path, BackstopMode.OFF)
     w.process(10, U0, 9000)
+    assert w.backstop.tick() == [] and w.killed == []
+
+
+CLAIM_UID = "1c6f0d2f-4a1e-4e6f-8b9c-2d3e4f5a6b7c"
+MAIN_CID, SIDE_CID = "c" * 64, "d" * 64
+
+
+def claims_world(tmp: Path, prepared: dict[tuple[str, str], tuple[CardSlice, ...]]) -> World:
+    """World, plus a pod on the claims path: "main" uses a claim made from a template
+    ("c-gpu-x1", named in the pod's status), "side" another driver's claim ("nic")."""
+    w = World(tmp, BackstopMode.KILL)
+    w.backstop.claim_slices = lambda: prepared
+    w.pods.put(
+        {
+            "metadata": {"name": "c", "namespace": "ns", "uid": CLAIM_UID},
+            "spec": {"nodeName": "n",
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"},
+                                        {"name": "net", "resourceClaimName": "nic"}],
+                     "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}},
+                                    {"name": "side", "resources": {"claims": [{"name": "net"}]}}]},
+            "status": {"phase": "Running",
+                       "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c-gpu-x1"}],
+                       "containerStatuses": [
+                           {"name": "main", "containerID": f"containerd://{MAIN_CID}"},
+                           {"name": "side", "containerID": f"containerd://{SIDE_CID}"}]},
+        }
+    )  # fmt: skip
+    return w
+
+
+def test_a_claim_container_is_held_to_its_prepared_claims_slices(tmp_path: Path) -> None:
+    w = claims_world(tmp_path, {("ns", "c-gpu-x1"): (CardSlice(U1, 2000, 20),)})
+    w.process(30, U1, 2000 + 512, cid=MAIN_CID, uid=CLAIM_UID)
+    assert w.backstop.tick() == [] and w.killed == []
+    w.process(31, U1, 3000, cid=MAIN_CID, uid=CLAIM_UID)  # past its claim's 2000 MiB
+    [breach] = w.backstop.tick()
+    assert (breach.pod, breach.container, breach.uuid) == ("ns/c", "main", U1)
+    assert breach.cap_bytes == 2000 * MIB and breach.killed == (31,)
+    # A card its claim does not hold is a cap of 0, as on the extender path.
+    w.process(32, U0, 700, cid=MAIN_CID, uid=CLAIM_UID)  # past the 512 MiB context slack
+    [breach] = w.backstop.tick()
+    assert breach.uuid == U0 and breach.cap_bytes == 0 and breach.killed == (32,)
+
+
+def test_a_container_whose_claims_tessera_did_not_prepare_is_left_alone(tmp_path: Path) -> None:
+    w = claims_world(tmp_path, {("ns", "c-gpu-x1"): (CardSlice(U1, 2000, 20),)})
+    w.process(40, U1, 9000, cid=SIDE_CID, uid=CLAIM_UID)  # another driver's claim
+    assert w.backstop.tick() == [] and w.killed == []
+    # Nor is "main" once its claim is unprepared: nothing left to hold it to.
+    w.backstop.claim_slices = lambda: {}
+    w.process(41, U1, 9000, cid=MAIN_CID, uid=CLAIM_UID)
     assert w.backstop.tick() == [] and w.killed == []

@@ -183,6 +183,7 @@ class Agent:
         self.claim_cards = frozenset(c.uuid for c in cards if c.index in pool)
         if self.claim_cards:
             self._start_claims(tuple(c for c in cards if c.uuid in self.claim_cards), lib_version)
+        every_card = cards  # the backstop watches both paths' cards
         cards = tuple(c for c in cards if c.uuid not in self.claim_cards)  # the extender's
         self.allocator = Allocator(
             node=cfg.node,
@@ -223,11 +224,12 @@ class Agent:
             self.backstop = Backstop(
                 cfg.node,
                 self.discovery,
-                tuple(c.uuid for c in cards),
+                tuple(c.uuid for c in every_card),
                 self.pods,
                 self.events,
                 mode=cfg.backstop,
                 slack_mib=cfg.backstop_slack_mib,
+                claim_slices=self.preparer.held_by_claim if self.preparer is not None else None,
             )
         if cfg.metrics_port is not None:
             self._metrics_server, _ = start_http_server(

@@ -7,7 +7,9 @@ the container would notice. The backstop reads what the driver itself reports fo
 process (NVML's running-processes query on a GPU node; the fake cards' files otherwise),
 traces each process to its container (``/proc/<pid>/cgroup`` names the pod UID and the
 runtime's container ID, which the pod's status maps to a container name), and compares
-the container's total on each card with its cap.
+the container's total on each card with its cap. The cap is the container's slice on the
+extender path, or on the claims path the sum of the slices of the prepared claims the
+container uses (``claim_slices``); a container with neither is not Tessera's to judge.
 
 A container is over when its memory on a card passes its cap plus ``slack_mib`` for each
 of its processes there: NVML counts a process's CUDA context (a few hundred MiB on real
@@ -31,10 +33,11 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tessera.model.types import CardSlice
 from tessera.node.pods import PodInfo
 from tessera.node.ports import Discovery, EventSink, GpuProcess, PodSource, warn_best_effort
 
@@ -97,6 +100,7 @@ class Backstop:
         proc: Path = Path("/proc"),
         kill: Callable[[int, int], None] = os.kill,
         clock: Callable[[], float] = time.monotonic,
+        claim_slices: Callable[[], Mapping[tuple[str, str], tuple[CardSlice, ...]]] | None = None,
     ) -> None:
         self.node = node
         self.discovery = discovery
@@ -108,6 +112,8 @@ class Backstop:
         self.proc = proc
         self.kill = kill
         self.clock = clock
+        # Prepared claims' slices by (namespace, name): the caps on the claims path.
+        self.claim_slices = claim_slices
         self.actions: Counter[tuple[str, str, str]] = Counter()  # (pod, container, action)
         self._over: set[tuple[str, str, str]] = set()  # (pod uid, container, uuid) now over
         self._killed: set[int] = set()  # pids killed that the driver still lists (dying)
@@ -124,6 +130,7 @@ class Backstop:
             return []
         now = self.clock()
         pods = {p.uid: p for p in self.pods.pods() if p.node == self.node}
+        claimed = self.claim_slices() if self.claim_slices is not None else {}
         found: list[Breach] = []
         over: set[tuple[str, str, str]] = set()
         listed: set[int] = set()
@@ -141,7 +148,10 @@ class Backstop:
                 if pod is not None and cname is not None:
                     mine.setdefault((pod.uid, cname), []).append(gp)
             for (uid, cname), procs in mine.items():
-                breach = self._check(pods[uid], cname, uuid, procs, now)
+                slices = _slices(pods[uid], cname, claimed)
+                if slices is None:
+                    continue  # a container Tessera gave no card (no slice to hold it to)
+                breach = self._check(pods[uid], cname, uuid, slices, procs, now)
                 if breach is not None:
                     over.add((uid, cname, uuid))
                     found.append(breach)
@@ -150,14 +160,17 @@ class Backstop:
         return found
 
     def _check(
-        self, pod: PodInfo, cname: str, uuid: str, procs: list[GpuProcess], now: float
+        self,
+        pod: PodInfo,
+        cname: str,
+        uuid: str,
+        slices: tuple[CardSlice, ...],
+        procs: list[GpuProcess],
+        now: float,
     ) -> Breach | None:
-        ca = pod.container(cname)
-        if ca is None:
-            return None  # a container Tessera gave no card (no slice to hold it to)
-        # A card the container was not assigned (seen through a privileged container or a
+        # A card the container was not given (seen through a privileged container or a
         # misconfigured runtime) is a cap of 0 there.
-        cap = next((s.memory_mib for s in ca.slices if s.uuid == uuid), 0)
+        cap = sum(s.memory_mib for s in slices if s.uuid == uuid)
         cap_bytes = cap * MIB
         used = sum(p.memory_bytes for p in procs)
         allowed = cap_bytes + self.slack * len(procs)
@@ -192,3 +205,16 @@ class Backstop:
         log.warning("backstop: %s: %s", pod.key, message)
         warn_best_effort(self.events, pod, REASON, message)
         return Breach(pod.key, cname, uuid, used, cap_bytes, allowed, tuple(killed), now)
+
+
+def _slices(
+    pod: PodInfo, cname: str, claimed: Mapping[tuple[str, str], tuple[CardSlice, ...]]
+) -> tuple[CardSlice, ...] | None:
+    """What Tessera gave the container: its assignment's slices, else those of the
+    prepared claims it uses; None when it gave it nothing (another driver's claim)."""
+    ca = pod.container(cname)
+    if ca is not None:
+        return ca.slices
+    names = dict(pod.container_claims).get(cname, ())
+    prepared = [claimed[(pod.namespace, n)] for n in names if (pod.namespace, n) in claimed]
+    return tuple(s for slices in prepared for s in slices) if prepared else None

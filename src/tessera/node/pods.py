@@ -43,8 +43,9 @@ class PodInfo:
     # the containers kubelet has started: how a process on a card is traced to its pod.
     container_ids: tuple[tuple[str, str], ...] = ()
     # The ResourceClaims the pod uses (in its namespace): named in its spec, or made
-    # from a template and named in its status.
+    # from a template and named in its status; and, per container, the ones it uses.
     claims: tuple[str, ...] = ()
+    container_claims: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def key(self) -> str:
@@ -102,6 +103,7 @@ def pod_info(obj: Mapping[str, Any], resource: str, cards: frozenset[str]) -> Po
             problem = str(exc)
     if assignment is not None:
         problem = _stale(ns, name, node, assignment, containers, cards)
+    claim_names = _claim_names(spec, status)
     return PodInfo(
         uid=meta.get("uid", ""),
         namespace=ns,
@@ -113,16 +115,35 @@ def pod_info(obj: Mapping[str, Any], resource: str, cards: frozenset[str]) -> Po
         problem=problem,
         terminal=status.get("phase") in ("Succeeded", "Failed"),
         container_ids=_container_ids(status),
-        claims=_claim_names(spec, status),
+        claims=tuple(sorted(set(claim_names.values()))),
+        container_claims=_container_claims(spec, claim_names),
     )
 
 
-def _claim_names(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, ...]:
-    names = {str(c["resourceClaimName"]) for c in spec.get("resourceClaims") or []
-             if isinstance(c, Mapping) and c.get("resourceClaimName")}  # fmt: skip
-    names |= {str(c["resourceClaimName"]) for c in status.get("resourceClaimStatuses") or []
-              if isinstance(c, Mapping) and c.get("resourceClaimName")}  # fmt: skip
-    return tuple(sorted(names))
+def _claim_names(spec: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, str]:
+    """The pod's claim entries (spec.resourceClaims[].name) -> ResourceClaim names."""
+    out: dict[str, str] = {}
+    for entry in [
+        *(spec.get("resourceClaims") or []),
+        *(status.get("resourceClaimStatuses") or []),
+    ]:
+        if isinstance(entry, Mapping) and entry.get("name") and entry.get("resourceClaimName"):
+            out[str(entry["name"])] = str(entry["resourceClaimName"])
+    return out
+
+
+def _container_claims(
+    spec: Mapping[str, Any], claim_names: Mapping[str, str]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    out = []
+    for field in ("initContainers", "containers"):
+        for c in spec.get(field) or []:
+            refs = (c.get("resources") or {}).get("claims") or []
+            names = {claim_names[str(r.get("name"))] for r in refs
+                     if isinstance(r, Mapping) and str(r.get("name")) in claim_names}  # fmt: skip
+            if names:
+                out.append((str(c.get("name", "")), tuple(sorted(names))))
+    return tuple(out)
 
 
 def _container_ids(status: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

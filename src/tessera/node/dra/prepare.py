@@ -118,10 +118,13 @@ class ClaimPreparer:
         self.context_mib = context_mib
         self._mu = threading.Lock()
         self._held: dict[str, tuple[CardSlice, ...]] = {}  # claim UID -> its slices
+        self._names: dict[str, tuple[str, str]] = {}  # claim UID -> namespace, name
         for held_uid in layout.claim_uids():
-            slices = _meta_slices(layout.read_claim_meta(held_uid))
-            if slices is not None:
+            meta = layout.read_claim_meta(held_uid)
+            slices, ref = _meta_slices(meta), _meta_claim(meta)
+            if slices is not None and ref is not None:
                 self._held[held_uid] = slices
+                self._names[held_uid] = ref
 
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         try:
@@ -143,6 +146,7 @@ class ClaimPreparer:
             self._check_room(grant)
             nvidia_ids = self._write(grant, encode_limits(limits))
             self._held[uid] = grant.assignment.slices
+            self._names[uid] = (grant.namespace, grant.name)
         ids = (cdi_device_id(uid), *nvidia_ids)
         log.info(
             "prepared claim %s/%s: %s",
@@ -211,7 +215,13 @@ class ClaimPreparer:
                 os.unlink(self.cdi_dir / spec_file_name(uid))
             self.layout.remove_claim(uid)
             self._held.pop(uid, None)
+            self._names.pop(uid, None)
         log.info("unprepared claim %s", uid)
+
+    def held_by_claim(self) -> dict[tuple[str, str], tuple[CardSlice, ...]]:
+        """The slices of every prepared claim, by namespace and name (the backstop's caps)."""
+        with self._mu:
+            return {self._names[uid]: slices for uid, slices in self._held.items()}
 
     def sweep(
         self, now: float, grace_s: float, in_use: Collection[tuple[str, str]] = ()
