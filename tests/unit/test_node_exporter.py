@@ -91,3 +91,35 @@ def test_a_file_fixed_between_scrapes_is_no_longer_marked(tmp_path: Path) -> Non
     assert [s[1]["problem"] for s in _scrape(collector) if s[0] == unreadable] == ["truncated"]
     layout.region_path("a").write_bytes(encode_region())
     assert [s for s in _scrape(collector) if s[0] == unreadable] == []
+
+
+def test_prepared_claims_are_served_and_counted_on_their_cards(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    recs = [_alloc(layout, "pod-a", U0, encode_region())]
+    claim = ContainerAssignment("claim", (CardSlice(U1, 5000, 40),), ComputePolicy.FIXED_SHARE)
+    layout.write_claim("uid-1", encode_limits(limits_for(claim)), "{}")
+    layout.write_claim("uid-2", "junk", "{}")  # its limits do not read: marked, slot held
+    claims = [("uid-1", "team", "train-gpu"), ("uid-2", "team", "broken")]
+    view = NodeView("n1", lambda: CARDS, lambda: recs, lambda u: None, dict, dict,
+                    claims=lambda: claims)  # fmt: skip
+    samples = _scrape(NodeCollector(view, layout))
+    [limit] = [s for s in samples if s[0] == "tessera_claim_memory_limit_bytes"]
+    assert limit[1] == {"node": "n1", "namespace": "team", "claim": "train-gpu", "uuid": U1,
+                        "model": "H100"} and limit[2] == 5000 << 20  # fmt: skip
+    [target] = [s[2] for s in samples if s[0] == "tessera_claim_compute_target_percent"]
+    assert target == 40
+    bad = {(s[1]["claim"], s[1]["file"], s[1]["problem"]) for s in samples
+           if s[0] == "tessera_claim_unreadable"}  # fmt: skip
+    assert bad == {("broken", "limits", "malformed")}
+    allocated = {s[1]["uuid"]: s[2] for s in samples
+                 if s[0] == "tessera_card_memory_allocated_bytes"}  # fmt: skip
+    assert allocated == {U0: 2000 << 20, U1: 5000 << 20}
+    cores = {s[1]["uuid"]: s[2] for s in samples
+             if s[0] == "tessera_card_compute_allocated_percent"}  # fmt: skip
+    assert cores == {U0: 25, U1: 40}
+    held = {s[1]["uuid"]: s[2] for s in samples if s[0] == "tessera_card_slots_used"}
+    assert held == {U0: 1, U1: 1}  # the broken claim's cards are unknown: none counted
+    # Container series are unchanged by claims beside them.
+    assert [s[1]["pod"] for s in samples if s[0] == "tessera_container_memory_limit_bytes"] == [
+        "pod-a"
+    ]

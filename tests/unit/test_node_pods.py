@@ -68,3 +68,24 @@ def test_problems_name_the_pod_and_the_rule() -> None:
 
 def test_terminal_pods_are_marked() -> None:
     assert pod_info(pod(assignment(), phase="Succeeded"), RES, CARDS).terminal
+
+
+def test_the_claims_each_container_uses_are_resolved_to_resource_claim_names() -> None:
+    obj = pod(None)
+    obj["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": "tmpl"},  # its claim is in the status
+        {"name": "shared", "resourceClaimName": "team-gpu"},
+        {"name": "pending", "resourceClaimTemplateName": "tmpl"},  # not made yet
+    ]
+    obj["spec"]["initContainers"][0]["resources"]["claims"] = [{"name": "shared"}]
+    obj["spec"]["containers"][0]["resources"]["claims"] = [
+        {"name": "gpu"}, {"name": "shared"}, {"name": "pending"}
+    ]  # fmt: skip
+    obj["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-7x"}]}
+    info = pod_info(obj, RES, CARDS)
+    assert info.claims == ("p-gpu-7x", "team-gpu")
+    assert info.container_claims == (
+        ("init", ("team-gpu",)),
+        ("cpu-only", ("p-gpu-7x", "team-gpu")),
+    )
+    assert pod_info(pod(None), RES, CARDS).container_claims == ()

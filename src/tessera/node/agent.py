@@ -307,6 +307,7 @@ class Agent:
             utilization=self.discovery.utilization,
             backstop_actions=lambda: self.backstop.actions if self.backstop else {},
             info=lambda: info,
+            claims=lambda: self.preparer.prepared_claims() if self.preparer else [],
         )
         return AgentMetrics(view, self.layout)
 

@@ -26,21 +26,27 @@ tessera_container_launches_total{ctr,card}             kernel launches
 tessera_container_processes{ctr}                       live processes using libvgpu
 tessera_container_backstop_actions_total{ctr,action}   backstop kills / warnings
 tessera_container_unreadable{ctr,file,problem}         1 per file that did not read
+tessera_claim_*{claim,card}, tessera_claim_*{claim}    the same nine series for each prepared
+                                                       DRA claim (memory_limit_bytes, ...,
+                                                       unreadable)
 tessera_agent_call_seconds{node,call}                  device-plugin calls, histogram
 tessera_agent_calls_total{node,call,result}            and their results
 tessera_agent_info{driver_version,isolation,library}   1
 =====================================================  ========================================
 
 ``card`` is ``node, uuid, index, model``; ``ctr`` is ``node, namespace, pod, container``
-(plus ``uuid, model`` with ``card``). Cardinality per node is bounded by cards × slots:
-at 8 cards × 16 slots, at most 128 containers × 8 series each.
+and ``claim`` is ``node, namespace, claim`` (plus ``uuid, model`` with ``card``). A claim
+is reported once, whatever the containers that share it (they share its folder). The
+card series count containers and claims alike. Cardinality per node is bounded by cards ×
+slots: at 8 cards × 16 slots, at most 128 containers or claims × 8 series each.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -49,7 +55,7 @@ from prometheus_client.registry import Collector
 
 from tessera.errors import FormatError
 from tessera.model.types import Card
-from tessera.node.formats.layout import AllocRecord, Layout
+from tessera.node.formats.layout import LIMITS_IN_FOLDER, REGION_IN_FOLDER, AllocRecord, Layout
 from tessera.node.formats.limits import Limits, LimitsFiles
 from tessera.node.formats.usage import RegionSnapshot, read_region
 
@@ -62,6 +68,7 @@ MIB = 1 << 20
 _NS = 1e-9
 _CARD = ["node", "uuid", "index", "model"]
 _CTR = ["node", "namespace", "pod", "container"]
+_CLAIM = ["node", "namespace", "claim"]
 _CALL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
 
@@ -75,6 +82,51 @@ class NodeView:
     utilization: Callable[[str], float | None]
     backstop_actions: Callable[[], Mapping[tuple[str, str, str], int]]
     info: Callable[[], Mapping[str, str]]
+    # Prepared DRA claims as (uid, namespace, name); none without the claims path.
+    claims: Callable[[], list[tuple[str, str, str]]] = field(default=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tenant:
+    """A folder libvgpu reads limits from and writes usage to: a container's or a claim's."""
+
+    key: str  # the folder's name, for the logs
+    who: list[str]  # label values: _CTR or _CLAIM
+    folder: Path
+    cards: tuple[str, ...]  # the slots it holds (a container whose limits do not read too)
+
+
+class _Series:
+    """One kind of tenant's series: tessera_container_* or tessera_claim_*."""
+
+    def __init__(self, prefix: str, labels: list[str]) -> None:
+        with_card = [*labels, "uuid", "model"]
+
+        def gauge(name: str, doc: str, names: list[str] = with_card) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{prefix}_{name}", doc, labels=names)
+
+        def counter(name: str, doc: str) -> CounterMetricFamily:
+            return CounterMetricFamily(f"{prefix}_{name}", doc, labels=with_card)
+
+        self.limit = gauge("memory_limit_bytes", "Device memory cap")
+        self.used = gauge("memory_used_bytes", "Device memory in use")
+        self.target = gauge("compute_target_percent", "Compute share of the card (0: best-effort)")
+        self.busy = counter(
+            "busy_seconds", "Kernel time on the card; rate x 100 is the achieved share in percent"
+        )
+        self.throttled = counter("throttled_seconds", "Time held back by the limiter")
+        self.refused = counter("refused_allocations", "Allocations refused at the cap")
+        self.launches = counter("launches", "Kernel launches")
+        self.procs = gauge("processes", "Live processes using libvgpu", labels)
+        self.bad = gauge(
+            "unreadable",
+            "1 per file that did not read (file, problem)",
+            [*labels, "file", "problem"],
+        )
+
+    def families(self) -> tuple[Metric, ...]:
+        return (self.limit, self.used, self.target, self.busy, self.throttled, self.refused,
+                self.launches, self.procs, self.bad)  # fmt: skip
 
 
 class NodeCollector(Collector):
@@ -85,9 +137,9 @@ class NodeCollector(Collector):
         self._logged: set[tuple[str, str, str]] = set()  # (alloc, file, problem) warned once
 
     def _read(
-        self, rec: AllocRecord
+        self, t: _Tenant
     ) -> tuple[Limits | None, RegionSnapshot | None, list[tuple[str, str]]]:
-        """The container's limits and usage region, each None if it did not read, and the
+        """The tenant's limits and usage region, each None if it did not read, and the
         (file, problem) of each that did not."""
         problems: list[tuple[str, str]] = []
 
@@ -98,100 +150,86 @@ class NodeCollector(Collector):
                 problems.append((file, "missing"))
             except FormatError as exc:
                 problems.append((file, exc.kind))
-                if (rec.alloc_id, file, exc.kind) not in self._logged:
-                    self._logged.add((rec.alloc_id, file, exc.kind))
-                    log.warning("exporter: %s/%s: %s", rec.pod_key, rec.container, exc)
+                if (t.key, file, exc.kind) not in self._logged:
+                    self._logged.add((t.key, file, exc.kind))
+                    log.warning("exporter: %s: %s", "/".join(t.who[1:]), exc)
             except OSError as exc:
                 problems.append((file, "unreadable"))
-                log.warning("exporter: %s/%s %s: %s", rec.pod_key, rec.container, file, exc)
+                log.warning("exporter: %s %s: %s", "/".join(t.who[1:]), file, exc)
             return None
 
-        limits = attempt("limits", lambda: self._limits.read(self.layout.limits_path(rec.alloc_id)))
-        region = attempt("usage_region", lambda: read_region(self.layout.region_path(rec.alloc_id)))
+        limits = attempt("limits", lambda: self._limits.read(t.folder / LIMITS_IN_FOLDER))
+        region = attempt("usage_region", lambda: read_region(t.folder / REGION_IN_FOLDER))
         return limits, region, problems
+
+    def _tenants(self) -> tuple[list[_Tenant], list[_Tenant]]:
+        node = self.view.node
+        containers = [
+            _Tenant(r.alloc_id, [node, r.namespace, r.pod, r.container],
+                    self.layout.alloc_dir(r.alloc_id), r.cards)
+            for r in self.view.allocations()
+        ]  # fmt: skip
+        claims = []
+        for uid, namespace, name in self.view.claims():
+            folder = self.layout.claim_dir(uid)
+            try:  # the cards it holds, from its limits (a claim has no record besides)
+                held = tuple(c.uuid for c in self._limits.read(folder / LIMITS_IN_FOLDER).cards)
+            except (OSError, FormatError):
+                held = ()
+            claims.append(_Tenant(f"claim-{uid}", [node, namespace, name], folder, held))
+        return containers, claims
 
     def collect(self) -> Iterator[Metric]:
         v = self.view
         node = v.node
         cards = {c.uuid: c for c in v.cards()}
-        records = v.allocations()
-
-        def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, doc, labels=labels)
-
-        def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-            return CounterMetricFamily(name, doc, labels=labels)
-
-        ctr_card = [*_CTR, "uuid", "model"]
-        c_limit = gauge("tessera_container_memory_limit_bytes", "Device memory cap", ctr_card)
-        c_used = gauge("tessera_container_memory_used_bytes", "Device memory in use", ctr_card)
-        c_target = gauge(
-            "tessera_container_compute_target_percent",
-            "Compute share of the card (0: best-effort)",
-            ctr_card,
-        )
-        c_busy = counter(
-            "tessera_container_busy_seconds",
-            "Kernel time on the card; rate x 100 is the achieved share in percent",
-            ctr_card,
-        )
-        c_throttled = counter(
-            "tessera_container_throttled_seconds", "Time held back by the limiter", ctr_card
-        )
-        c_refused = counter(
-            "tessera_container_refused_allocations", "Allocations refused at the cap", ctr_card
-        )
-        c_launches = counter("tessera_container_launches", "Kernel launches", ctr_card)
-        c_procs = gauge("tessera_container_processes", "Live processes using libvgpu", _CTR)
-        c_bad = gauge(
-            "tessera_container_unreadable",
-            "1 per file of the container that did not read (file, problem)",
-            [*_CTR, "file", "problem"],
-        )
+        containers, claims = self._tenants()
         allocated_mib: dict[str, int] = {}
         allocated_cores: dict[str, int] = {}
         used_bytes: dict[str, int] = {}
         slots_used: dict[str, int] = {}
-
-        for rec in records:
-            who = [node, rec.namespace, rec.pod, rec.container]
-            for uuid in rec.cards:
-                slots_used[uuid] = slots_used.get(uuid, 0) + 1
-            limits, region, problems = self._read(rec)
-            for file, problem in problems:
-                c_bad.add_metric([*who, file, problem], 1)
-            if region is not None:
-                c_procs.add_metric(who, len(region.processes))
-            if limits is None:
-                continue
-            for lim in limits.cards:
-                model = cards[lim.uuid].model if lim.uuid in cards else ""
-                labels = [*who, lim.uuid, model]
-                allocated_mib[lim.uuid] = allocated_mib.get(lim.uuid, 0) + lim.memory_mib
-                allocated_cores[lim.uuid] = allocated_cores.get(lim.uuid, 0) + lim.cores_percent
-                c_limit.add_metric(labels, lim.memory_mib * MIB)
-                c_target.add_metric(labels, lim.cores_percent)
-                if region is None:
+        kinds = ((_Series("tessera_container", _CTR), containers),
+                 (_Series("tessera_claim", _CLAIM), claims))  # fmt: skip
+        for series, tenants in kinds:
+            for t in tenants:
+                for uuid in t.cards:
+                    slots_used[uuid] = slots_used.get(uuid, 0) + 1
+                limits, region, problems = self._read(t)
+                for file, problem in problems:
+                    series.bad.add_metric([*t.who, file, problem], 1)
+                if region is not None:
+                    series.procs.add_metric(t.who, len(region.processes))
+                if limits is None:
                     continue
-                t = region.cards[lim.ordinal]
-                used_bytes[lim.uuid] = used_bytes.get(lim.uuid, 0) + t.memory_bytes
-                c_used.add_metric(labels, t.memory_bytes)
-                c_busy.add_metric(labels, t.busy_ns * _NS)
-                c_throttled.add_metric(labels, t.throttled_ns * _NS)
-                c_refused.add_metric(labels, t.refused_allocs)
-                c_launches.add_metric(labels, t.launches)
-        self._limits.keep_only(self.layout.limits_path(r.alloc_id) for r in records)
-        live = {r.alloc_id for r in records}
+                for lim in limits.cards:
+                    model = cards[lim.uuid].model if lim.uuid in cards else ""
+                    labels = [*t.who, lim.uuid, model]
+                    allocated_mib[lim.uuid] = allocated_mib.get(lim.uuid, 0) + lim.memory_mib
+                    allocated_cores[lim.uuid] = allocated_cores.get(lim.uuid, 0) + lim.cores_percent
+                    series.limit.add_metric(labels, lim.memory_mib * MIB)
+                    series.target.add_metric(labels, lim.cores_percent)
+                    if region is None:
+                        continue
+                    u = region.cards[lim.ordinal]
+                    used_bytes[lim.uuid] = used_bytes.get(lim.uuid, 0) + u.memory_bytes
+                    series.used.add_metric(labels, u.memory_bytes)
+                    series.busy.add_metric(labels, u.busy_ns * _NS)
+                    series.throttled.add_metric(labels, u.throttled_ns * _NS)
+                    series.refused.add_metric(labels, u.refused_allocs)
+                    series.launches.add_metric(labels, u.launches)
+        every = containers + claims
+        self._limits.keep_only(t.folder / LIMITS_IN_FOLDER for t in every)
+        live = {t.key for t in every}
         self._logged = {k for k in self._logged if k[0] in live}
 
         yield from self._cards(cards, allocated_mib, allocated_cores, used_bytes, slots_used)
-        yield from (c_limit, c_used, c_target, c_busy, c_throttled, c_refused, c_launches)
-        yield from (c_procs, c_bad)
+        for series, _ in kinds:
+            yield from series.families()
 
-        actions = counter(
+        actions = CounterMetricFamily(
             "tessera_container_backstop_actions",
             "Backstop actions on a container over its cap read from the driver",
-            [*_CTR, "action"],
+            labels=[*_CTR, "action"],
         )
         for (pod_key, container, action), n in sorted(v.backstop_actions().items()):
             namespace, _, pod = pod_key.partition("/")
@@ -200,7 +238,9 @@ class NodeCollector(Collector):
 
         info = v.info()
         keys = sorted(info)
-        agent = gauge("tessera_agent_info", "The agent's build and settings", ["node", *keys])
+        agent = GaugeMetricFamily(
+            "tessera_agent_info", "The agent's build and settings", labels=["node", *keys]
+        )
         agent.add_metric([node, *(info[k] for k in keys)], 1)
         yield agent
 

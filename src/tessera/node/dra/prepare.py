@@ -218,6 +218,11 @@ class ClaimPreparer:
             self._names.pop(uid, None)
         log.info("unprepared claim %s", uid)
 
+    def prepared_claims(self) -> list[tuple[str, str, str]]:
+        """(UID, namespace, name) of every prepared claim (the exporter's claims)."""
+        with self._mu:
+            return sorted((uid, ns, name) for uid, (ns, name) in self._names.items())
+
     def held_by_claim(self) -> dict[tuple[str, str], tuple[CardSlice, ...]]:
         """The slices of every prepared claim, by namespace and name (the backstop's caps)."""
         with self._mu:
