@@ -18,6 +18,7 @@ from tessera.claims.devices import (
     nvlink_islands,
     resource_slice,
     semver,
+    slice_cards,
 )
 from tessera.errors import SpecError
 from tessera.model.clusterspec import make_cards
@@ -91,6 +92,32 @@ def test_claims_pool() -> None:
     rule = r"--claims-cards: must be all, none, or card indices and ranges"
     with pytest.raises(SpecError, match=rule):
         claims_pool("first", range(4))
+
+
+def test_a_published_slice_reads_back_as_its_cards() -> None:
+    cards = (CARDS[0], replace(CARDS[1], healthy=False, slots=4), CARDS[2])
+    node, back = slice_cards(resource_slice("n1", reversed(cards), generation=3))
+    assert node == "n1"
+    keep = [(c.uuid, c.index, c.model, c.memory_mib, c.healthy, c.slots) for c in cards]
+    assert [(c.uuid, c.index, c.model, c.memory_mib, c.healthy, c.slots) for c in back] == keep
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda d: d["attributes"].pop("uuid"), r"spec.devices\[1\].attributes.uuid: is missing"),
+        (lambda d: d["capacity"]["memory"].update(value="lots"),
+         r"spec.devices\[1\].capacity.memory.value"),
+        (lambda d: d["attributes"]["index"].update(int="one"),
+         r"spec.devices\[1\]: must be a device"),
+    ],
+    ids=["no-uuid", "bad-memory", "bad-index"],
+)  # fmt: skip
+def test_a_slice_that_does_not_read_is_refused_naming_the_field(edit: Any, field: str) -> None:
+    obj = resource_slice("n1", CARDS[:2], generation=1)
+    edit(obj["spec"]["devices"][1])
+    with pytest.raises(SpecError, match=field):
+        slice_cards(obj)
 
 
 # --- an allocated claim ---------------------------------------------------------------

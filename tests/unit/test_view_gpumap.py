@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tessera.claims.devices import DRIVER, resource_slice
 from tessera.model.annotations import ASSIGNMENT, INVENTORY, encode_assignment
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import Assignment, CardSlice, ComputePolicy, ContainerAssignment
@@ -70,3 +71,58 @@ def test_a_pending_pod_with_an_invalid_spec_says_so() -> None:
     m = build_map([node_obj("a")], [bad])
     [p] = m.pending
     assert p.summary.startswith("invalid: ") and "gpu-cores" in p.summary
+
+
+def _claim(name: str, node: str, device: str, reserved: list[str] | None = None,
+           **consumed: str) -> dict[str, Any]:  # fmt: skip
+    result = {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}
+    if consumed:
+        result["consumedCapacity"] = consumed
+    status: dict[str, Any] = {"allocation": {"devices": {"results": [result]}}}
+    if reserved is not None:
+        status["reservedFor"] = [{"resource": "pods", "name": p, "uid": f"u-{p}"} for p in reserved]
+    return {"metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
+            "status": status}  # fmt: skip
+
+
+def test_cards_on_the_claims_path_are_drawn_with_their_claims() -> None:
+    # Node a: card 0 on the extender path (inventory), card 1 on claims (its slice).
+    extender = node_obj("a", 2)
+    extender["metadata"]["annotations"][INVENTORY] = node_obj("a", 1)["metadata"]["annotations"][
+        INVENTORY
+    ]
+    slices = [
+        resource_slice("a", [A[1]], generation=1),
+        resource_slice("d", make_cards("d", 1, "H100"), generation=1),  # claims only
+        {"spec": {"driver": "other.example.com", "nodeName": "a", "devices": [{}]}},  # not ours
+    ]
+    broken = resource_slice("e", make_cards("e", 1, "T4"), generation=1)
+    del broken["spec"]["devices"][0]["attributes"]["uuid"]
+    broken["metadata"]["name"] = "gpu.tessera.io-e"
+    slices.append(broken)
+    claims = [
+        _claim("shared", "a", "gpu-1", reserved=["p1", "p2"], memory="8Gi", compute="30"),
+        _claim("idle", "a", "gpu-1", memory="2Gi"),  # allocated, no pod yet
+        _claim("whole", "d", "gpu-0"),  # no capacity: the whole card
+        {"metadata": {"name": "pending", "namespace": "team"}, "status": {}},  # not allocated
+        _claim("lost", "a", "gpu-7", memory="1Gi"),  # a device the slice does not have
+    ]
+    pods = [bound("p0", "a", [(A[0].uuid, 1000, 10)])]
+    m = build_map([extender], pods, slices=slices, claims=claims)
+
+    assert [n.name for n in m.nodes] == ["a", "d"]
+    a0, a1 = m.nodes[0].cards
+    assert (a0.uuid, [h.pod_key for h in a0.holders]) == (A[0].uuid, ["team/p0"])
+    assert a1.uuid == A[1].uuid
+    holders = [(h.claim, h.pod, h.memory_mib, h.cores_percent, h.phase) for h in a1.holders]
+    assert holders == [
+        ("idle", "", 2048, 0, "Allocated"),
+        ("shared", "p1,p2", 8192, 30, "Reserved"),
+    ]
+    assert a1.allocated_mib == 10240
+    [whole] = m.nodes[1].cards[0].holders
+    assert whole.claim == "whole" and whole.exclusive and whole.memory_mib == 81920
+    problems = dict(m.claim_problems)
+    assert set(problems) == {"ResourceSlice gpu.tessera.io-e", "ResourceClaim team/lost"}
+    assert "attributes.uuid: is missing" in problems["ResourceSlice gpu.tessera.io-e"]
+    assert "must be a card this node offers (gpu-1)" in problems["ResourceClaim team/lost"]

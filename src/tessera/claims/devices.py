@@ -18,10 +18,11 @@ claims already on it keep their allocation, new claims do not get it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tessera.errors import SpecError
+from tessera.model.quantity import memory_mib
 from tessera.model.types import Card
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "nvlink_islands",
     "resource_slice",
     "semver",
+    "slice_cards",
     "slice_name",
 ]
 
@@ -191,3 +193,45 @@ def claims_pool(spec: str, indices: Iterable[int], field: str = "--claims-cards"
                 raise SpecError(field, f"names card {index}, which this node does not have", spec)
             out.add(index)
     return frozenset(out)
+
+
+def _at(obj: object, where: str, *keys: str) -> Any:
+    """obj[keys[0]][keys[1]]..., or a SpecError naming the first missing step's path."""
+    for key in keys:
+        where = f"{where}.{key}"
+        value = obj.get(key) if isinstance(obj, Mapping) else None
+        if value is None:
+            raise SpecError(where, "is missing")
+        obj = value
+    return obj
+
+
+def slice_cards(obj: Mapping[str, Any]) -> tuple[str, tuple[Card, ...]]:
+    """The node and the cards of a ResourceSlice this driver published: the inverse of
+    ``resource_slice`` for what the views show (uuid, index, model, memory, slots,
+    health). A slice of another driver is not asked about; a malformed one is refused,
+    naming the field."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        raise SpecError("spec", "must be an object", spec)
+    node = spec.get("nodeName") or (spec.get("pool") or {}).get("name")
+    if not isinstance(node, str) or not node:
+        raise SpecError("spec.nodeName", "must name the node")
+    cards = []
+    for i, dev in enumerate(spec.get("devices") or []):
+        where = f"spec.devices[{i}]"
+        if not isinstance(dev, Mapping):
+            raise SpecError(where, "must be an object", dev)
+        try:
+            uuid = str(_at(dev, where, "attributes", "uuid", "string"))
+            index = int(_at(dev, where, "attributes", "index", "int"))
+            model = str(_at(dev, where, "attributes", "model", "string"))
+            memory = _at(dev, where, "capacity", CAPACITY_MEMORY, "value")
+            slots = int(_at(dev, where, "capacity", CAPACITY_SLOTS, "value"))
+        except (TypeError, ValueError) as exc:
+            raise SpecError(where, f"must be a device this driver publishes: {exc}") from None
+        sick = any(isinstance(t, Mapping) and t.get("key") == UNHEALTHY_TAINT
+                   for t in dev.get("taints") or [])  # fmt: skip
+        mib = memory_mib(memory, f"{where}.capacity.{CAPACITY_MEMORY}.value")
+        cards.append(Card(uuid, index, model, mib, healthy=not sick, slots=slots))
+    return node, tuple(sorted(cards, key=lambda c: c.index))

@@ -2,23 +2,29 @@
 
 Pure: Node and Pod objects in, a ``GpuMap`` out, decoded with the same functions the
 extender uses (the inventory and assignment annotations, ``parse_pod``). Both views --
-``kubectl tessera`` and the scheduler's web page -- draw from it. Whatever does not
-decode is kept as a problem beside the rest, never dropped silently: a node whose
-inventory is refused, a pod whose assignment names another node or cards its node does
-not have.
+``kubectl tessera`` and the scheduler's web page -- draw from it. With ResourceSlices and
+ResourceClaims too (``kubectl tessera``), the cards on the claims path are drawn beside
+the extender's, each allocated claim a holder of its slice, decoded with the functions
+the node agent uses (``slice_cards``, ``claim_grant``). Whatever does not decode is kept
+as a problem beside the rest, never dropped silently: a node whose inventory is refused,
+a pod whose assignment names another node or cards its node does not have, a slice or a
+claim that does not read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.claims.allocation import claim_grant
+from tessera.claims.devices import DRIVER, device_name, slice_cards
 from tessera.errors import FormatError, SpecError
 from tessera.model import annotations as keys
 from tessera.model.names import ResourceNames
 from tessera.model.podspec import TERMINAL_PHASES, Compat, parse_pod
-from tessera.model.types import Assignment, NodeInventory, PodRequest
+from tessera.model.types import Assignment, Card, NodeInventory, PodRequest
 
 __all__ = [
     "CardView",
@@ -38,7 +44,8 @@ Obj = Mapping[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Holder:
-    """One container's slice of one card."""
+    """One container's slice of one card, or one DRA claim's (``claim`` set: ``pod`` is
+    then the pods it is reserved for, comma-separated, and ``container`` empty)."""
 
     namespace: str
     pod: str
@@ -48,6 +55,7 @@ class Holder:
     policy: str
     exclusive: bool
     phase: str
+    claim: str = ""
 
     @property
     def pod_key(self) -> str:
@@ -95,6 +103,8 @@ class GpuMap:
     pending: tuple[Pending, ...] = ()
     problems: tuple[tuple[str, str], ...] = ()  # (namespace/pod, what is wrong)
     assignments: Mapping[str, Assignment] = field(default_factory=dict)  # pod key -> held
+    # ("ResourceSlice NAME" or "ResourceClaim NS/NAME", what is wrong)
+    claim_problems: tuple[tuple[str, str], ...] = ()
 
     def card(self, uuid: str) -> tuple[NodeView, CardView] | None:
         for n in self.nodes:
@@ -136,10 +146,12 @@ def assemble(
     node_problems: Mapping[str, str] | None = None,
     pending: Iterable[Pending] = (),
     pod_problems: Iterable[tuple[str, str]] = (),
+    claim_holders: Mapping[str, Iterable[Holder]] | None = None,
+    claim_problems: Iterable[tuple[str, str]] = (),
 ) -> GpuMap:
     """The map from decoded parts: each node's cards, and per pod key the assignment it
-    holds with its phase. A pod whose assignment names cards its node does not have is
-    kept as a problem, not drawn."""
+    holds with its phase (and, per card UUID, the claims that hold it). A pod whose
+    assignment names cards its node does not have is kept as a problem, not drawn."""
     node_problems = node_problems or {}
     card_node: dict[str, str] = {}
     invs = {inv.name: inv for inv in inventories}
@@ -147,7 +159,7 @@ def assemble(
         for c in inv.cards:
             card_node[c.uuid] = inv.name
     problems = list(pod_problems)
-    holders: dict[str, list[Holder]] = {}
+    holders: dict[str, list[Holder]] = {u: list(hs) for u, hs in (claim_holders or {}).items()}
     kept: dict[str, Assignment] = {}
     for key, (a, phase) in held.items():
         foreign = sorted(
@@ -196,7 +208,59 @@ def assemble(
         tuple(sorted(pending, key=lambda p: (p.namespace, p.pod))),
         tuple(sorted(problems)),
         kept,
+        tuple(sorted(claim_problems)),
     )
+
+
+def claims_path(
+    slices: Iterable[Obj], claims: Iterable[Obj]
+) -> tuple[dict[str, tuple[Card, ...]], dict[str, list[Holder]], list[tuple[str, str]]]:
+    """The claims path's part of the map: each node's cards from this driver's
+    ResourceSlices, each card's holders from the allocated ResourceClaims, and what did
+    not decode."""
+    cards: dict[str, tuple[Card, ...]] = {}
+    problems: list[tuple[str, str]] = []
+    for obj in slices:
+        if (obj.get("spec") or {}).get("driver") != DRIVER:
+            continue
+        try:
+            node, found = slice_cards(obj)
+        except SpecError as exc:
+            problems.append((f"ResourceSlice {_meta(obj).get('name', '')}", str(exc)))
+            continue
+        cards[node] = cards.get(node, ()) + found
+    holders: dict[str, list[Holder]] = {}
+    for obj in claims:
+        meta = _meta(obj)
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        status = obj.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        pools = sorted({str(r.get("pool")) for r in results
+                        if isinstance(r, Mapping) and r.get("driver") == DRIVER})  # fmt: skip
+        reserved = sorted(str(r.get("name")) for r in status.get("reservedFor") or []
+                          if isinstance(r, Mapping) and r.get("resource") == "pods")  # fmt: skip
+        for pool in pools:
+            by_device = {device_name(c): c for c in cards.get(pool, ())}
+            try:
+                a = claim_grant(obj, pool=pool, cards=by_device).assignment
+            except SpecError as exc:
+                problems.append((f"ResourceClaim {ns}/{name}", str(exc)))
+                continue
+            for sl in a.slices:
+                holders.setdefault(sl.uuid, []).append(
+                    Holder(
+                        ns,
+                        ",".join(reserved),
+                        "",
+                        sl.memory_mib,
+                        sl.cores_percent,
+                        str(a.policy),
+                        a.exclusive,
+                        "Reserved" if reserved else "Allocated",
+                        claim=name,
+                    )
+                )
+    return cards, holders, problems
 
 
 def build_map(
@@ -204,8 +268,12 @@ def build_map(
     pods: Iterable[Obj],
     names: ResourceNames | None = None,
     compat: Compat | None = None,
+    *,
+    slices: Iterable[Obj] = (),
+    claims: Iterable[Obj] = (),
 ) -> GpuMap:
-    """The map from Node and Pod objects as the API lists them."""
+    """The map from Node and Pod objects as the API lists them (and ResourceSlices and
+    ResourceClaims, for the cards on the claims path)."""
     names = names or ResourceNames()
     compat = compat or Compat()
     inventories: list[NodeInventory] = []
@@ -252,8 +320,23 @@ def build_map(
             problems.append((key, f"assignment names node {a.node}, the pod is bound to {node}"))
             continue
         held[key] = (a, phase)
+    claim_cards, claim_holders, claim_problems = claims_path(slices, claims)
+    by_name = {inv.name: inv for inv in inventories}
+    for node, cards in claim_cards.items():
+        inv = by_name.get(node)
+        by_name[node] = (
+            dataclasses.replace(inv, cards=inv.cards + cards)
+            if inv is not None
+            else NodeInventory(node, cards, 0, 0)
+        )
     return assemble(
-        inventories, held, node_problems=node_problems, pending=pending, pod_problems=problems
+        by_name.values(),
+        held,
+        node_problems=node_problems,
+        pending=pending,
+        pod_problems=problems,
+        claim_holders=claim_holders,
+        claim_problems=claim_problems,
     )
 
 
@@ -279,6 +362,7 @@ def card_json(node: NodeView, card: CardView) -> dict[str, Any]:
                 "coresPercent": h.cores_percent,
                 "policy": h.policy,
                 "exclusive": h.exclusive,
+                "claim": h.claim,
             }
             for h in card.holders
         ],
@@ -296,4 +380,5 @@ def map_json(gmap: GpuMap) -> dict[str, Any]:
             {"namespace": p.namespace, "pod": p.pod, "asks": p.summary} for p in gmap.pending
         ],
         "podProblems": [{"pod": key, "problem": why} for key, why in gmap.problems],
+        "claimProblems": [{"object": key, "problem": why} for key, why in gmap.claim_problems],
     }

@@ -6,7 +6,8 @@
     kubectl tessera quota [-n NS | -A] [-o wide|json|yaml]
 
 Installed as the ``kubectl-tessera`` executable (kubectl finds plugins on PATH). Reads
-only: Nodes, Pods, Events and GpuQuotas through the user's kubeconfig, with kubectl's
+only: Nodes, Pods, Events, GpuQuotas, and (for the cards on the claims path)
+ResourceSlices and ResourceClaims, through the user's kubeconfig, with kubectl's
 ``--kubeconfig``, ``--context`` and ``-n`` habits. Live use (memory in use, achieved
 compute) comes from Prometheus when ``--prometheus URL`` is given (the node agents'
 exporter, docs/operations.md); without it the views show allocation only.
@@ -100,10 +101,25 @@ def _get_pod(api: Any, name: str, namespace: str) -> dict[str, Any]:
 
 
 def _load_map(api: Any) -> GpuMap:
-    from tessera.kube.kinds import NODES, PODS
+    from tessera.kube.errors import ApiError
+    from tessera.kube.kinds import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
     from tessera.view.gpumap import build_map
 
-    return build_map(api.list(NODES).items, api.list(PODS).items)
+    def claims_path(kind: Any) -> list[Any]:
+        """The claims path's objects; none where the cluster has no resource.k8s.io/v1
+        (404) or the role may not list them (403), said once on stderr."""
+        try:
+            return list(api.list(kind).items)
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            typer.echo(f"note: cannot list {kind.plural} ({exc.status} {exc.reason}): "
+                       "cards on the claims path are not shown", err=True)  # fmt: skip
+            return []
+
+    slices = claims_path(RESOURCE_SLICES)
+    claims = claims_path(RESOURCE_CLAIMS) if slices else []
+    return build_map(api.list(NODES).items, api.list(PODS).items, slices=slices, claims=claims)
 
 
 def _emit(obj: Any, output: Output) -> None:
@@ -149,6 +165,8 @@ def _live(url: str | None) -> dict[tuple[str, str, str, str], Live]:
 
 
 def _use(live: Mapping[tuple[str, str, str, str], Live], h: Holder, uuid: str) -> Live:
+    if h.claim:
+        return live.get((h.namespace, "", f"claim/{h.claim}", uuid), Live())
     return live.get((h.namespace, h.pod, h.container, uuid), Live())
 
 
@@ -221,6 +239,7 @@ def top(
                 "cards": [_card_json(n, c, live) for n, c in picked],
                 "nodeProblems": {n.name: n.problem for n in broken},
                 "podProblems": dict(gmap.problems),
+                "claimProblems": dict(gmap.claim_problems),
                 "pending": [f"{p.namespace}/{p.pod}" for p in gmap.pending],
             },
             output,
@@ -246,7 +265,10 @@ def top(
                     row += ["", ""]
             else:
                 size = "whole" if h.exclusive else f"{_mib(h.memory_mib)} {h.cores_percent}%"
-                row = [*card, h.pod_key, h.container, size]
+                who = [h.pod_key, h.container]
+                if h.claim:  # its reserving pods, and the claim in the container column
+                    who = [h.pod_key if h.pod else f"{h.namespace}/<none>", f"claim/{h.claim}"]
+                row = [*card, *who, size]
                 if live:
                     u = _use(live, h, c.uuid)
                     row += [_fmt_bytes(u.used_bytes), _fmt_pct(u.achieved_percent)]
@@ -262,6 +284,8 @@ def top(
         typer.echo(f"node {n.name}: {n.problem}", err=True)
     for key, why in gmap.problems:
         typer.echo(f"pod {key}: {why}", err=True)
+    for key, why in gmap.claim_problems:
+        typer.echo(f"{key}: {why}", err=True)
     if gmap.pending:
         waiting = [p for p in gmap.pending if namespace is None or p.namespace == namespace]
         if waiting:

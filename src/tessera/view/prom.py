@@ -1,8 +1,10 @@
-"""Live use per container from Prometheus (the node agents' exporter, scraped there).
+"""Live use per container and per claim from Prometheus (the node agents' exporter,
+scraped there).
 
 Two instant queries over Prometheus's HTTP API (``/api/v1/query``): memory in use, and
-the achieved compute share as the rate of kernel time between the last two scrapes.
-Only the standard library: one GET each, JSON answers.
+the achieved compute share as the rate of kernel time between the last two scrapes, each
+for containers and claims together. Only the standard library: one GET each, JSON
+answers. A claim's key has no pod and ``claim/NAME`` in the container's place.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ __all__ = ["ACHIEVED", "MEMORY_USED", "container_use", "query"]
 
 Key = tuple[str, str, str, str]  # namespace, pod, container, uuid
 
-MEMORY_USED = "tessera_container_memory_used_bytes"
+MEMORY_USED = "tessera_container_memory_used_bytes or tessera_claim_memory_used_bytes"
 # The last two samples (irate): what the container achieves now, as ``top`` should show;
 # the dashboards average over a minute instead.
-ACHIEVED = "irate(tessera_container_busy_seconds_total[2m]) * 100"
+ACHIEVED = (
+    "irate(tessera_container_busy_seconds_total[2m]) * 100"
+    " or irate(tessera_claim_busy_seconds_total[2m]) * 100"
+)
 
 
 def query(base_url: str, promql: str, timeout_s: float = 10.0) -> list[dict[str, object]]:
@@ -43,6 +48,8 @@ def _by_key(series: list[dict[str, object]]) -> dict[Key, float]:
         ns, pod, ctr, uuid = (
             str(labels.get(k, "")) for k in ("namespace", "pod", "container", "uuid")
         )
+        if labels.get("claim"):
+            ctr = f"claim/{labels['claim']}"
         out[(ns, pod, ctr, uuid)] = float(value[1])
     return out
 

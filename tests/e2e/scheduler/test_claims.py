@@ -278,6 +278,58 @@ def _fits_now(name: str, slices: list[Obj], claims: list[Obj]) -> list[str]:
     return sorted(node for node, n in room.items() if n >= count)
 
 
+def test_kubectl_tessera_top_shows_a_claim_on_its_card_beside_the_extender_cards(
+    world: World,
+) -> None:
+    # Before the big workload (which fills the claims path), in a namespace of its own.
+    import json
+
+    from tests.e2e.plugin import run
+
+    h, ns = world.h, "claims-view"
+    _apply(h, NAMESPACES, {"metadata": {"name": ns}})
+    h.ensure_default_service_account(ns)
+    template = yaml.safe_load((REPO / "examples" / "claims" / "slice-8gib-30.yaml").read_text())
+    claim = h.admin.create(RESOURCE_CLAIMS, {"metadata": {"name": "viewed-gpu"},
+                                             "spec": template["spec"]["spec"]}, ns)  # fmt: skip
+    pod = _claim_pod("viewed", "unused")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "viewed-gpu"}]
+    h.admin.create(PODS, pod, ns)
+    bound = wait_for("viewed bound", lambda: (p := h.admin.get(PODS, "viewed", ns))["spec"]
+                     .get("nodeName") and p, 120, 0.5)  # fmt: skip
+    claim = h.admin.get(RESOURCE_CLAIMS, "viewed-gpu", ns)
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert result["pool"] == bound["spec"]["nodeName"]
+    # As a person with the chart's read-only role (deploy/rbac.yaml, tessera-gpu-viewer).
+    sa = Kind("v1", "ServiceAccount", "serviceaccounts", True)
+    h.admin.create(sa, {"metadata": {"name": "claims-viewer"}}, "tessera-system")
+    binding = Kind("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings",
+                   False)  # fmt: skip
+    h.admin.create(binding, {
+        "metadata": {"name": "e2e-claims-viewer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "tessera-gpu-viewer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "claims-viewer",
+                      "namespace": "tessera-system"}],
+    })  # fmt: skip
+    out = run(h.token_kubeconfig("claims-viewer", "tessera-system"), "top", "-o", "json")
+    assert "cannot list" not in out.stderr, out.stderr
+    top = json.loads(out.stdout)
+    mine = [c for c in top["cards"] if c["node"] == result["pool"]]
+    # Cards 0-3 from the inventory, 4-7 from the slice: one node, one list.
+    assert sorted(c["index"] for c in mine) == list(range(8))
+    [card] = [c for c in mine if f"gpu-{c['index']}" == result["device"]]
+    [holder] = card["holders"]
+    assert (holder["namespace"], holder["pod"], holder["claim"], holder["container"]) == (
+        ns, "viewed", "viewed-gpu", ""
+    )  # fmt: skip
+    assert (holder["memoryMiB"], holder["coresPercent"], card["allocatedMiB"]) == (8192, 30, 8192)
+    assert top["claimProblems"] == {}
+    h.admin.delete(PODS, "viewed", ns)
+    wait_for("viewed gone", lambda: not h.admin.list(PODS, ns).items, 60, 0.5)
+    h.admin.delete(RESOURCE_CLAIMS, "viewed-gpu", ns)
+
+
 def test_claims_and_extender_pods_share_nodes_without_double_booking(world: World) -> None:
     h = world.h
     wait_for(

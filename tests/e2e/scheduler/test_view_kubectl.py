@@ -93,7 +93,7 @@ def test_top_shows_each_pods_slice_on_its_card(placed: dict[str, Any]) -> None:
     assert allocated == sorted(allocated, reverse=True)
     mine = [h for c in doc["cards"] for h in c["holders"] if h["pod"] == "train"]
     assert mine == [{"namespace": NS, "pod": "train", "container": "main", "memoryMiB": 12000,
-                     "coresPercent": 30, "policy": "fixed-share", "exclusive": False,
+                     "coresPercent": 30, "policy": "fixed-share", "exclusive": False, "claim": "",
                      "usedBytes": None, "achievedPercent": None}]  # fmt: skip
     assert f"{NS}/waits" in doc["pending"]
 
