@@ -30,6 +30,7 @@ __all__ = [
     "CONFIG_KIND",
     "ClaimGrant",
     "GrantedDevice",
+    "allocated_pools",
     "claim_grant",
     "config_policy",
 ]
@@ -118,6 +119,15 @@ def _consumed_cores(raw: object, field: str) -> int:
     if not q.is_integer or not 0 <= q.value <= 100:
         raise SpecError(field, "must be a whole percent within 0..100", raw)
     return int(q.value)
+
+
+def allocated_pools(claim: Mapping[str, Any]) -> set[str]:
+    """The pools (nodes) where the claim's allocation holds a device of this driver; none
+    while it is not allocated. Reads leniently: ``claim_grant`` is the strict reader."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return {str(r.get("pool")) for r in results
+            if isinstance(r, Mapping) and r.get("driver") == DRIVER}  # fmt: skip
 
 
 def claim_grant(claim: Mapping[str, Any], pool: str, cards: Mapping[str, Card]) -> ClaimGrant:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessera.claims.allocation import claim_grant
+from tessera.claims.allocation import allocated_pools, claim_grant
 from tessera.claims.devices import DRIVER, device_name, slice_cards
 from tessera.errors import FormatError, SpecError
 from tessera.model import annotations as keys
@@ -234,12 +234,9 @@ def claims_path(
         meta = _meta(obj)
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         status = obj.get("status") or {}
-        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-        pools = sorted({str(r.get("pool")) for r in results
-                        if isinstance(r, Mapping) and r.get("driver") == DRIVER})  # fmt: skip
         reserved = sorted(str(r.get("name")) for r in status.get("reservedFor") or []
                           if isinstance(r, Mapping) and r.get("resource") == "pods")  # fmt: skip
-        for pool in pools:
+        for pool in sorted(allocated_pools(obj)):
             by_device = {device_name(c): c for c in cards.get(pool, ())}
             try:
                 a = claim_grant(obj, pool=pool, cards=by_device).assignment

@@ -105,7 +105,7 @@ def _load_map(api: Any) -> GpuMap:
     from tessera.kube.kinds import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
     from tessera.view.gpumap import build_map
 
-    def claims_path(kind: Any) -> list[Any]:
+    def listed(kind: Any) -> list[Any]:
         """The claims path's objects; none where the cluster has no resource.k8s.io/v1
         (404) or the role may not list them (403), said once on stderr."""
         try:
@@ -117,8 +117,8 @@ def _load_map(api: Any) -> GpuMap:
                        "cards on the claims path are not shown", err=True)  # fmt: skip
             return []
 
-    slices = claims_path(RESOURCE_SLICES)
-    claims = claims_path(RESOURCE_CLAIMS) if slices else []
+    slices = listed(RESOURCE_SLICES)
+    claims = listed(RESOURCE_CLAIMS) if slices else []
     return build_map(api.list(NODES).items, api.list(PODS).items, slices=slices, claims=claims)
 
 

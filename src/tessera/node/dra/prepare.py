@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tessera.claims.allocation import ClaimGrant, GrantedDevice, claim_grant
+from tessera.claims.allocation import ClaimGrant, GrantedDevice, allocated_pools, claim_grant
 from tessera.claims.cdi import cdi_device_id, cdi_spec, spec_file_name
-from tessera.claims.devices import DRIVER, device_name
+from tessera.claims.devices import device_name
 from tessera.errors import FormatError, SpecError
 from tessera.kube.errors import NotFound
 from tessera.model.types import Card, CardSlice
@@ -67,13 +67,6 @@ def _meta_claim(text: str | None) -> tuple[str, str] | None:
         return str(claim["namespace"]), str(claim["name"])
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _allocated_on(claim: Mapping[str, Any], pool: str) -> bool:
-    """Whether the claim's allocation holds a device of this driver in ``pool``."""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or []
-    return any(r.get("driver") == DRIVER and r.get("pool") == pool for r in results)
 
 
 class ClaimSource(Protocol):
@@ -261,7 +254,7 @@ class ClaimPreparer:
                 got = str((claim.get("metadata") or {}).get("uid", ""))
                 if got != uid:
                     why = f"the claim was made again (UID {got})"
-                elif not _allocated_on(claim, self.node):
+                elif self.node not in allocated_pools(claim):
                     why = "the claim is no longer allocated on this node"
                 else:
                     continue
