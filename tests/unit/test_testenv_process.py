@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from tessera.testenv.errors import StartError
-from tessera.testenv.process import Process, free_port, log_tail, pid_alive, port_in_use, wait_http
+from tessera.testenv.process import (
+    Process,
+    _ephemeral_floor,
+    free_port,
+    log_tail,
+    pid_alive,
+    port_in_use,
+    wait_http,
+)
 
 
 def test_free_port_is_free_and_port_in_use_sees_a_listener() -> None:
@@ -20,6 +28,26 @@ def test_free_port_is_free_and_port_in_use_sees_a_listener() -> None:
         s.bind(("127.0.0.1", port))
         s.listen()
         assert port_in_use(port)
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice() -> None:
+    # An ephemeral port may become an outgoing connection's source port before the
+    # component binds it; one below the range cannot.
+    floor = _ephemeral_floor()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    if floor - 10000 >= 1000:
+        assert all(10000 <= p < floor for p in ports), (floor, ports)
+    for p in ports[:5]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))  # each is bindable now
+
+
+def test_the_ephemeral_floor_is_read_from_the_kernel_and_defaults(tmp_path: Path) -> None:
+    table = tmp_path / "ip_local_port_range"
+    table.write_text("40000\t60999\n")
+    assert _ephemeral_floor(table) == 40000
+    assert _ephemeral_floor(tmp_path / "missing") == 32768
 
 
 def test_log_tail_keeps_last_lines(tmp_path: Path) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -38,12 +40,47 @@ LOOPBACK = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
 
 
+_LISTEN_FLOOR = 10000  # listening ports are drawn from here up to the ephemeral range
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
+def _ephemeral_floor(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The lowest port the kernel gives outgoing connections (32768 if it cannot say)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that nobody listens on right now, never the same twice in
+    one process.
+
+    It is drawn below the kernel's ephemeral range: a port from that range can become
+    the source port of any outgoing connection between this call and the component's
+    own bind, and a busy control plane opens thousands (a kubelet once failed with
+    "bind: address already in use" that way). Where that range starts too low to leave
+    room, the kernel picks (port 0), as before.
+    """
+    floor = _ephemeral_floor()
+    with _handed_out_lock:
+        for _ in range(200 if floor - _LISTEN_FLOOR >= 1000 else 0):
+            port = random.randrange(_LISTEN_FLOOR, floor)
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((LOOPBACK, port))
+                except OSError:
+                    continue  # someone listens (or just did) there
+            _handed_out.add(port)
+            return port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((LOOPBACK, 0))
+            chosen: int = s.getsockname()[1]
+        _handed_out.add(chosen)
+        return chosen
 
 
 def port_in_use(port: int) -> bool:
