@@ -36,6 +36,7 @@ from tessera.node.formats.usage import CardTotals, encode_region
 from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor
 from tessera.node.kubelet.podresources import PodResourcesClient
 from tessera.node.ports import PodResourcesView
+from tests.integration.agent_metrics import one, scrape
 from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
 
 NODE = "node-a"
@@ -770,30 +771,6 @@ def test_the_agents_context_charge_reaches_every_limits_file(env: Env) -> None:
 # --- exporter -----------------------------------------------------------------------
 
 
-def _scrape(agent: Agent) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The agent's /metrics over HTTP, parsed by Prometheus's own text parser."""
-    from urllib.request import urlopen
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    assert agent.metrics_port is not None
-    with urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
-
-
-def _one(
-    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
-) -> float:
-    hits = [v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()]
-    assert len(hits) == 1, f"{name}{labels}: {len(hits)} series"
-    return hits[0]
-
-
 def test_exporter_shows_cards_containers_and_calls_and_survives_a_bad_region(
     env: Env,
 ) -> None:
@@ -825,39 +802,39 @@ def test_exporter_shows_cards_containers_and_calls_and_survives_a_bad_region(
             pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["x"])])
         )
 
-    m = _scrape(env.agent)
+    m = scrape(env.agent)
     gib = 1 << 30
     mib = 1 << 20
-    assert _one(m, "tessera_card_memory_total_bytes", uuid=U0) == CARDS[0].memory_mib * mib
-    assert _one(m, "tessera_card_memory_allocated_bytes", uuid=U0) == 16000 * mib
-    assert _one(m, "tessera_card_memory_allocated_bytes", uuid=U1) == 3000 * mib
-    assert _one(m, "tessera_card_compute_allocated_percent", uuid=U0) == 50
-    assert _one(m, "tessera_card_memory_used_bytes", uuid=U0) == 3 * gib
-    assert _one(m, "tessera_card_slots_used", uuid=U0) == 2
-    assert _one(m, "tessera_card_slots", uuid=U0) == SLOTS
-    assert _one(m, "tessera_card_healthy", uuid=U0) == 1
-    assert _one(m, "tessera_card_utilization_percent", uuid=U0) == 37.0
+    assert one(m, "tessera_card_memory_total_bytes", uuid=U0) == CARDS[0].memory_mib * mib
+    assert one(m, "tessera_card_memory_allocated_bytes", uuid=U0) == 16000 * mib
+    assert one(m, "tessera_card_memory_allocated_bytes", uuid=U1) == 3000 * mib
+    assert one(m, "tessera_card_compute_allocated_percent", uuid=U0) == 50
+    assert one(m, "tessera_card_memory_used_bytes", uuid=U0) == 3 * gib
+    assert one(m, "tessera_card_slots_used", uuid=U0) == 2
+    assert one(m, "tessera_card_slots", uuid=U0) == SLOTS
+    assert one(m, "tessera_card_healthy", uuid=U0) == 1
+    assert one(m, "tessera_card_utilization_percent", uuid=U0) == 37.0
     assert not [k for k in m if k[0] == "tessera_card_utilization_percent" and ("uuid", U1) in k[1]]
-    assert _one(m, "tessera_card_healthy", uuid=U1) == 0
+    assert one(m, "tessera_card_healthy", uuid=U1) == 0
     main_a = {"namespace": "default", "pod": "ex-a", "container": "main", "node": NODE}
-    assert _one(m, "tessera_container_memory_used_bytes", **main_a) == 3 * gib
-    assert _one(m, "tessera_container_memory_limit_bytes", **main_a) == 10000 * mib
-    assert _one(m, "tessera_container_compute_target_percent", **main_a) == 30
-    assert _one(m, "tessera_container_launches_total", **main_a) == 15
-    assert _one(m, "tessera_container_refused_allocations_total", **main_a) == 2
-    assert _one(m, "tessera_container_busy_seconds_total", **main_a) == 2.0
-    assert _one(m, "tessera_container_processes", **main_a) == 1
+    assert one(m, "tessera_container_memory_used_bytes", **main_a) == 3 * gib
+    assert one(m, "tessera_container_memory_limit_bytes", **main_a) == 10000 * mib
+    assert one(m, "tessera_container_compute_target_percent", **main_a) == 30
+    assert one(m, "tessera_container_launches_total", **main_a) == 15
+    assert one(m, "tessera_container_refused_allocations_total", **main_a) == 2
+    assert one(m, "tessera_container_busy_seconds_total", **main_a) == 2.0
+    assert one(m, "tessera_container_processes", **main_a) == 1
     # b's cards are listed one by one, each with its model.
-    assert _one(m, "tessera_container_memory_limit_bytes", pod="ex-b", uuid=U1) == 2000 * mib
-    assert _one(m, "tessera_container_memory_limit_bytes", pod="ex-b", model="A100", uuid=U0)
+    assert one(m, "tessera_container_memory_limit_bytes", pod="ex-b", uuid=U1) == 2000 * mib
+    assert one(m, "tessera_container_memory_limit_bytes", pod="ex-b", model="A100", uuid=U0)
     # c's region is cut short: marked, its limits still shown, everything else served.
-    assert _one(m, "tessera_container_unreadable", pod="ex-c", file="usage_region") == 1
-    assert _one(m, "tessera_container_unreadable", pod="ex-c", problem="truncated") == 1
-    assert _one(m, "tessera_container_memory_limit_bytes", pod="ex-c") == 1000 * mib
+    assert one(m, "tessera_container_unreadable", pod="ex-c", file="usage_region") == 1
+    assert one(m, "tessera_container_unreadable", pod="ex-c", problem="truncated") == 1
+    assert one(m, "tessera_container_memory_limit_bytes", pod="ex-c") == 1000 * mib
     assert not [k for k in m if k[0] == "tessera_container_memory_used_bytes" and
                 ("pod", "ex-c") in k[1]]  # fmt: skip
     assert not [k for k in m if k[0] == "tessera_container_unreadable" and ("pod", "ex-a") in k[1]]
-    assert _one(m, "tessera_agent_calls_total", call="Allocate", result="ok") == 3
-    assert _one(m, "tessera_agent_calls_total", call="Allocate", result="INVALID_ARGUMENT") == 1
-    assert _one(m, "tessera_agent_call_seconds_count", call="Allocate") == 4
-    assert _one(m, "tessera_agent_info", node=NODE, library=env.agent.allocator.lib_version) == 1
+    assert one(m, "tessera_agent_calls_total", call="Allocate", result="ok") == 3
+    assert one(m, "tessera_agent_calls_total", call="Allocate", result="INVALID_ARGUMENT") == 1
+    assert one(m, "tessera_agent_call_seconds_count", call="Allocate") == 4
+    assert one(m, "tessera_agent_info", node=NODE, library=env.agent.allocator.lib_version) == 1

@@ -41,6 +41,7 @@ from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
 from tessera.node.formats.allowance import decode_allowance
 from tessera.node.formats.limits import decode_limits
 from tessera.node.formats.usage import CardTotals, encode_region
+from tests.integration.agent_metrics import one, scrape
 from tests.integration.kubelet_double import KubeletDouble
 
 NODE = "node-a"
@@ -266,32 +267,20 @@ def test_the_node_refuses_a_claim_that_would_overcommit_its_card(env: Env) -> No
     assert out.claims[second["metadata"]["uid"]].error == ""
 
 
-def _scrape(agent: Agent) -> list[tuple[str, dict[str, str], float]]:
-    """The agent's /metrics over HTTP, parsed by Prometheus's own text parser."""
-    from urllib.request import urlopen
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return [(s.name, s.labels, s.value)
-            for fam in text_string_to_metric_families(text) for s in fam.samples]  # fmt: skip
-
-
 def test_the_exporter_shows_a_prepared_claim_on_its_card(env: Env) -> None:
     claim = _claim(env.kube, "watched", "gpu-1", memory="8Gi", compute="30")
     env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(claim)]))
-    samples = _scrape(env.agent)
-    [limit] = [s for s in samples if s[0] == "tessera_claim_memory_limit_bytes"]
-    assert (limit[1]["namespace"], limit[1]["claim"], limit[1]["uuid"]) == ("team", "watched", U1)
-    assert limit[2] == 8 << 30
-    allocated = {s[1]["uuid"]: s[2] for s in samples
-                 if s[0] == "tessera_card_memory_allocated_bytes"}  # fmt: skip
+    m = scrape(env.agent)
+    assert one(m, "tessera_claim_memory_limit_bytes") == 8 << 30  # the one claim series
+    assert one(m, "tessera_claim_memory_limit_bytes", namespace="team", claim="watched",
+               uuid=U1) == 8 << 30  # fmt: skip
+    allocated = {dict(ls)["uuid"]: v for (n, ls), v in m.items()
+                 if n == "tessera_card_memory_allocated_bytes"}  # fmt: skip
     assert allocated == {U0: 0, U1: 8 << 30}
     env.stub().NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[_ref(claim)]))
-    samples = _scrape(env.agent)
-    assert not [s for s in samples if s[0].startswith("tessera_claim_")]
-    assert [s[2] for s in samples if s[0] == "tessera_card_memory_allocated_bytes"] == [0, 0]
+    m = scrape(env.agent)
+    assert not [n for n, _ in m if n.startswith("tessera_claim_")]
+    assert [v for (n, _), v in m.items() if n == "tessera_card_memory_allocated_bytes"] == [0, 0]
 
 
 def _pod_using(name: str, claim: str, phase: str = "Running") -> dict[str, Any]:
