@@ -56,6 +56,9 @@ algorithm's mean (the serial part of the cycle), its filter and score plugins, a
 extender's filter call (the rest), beside the time between binds and how many CPUs the
 control plane kept busy (its CPU per pod times the rate) -- 1.00 of one CPU on the split
 layout means the run is bound by the control plane's CPU, not by the cycle's latency.
+``--nodes-to-score PCT`` sets kube-scheduler's percentageOfNodesToScore in every run
+(default 100, the chart's: every node is filtered, scored and sent to the extender; 0 is
+kube-scheduler's adaptive default).
 ``--profile DIR`` also writes 4 s CPU profiles of kube-scheduler and kube-apiserver per
 run.
 
@@ -467,7 +470,13 @@ def main() -> None:
         help="write 4 s CPU profiles of kube-scheduler and kube-apiserver per run to "
         "DIR/<run>-<process>.pprof",
     )  # fmt: skip
+    ap.add_argument(
+        "--nodes-to-score", type=int, default=100, metavar="PCT",
+        help="kube-scheduler's percentageOfNodesToScore in every run (0: adaptive)",
+    )  # fmt: skip
     args = ap.parse_args()
+    if not 0 <= args.nodes_to_score <= 100:
+        ap.error(f"--nodes-to-score: must be 0 (adaptive) to 100 (got {args.nodes_to_score})")
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         os.environ["TESSERA_TESTENV_PROFILING"] = "1"  # kube-apiserver's /debug/pprof
@@ -498,13 +507,14 @@ def main() -> None:
         client = {"qps": args.qps, "burst": int(args.qps * 2)} if args.qps else {}
         stock: dict[str, Any] = {
             "profiles": [{"schedulerName": "stock"}],
-            "percentageOfNodesToScore": 100,
+            "percentageOfNodesToScore": args.nodes_to_score,
             "clientConnection": dict(client),
         }
         extended = kube_scheduler_config()  # deploy/'s, as a cluster gets it
         extended.pop("leaderElection", None)
         extended["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
         extended["clientConnection"] = dict(client)
+        extended["percentageOfNodesToScore"] = args.nodes_to_score
         verbs: dict[str, tuple[int, float]] = {}
         for r in range(args.rounds):
             order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
@@ -639,8 +649,8 @@ def report(
     qps = f"qps {args.qps:g}" if args.qps else "default qps"
     shape = {"whole": "whole-card", "sharing": "sharing", "both": "whole-card and sharing"}
     table = Table(title=f"kube-scheduler throughput, {args.pods} {shape[args.shape]} pods on "
-                  f"{args.nodes} "
-                  f"kwok nodes, {qps}, {args.rounds} rounds, {args.layout} CPUs "
+                  f"{args.nodes} kwok nodes, percentageOfNodesToScore {args.nodes_to_score}, "
+                  f"{qps}, {args.rounds} rounds, {args.layout} CPUs "
                   f"({os.cpu_count()} CPUs, {platform.machine()})")  # fmt: skip
     table.add_column("run")
     table.add_column("pods/s, median", justify="right")

@@ -32,6 +32,15 @@ prints each allocation beside FGD's published default figure. FGD published no f
 these mixes, so the table adds an in-run anchor, ``fgd-measure``: FGD's own measure
 descended by Tessera's growth search (the published FGD also learns the mix in advance and
 breaks ties at random).
+
+    .venv/bin/python bench/simulate.py --nodes-to-score 100 0 --copies 4 --seeds 3
+
+replays each policy as kube-scheduler with that ``percentageOfNodesToScore`` would hand
+it nodes (0: kube-scheduler's adaptive default; ``tessera simulate --nodes-to-score``):
+each decision sees only a rotating window of the nodes with CPU and memory for the task.
+``--copies K`` replays on K copies of the trace's cluster (openb × 4 is ~4,850 nodes).
+Prints the allocation per percentage beside the all-nodes figure of the same run, the
+tasks that needed a second cycle, and the CPU per experiment.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -79,6 +89,7 @@ from tessera.simulate.metrics import (
 )
 from tessera.simulate.replay import node_order, replay, replay_stream
 from tessera.simulate.report import failures_table, write_json
+from tessera.simulate.sampling import nodes_to_find
 from tessera.simulate.trace import TraceTask, read_tasks_csv
 from tessera.simulate.variants import demand_share, make_variant, parse_variant
 
@@ -251,6 +262,65 @@ def variants(
     return 0
 
 
+def cluster_copies(nodes: list[NodeInventory], copies: int) -> list[NodeInventory]:
+    """``copies`` of the cluster, each node and card renamed ``-cK`` (the first kept)."""
+    out = list(nodes)
+    for k in range(1, copies):
+        for n in nodes:
+            cards = tuple(replace(c, uuid=f"{c.uuid}-c{k}") for c in n.cards)
+            out.append(replace(n, name=f"{n.name}-c{k}", cards=cards))
+    return out
+
+
+def sampling(
+    nodes: list[NodeInventory],
+    tasks: list[TraceTask],
+    policies: list[str],
+    seeds: list[int],
+    args: argparse.Namespace,
+) -> int:
+    """Each policy under each percentageOfNodesToScore, beside its all-nodes figure."""
+    percentages = [100, *(p for p in args.nodes_to_score if p != 100)]
+    table = Table(
+        title=f"kube-scheduler's percentageOfNodesToScore, {len(nodes)} nodes "
+        f"(openb × {args.copies}), arrivals to 130%, seeds {seeds[0]}..{seeds[-1]}: "
+        "allocation (mean ± std), ÷ all nodes, tasks on a second cycle, CPU s per experiment"
+    )
+    table.add_column("nodes to score")
+    for p in policies:
+        table.add_column(p, justify="right")
+    console = Console(width=max(Console().width, 150))
+    records, base = [], {}
+    for pct in percentages:
+        results = run_experiments(nodes, tasks, policies, seeds, 1.3, args.jobs, pct)
+        label = f"{pct} % ({nodes_to_find(pct, len(nodes))} nodes)"
+        if pct == 0:
+            label = f"adaptive ({nodes_to_find(0, len(nodes))} nodes)"
+        cells = []
+        for s in summarize(results):
+            own = [r for r in results if r.policy == s.policy]
+            base.setdefault(s.policy, s.allocation.mean)
+            retried = sum(r.retried_tasks for r in own) / len(own)
+            cpu = sum(r.cpu_seconds for r in own) / len(own)
+            cells.append(
+                f"{100 * s.allocation.mean:.2f}% ± {100 * s.allocation.std:.2f} "
+                f"({s.allocation.mean / base[s.policy]:.4f}); {retried:.0f}; {cpu:.1f} s"
+            )
+            records.append({"nodes_to_score": pct, "policy": s.policy,
+                            "per_seed": [r.gpu_allocation_ratio for r in own],
+                            "retried_tasks": [r.retried_tasks for r in own],
+                            "cpu_seconds": [r.cpu_seconds for r in own]})  # fmt: skip
+        table.add_row(label, *cells)
+        console.print(f"{label}: {'  '.join(cells)}")  # progress
+    console.print(table)
+    console.print(describe())
+    path = args.json.with_name(args.json.stem + "-sampling.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"seeds": seeds, "nodes": len(nodes), "copies": args.copies}
+    path.write_text(json.dumps({**meta, "results": records}, indent=1) + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -272,6 +342,14 @@ def main() -> int:
         metavar="KIND:SHARE",
         help=f"the workload variants instead (default: {' '.join(VARIANTS)})",
     )
+    ap.add_argument(
+        "--nodes-to-score",
+        nargs="+",
+        type=int,
+        metavar="PCT",
+        help="kube-scheduler's percentageOfNodesToScore to compare with 100 (0: adaptive)",
+    )
+    ap.add_argument("--copies", type=int, default=1, help="copies of the trace's cluster")
     args = ap.parse_args()
     if args.arrival is None:
         args.arrival = DEFAULT_ARRIVAL if args.departures else 1.3
@@ -282,6 +360,10 @@ def main() -> int:
         print(f"bench/simulate.py: no trace at {args.data} (give --data)", file=sys.stderr)
         return 2
     nodes, tasks = read_nodes_csv(nodes_csv), read_tasks_csv(tasks_csv)
+    if args.copies < 1:
+        print(f"bench/simulate.py: --copies must be >= 1 (got {args.copies})", file=sys.stderr)
+        return 2
+    nodes = cluster_copies(nodes, args.copies)
     policies = args.policy or list(DEFAULT_POLICIES)
     seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
     if args.diagnose:
@@ -294,6 +376,8 @@ def main() -> int:
         return departures(nodes, tasks, tasks_csv, policies, seeds, args)
     if args.variants is not None:
         return variants(nodes, tasks, policies, seeds, args)
+    if args.nodes_to_score:
+        return sampling(nodes, tasks, policies, seeds, args)
 
     started = time.perf_counter()
     results = run_experiments(nodes, tasks, policies, seeds, args.arrival, args.jobs)

@@ -60,6 +60,12 @@ def test_runs_writes_json_and_plot(files: tuple[Path, Path], tmp_path: Path) -> 
         (["--arrival", "-1.5"], "--arrival: must be > 0 (got -1.5)"),
         (["--seeds", "0"], "--seeds: must be >= 1 (got 0)"),
         (["--jobs", "0"], "--jobs: must be >= 1 (got 0)"),
+        (["--nodes-to-score", "101"], "--nodes-to-score: must be 0 (adaptive) to 100 (got 101)"),
+        (["--nodes-to-score", "-1"], "--nodes-to-score: must be 0 (adaptive) to 100 (got -1)"),
+        (
+            ["--departures", "--nodes-to-score", "0"],
+            "--nodes-to-score: applies only to the published protocol, not with --departures",
+        ),
         (["--cluster", "missing.csv"], "--cluster: file not found: missing.csv"),
         (["--workload", "missing.csv"], "--workload: file not found: missing.csv"),
     ],

@@ -84,10 +84,13 @@ def _published(
     policy: str,
     seed: int,
     progress: Progress | None = None,
+    nodes_to_score: int = 100,
 ) -> ReplayResult:
     from tessera.simulate.replay import replay
 
-    return replay(nodes, tasks, policy, seed, arrival, progress=progress)
+    return replay(
+        nodes, tasks, policy, seed, arrival, progress=progress, nodes_to_score=nodes_to_score
+    )
 
 
 def with_departures(
@@ -150,9 +153,12 @@ def run_experiments(
     seeds: list[int],
     arrival: float,
     jobs: int,
+    nodes_to_score: int = 100,
 ) -> list[ReplayResult]:
-    """The published protocol for every (policy, seed)."""
-    return run_all(partial(_published, nodes, tasks, arrival), policies, seeds, jobs)
+    """The published protocol for every (policy, seed); ``nodes_to_score`` as
+    kube-scheduler's percentageOfNodesToScore (tessera.simulate.sampling)."""
+    experiment = partial(_published, nodes, tasks, arrival, nodes_to_score=nodes_to_score)
+    return run_all(experiment, policies, seeds, jobs)
 
 
 def simulate(
@@ -197,6 +203,14 @@ def simulate(
             "(lifetimes unchanged). Default: 3000."
         ),
     ] = None,
+    nodes_to_score: Annotated[
+        int,
+        typer.Option(
+            help="kube-scheduler's percentageOfNodesToScore: each decision sees only the "
+            "nodes kube-scheduler would hand the extender (0: its adaptive default; "
+            "100: every node, the chart's setting). Published protocol only."
+        ),
+    ] = 100,
     jobs: Annotated[int, typer.Option(help="Experiments run in parallel processes.")] = 1,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write every result to this JSON file.")
@@ -210,7 +224,9 @@ def simulate(
     one by one, drop what does not fit, nothing departs; or, with --departures, at the
     trace's own times, with waiting)."""
     try:
-        options = _Options(seeds, arrival, departures, speedup, jobs, json_path, plot, variant)
+        options = _Options(
+            seeds, arrival, departures, speedup, jobs, json_path, plot, variant, nodes_to_score
+        )
         _simulate(cluster, workload, policy, options)
     except UsageError as err:
         typer.echo(f"tessera simulate: error: {err}", err=True)
@@ -227,6 +243,7 @@ class _Options:
     json_path: Path | None
     plot: Path | None
     variant: str | None = None
+    nodes_to_score: int = 100
 
 
 def _simulate(
@@ -256,6 +273,14 @@ def _simulate(
         raise UsageError(f"--seeds: must be >= 1 (got {opt.seeds})")
     if opt.jobs < 1:
         raise UsageError(f"--jobs: must be >= 1 (got {opt.jobs})")
+    if not 0 <= opt.nodes_to_score <= 100:
+        raise UsageError(
+            f"--nodes-to-score: must be 0 (adaptive) to 100 (got {opt.nodes_to_score})"
+        )
+    if opt.nodes_to_score != 100 and opt.departures:
+        raise UsageError(
+            "--nodes-to-score: applies only to the published protocol, not with --departures"
+        )
     if opt.departures and workload is None:
         raise UsageError(
             "--departures: needs --workload, a task list with creation_time and "
@@ -303,7 +328,9 @@ def _published_protocol(
         write_json,
     )
 
-    results = run_experiments(nodes, tasks, policies, seed_list, arrival, opt.jobs)
+    results = run_experiments(
+        nodes, tasks, policies, seed_list, arrival, opt.jobs, opt.nodes_to_score
+    )
     console = Console()
     summaries = summarize(results)
     console.print(summary_table(summaries, arrival))
@@ -312,7 +339,8 @@ def _published_protocol(
         _footer(nodes, tasks, sources, results[0].arrived_tasks, [r.seconds for r in results],
                 [r.cpu_seconds for r in results])
     )  # fmt: skip
-    meta = {"arrival": arrival, "seeds": seed_list, "policies": policies, **sources}
+    meta = {"arrival": arrival, "seeds": seed_list, "policies": policies,
+            "nodes_to_score": opt.nodes_to_score, **sources}  # fmt: skip
     _outputs(opt, seed_list, sources, lambda p: write_json(p, results, meta),
              lambda p, title: plot_allocation(p, results, title))  # fmt: skip
 

@@ -61,6 +61,8 @@ class ReplayResult:
     curve: tuple[float, ...]
     failed_by_reason: dict[str, int] = field(default_factory=dict)
     failed_by_class: dict[str, int] = field(default_factory=dict)
+    nodes_to_score: int = 100  # kube-scheduler's percentageOfNodesToScore (0: adaptive)
+    retried_tasks: int = 0  # placed only on a later cycle, after a window that could not hold them
     seconds: float = 0.0  # wall time of the replay
     cpu_seconds: float = 0.0  # CPU time of the replay (steadier on a shared machine)
 

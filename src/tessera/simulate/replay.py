@@ -3,7 +3,9 @@
 Tasks arrive one by one (:func:`arrival_stream`); each is placed with the same pure core
 the extender uses (``ClusterState`` + ``place``), or dropped when nothing fits; nothing
 departs. The policy learns the workload mix online, from the tasks that have arrived so
-far (the extender can know no more than that).
+far (the extender can know no more than that). With ``nodes_to_score`` below 100 each
+decision sees only the window of nodes kube-scheduler would hand the extender
+(:mod:`tessera.simulate.sampling`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ from tessera.errors import PlacementError
 from tessera.model.types import NodeInventory
 from tessera.simulate.arrivals import arrival_stream
 from tessera.simulate.metrics import ReplayResult, gpu_capacity_milli
+from tessera.simulate.sampling import ALL_NODES, NodeSearch
 from tessera.simulate.trace import TraceTask, to_pod_request
 from tessera.simulate.workload import request_class
 
 if TYPE_CHECKING:
+    from tessera.cluster.snapshot import Snapshot
+    from tessera.model.types import PodRequest
     from tessera.placement.base import Policy
     from tessera.placement.mix import WorkloadMix
+    from tessera.placement.place import Decision
 
 __all__ = ["failure_reason", "node_order", "reason_category", "replay", "replay_stream"]
 
@@ -70,9 +76,10 @@ def replay(
     arrival: float,
     progress: Progress | None = None,
     make: Callable[[str, int, WorkloadMix], Policy] | None = None,
+    nodes_to_score: int = ALL_NODES,
 ) -> ReplayResult:
-    """Run one experiment of the published protocol and measure it (``make``: as for
-    :func:`replay_stream`).
+    """Run one experiment of the published protocol and measure it (``make``,
+    ``nodes_to_score``: as for :func:`replay_stream`).
 
     Besides the task stream, the seed also shuffles the order of the nodes, as the
     published simulator does (it renames nodes with a random prefix): policies break
@@ -81,7 +88,9 @@ def replay(
     """
     stream = arrival_stream(tasks, gpu_capacity_milli(nodes), arrival, seed)
     order = node_order(nodes, seed)
-    return replay_stream(order, stream, policy, seed, arrival, progress, make=make)
+    return replay_stream(
+        order, stream, policy, seed, arrival, progress, make=make, nodes_to_score=nodes_to_score
+    )
 
 
 def node_order(nodes: Sequence[NodeInventory], seed: int) -> list[NodeInventory]:
@@ -100,12 +109,15 @@ def replay_stream(
     progress: Progress | None = None,
     state: ClusterState | None = None,
     make: Callable[[str, int, WorkloadMix], Policy] | None = None,
+    nodes_to_score: int = ALL_NODES,
 ) -> ReplayResult:
     """Place ``stream`` in order on an empty cluster of ``nodes``; ``seed`` drives the
     policy's own randomness, ``arrival`` is only recorded. Pass ``state`` (holding
-    ``nodes``) to place onto it and inspect it afterwards, and ``make`` (name, seed, mix)
-    to replay a policy that is not one of Tessera's (an experiment's variant)."""
-    from tessera.placement import WorkloadMix, fragmentation_rate, make_policy, place
+    ``nodes``) to place onto it and inspect it afterwards, ``make`` (name, seed, mix)
+    to replay a policy that is not one of Tessera's (an experiment's variant), and
+    ``nodes_to_score`` (kube-scheduler's percentageOfNodesToScore, 0 adaptive) to let
+    each decision see only the nodes kube-scheduler would hand the extender."""
+    from tessera.placement import WorkloadMix, fragmentation_rate, make_policy
 
     started, started_cpu = time.perf_counter(), time.process_time()
     capacity = gpu_capacity_milli(nodes)
@@ -114,7 +126,8 @@ def replay_stream(
     mix = WorkloadMix()
     chooser = make(policy, seed, mix) if make else make_policy(policy, seed=seed, mix=mix)
 
-    arrived = allocated = placed = 0
+    search = None if nodes_to_score == ALL_NODES else NodeSearch(nodes_to_score)
+    arrived = allocated = placed = retried = 0
     curve = [0.0]
     failed_by_reason: Counter[str] = Counter()
     failed_by_class: Counter[str] = Counter()
@@ -123,7 +136,7 @@ def replay_stream(
         mix.observe(pod)
         arrived += task.gpu_milli_total
         try:
-            decision = place(state.snapshot(), pod, chooser)
+            decision, cycles = place_in_cycles(state.snapshot(), pod, chooser, search)
         except PlacementError as err:
             failed_by_reason[failure_reason(err)] += 1
             failed_by_class[request_class(task.num_gpu, task.gpu_milli)] += 1
@@ -131,6 +144,7 @@ def replay_stream(
             state.assign(pod, decision.assignment)
             allocated += task.gpu_milli_total
             placed += 1
+            retried += cycles > 1
         while len(curve) * capacity <= 100 * arrived:  # crossed the next whole percent
             curve.append(allocated / capacity)
         if progress is not None:
@@ -150,6 +164,33 @@ def replay_stream(
         curve=tuple(curve),
         failed_by_reason=dict(failed_by_reason.most_common()),
         failed_by_class=dict(failed_by_class.most_common()),
+        nodes_to_score=nodes_to_score,
+        retried_tasks=retried,
         seconds=time.perf_counter() - started,
         cpu_seconds=time.process_time() - started_cpu,
     )
+
+
+def place_in_cycles(
+    snap: Snapshot, pod: PodRequest, chooser: Policy, search: NodeSearch | None
+) -> tuple[Decision, int]:
+    """The decision for ``pod`` and the scheduling cycles it took: one over every node
+    without ``search``; with it, one per window until a window holds the pod.
+
+    Raises PlacementError, naming every node, once the windows have walked them all.
+    """
+    from tessera.placement import place
+
+    if search is None:
+        return place(snap, pod, chooser), 1
+    walked = cycles = 0
+    while walked < len(snap):
+        names, step = search.window(snap, pod)
+        walked, cycles = walked + step, cycles + 1
+        if names:
+            try:
+                return place(snap, pod, chooser, names), cycles
+            except PlacementError:
+                pass
+    # No window held it, so no node can: the whole cluster's error gives every reason.
+    return place(snap, pod, chooser), cycles

@@ -115,6 +115,8 @@ def results_json(results: Sequence[ReplayResult], meta: Mapping[str, Any]) -> di
             "failed_tasks": r.failed_tasks,
             "failed_by_reason": dict(r.failed_by_reason),
             "failed_by_class": dict(r.failed_by_class),
+            "nodes_to_score": r.nodes_to_score,
+            "retried_tasks": r.retried_tasks,
             "capacity_milli": r.capacity_milli,
             "allocated_milli": r.allocated_milli,
             "arrived_milli": r.arrived_milli,
