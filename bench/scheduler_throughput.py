@@ -56,9 +56,11 @@ algorithm's mean (the serial part of the cycle), its filter and score plugins, a
 extender's filter call (the rest), beside the time between binds and how many CPUs the
 control plane kept busy (its CPU per pod times the rate) -- 1.00 of one CPU on the split
 layout means the run is bound by the control plane's CPU, not by the cycle's latency.
-``--nodes-to-score PCT`` sets kube-scheduler's percentageOfNodesToScore in every run
-(default 100, the chart's: every node is filtered, scored and sent to the extender; 0 is
-kube-scheduler's adaptive default).
+``--nodes-to-score PCT...`` sets kube-scheduler's percentageOfNodesToScore (default 100,
+the chart's: every node is filtered, scored and sent to the extender; 0 is
+kube-scheduler's adaptive default). With several, every kind runs under each in every
+round, the runs under the second and later named ``KIND@PCT``; ratios are to stock under
+the first and to stock under the same setting.
 ``--profile DIR`` also writes 4 s CPU profiles of kube-scheduler and kube-apiserver per
 run.
 
@@ -471,12 +473,14 @@ def main() -> None:
         "DIR/<run>-<process>.pprof",
     )  # fmt: skip
     ap.add_argument(
-        "--nodes-to-score", type=int, default=100, metavar="PCT",
-        help="kube-scheduler's percentageOfNodesToScore in every run (0: adaptive)",
+        "--nodes-to-score", type=int, nargs="+", default=[100], metavar="PCT",
+        help="kube-scheduler's percentageOfNodesToScore (0: adaptive); several: each kind "
+        "runs under each, in every round",
     )  # fmt: skip
     args = ap.parse_args()
-    if not 0 <= args.nodes_to_score <= 100:
-        ap.error(f"--nodes-to-score: must be 0 (adaptive) to 100 (got {args.nodes_to_score})")
+    for pct in args.nodes_to_score:
+        if not 0 <= pct <= 100:
+            ap.error(f"--nodes-to-score: must be 0 (adaptive) to 100 (got {pct})")
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         os.environ["TESSERA_TESTENV_PROFILING"] = "1"  # kube-apiserver's /debug/pprof
@@ -489,6 +493,8 @@ def main() -> None:
              "both": ["stock", *extenders, *sharing]}[args.shape]  # fmt: skip
     if args.claims:
         kinds.append("claims")
+    first = args.nodes_to_score[0]
+    kinds = [k if pct == first else f"{k}@{pct}" for pct in args.nodes_to_score for k in kinds]
     extender_cpus = split_cpus() if args.layout == "split" else None
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
     kwok_pods = args.kwok_pods == "run"
@@ -507,30 +513,32 @@ def main() -> None:
         client = {"qps": args.qps, "burst": int(args.qps * 2)} if args.qps else {}
         stock: dict[str, Any] = {
             "profiles": [{"schedulerName": "stock"}],
-            "percentageOfNodesToScore": args.nodes_to_score,
             "clientConnection": dict(client),
         }
         extended = kube_scheduler_config()  # deploy/'s, as a cluster gets it
         extended.pop("leaderElection", None)
         extended["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
         extended["clientConnection"] = dict(client)
-        extended["percentageOfNodesToScore"] = args.nodes_to_score
         verbs: dict[str, tuple[int, float]] = {}
         for r in range(args.rounds):
             order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
-            for kind in order:
+            for name in order:
+                kind, pct = split_run(name, first)
+                run_id = f"{name.replace('@', '-at')}-{r}"  # names pods: no "@"
                 limits = SHARING if kind.endswith("-sharing") else WHOLE
                 if kind in ("stock", "stock-sharing", "claims"):
-                    result = run(env, api, f"{kind}-{r}", args.pods, stock, {}, kwok_pods,
+                    config = {**stock, "percentageOfNodesToScore": pct}
+                    result = run(env, api, run_id, args.pods, config, {}, kwok_pods,
                                  limits, claims=kind == "claims",
                                  profile=args.profile)  # fmt: skip
                 else:
                     # Its own process per run, started before the run's window and
                     # stopped after: it watches every pod, so it must not tax other runs.
-                    log_path = work / f"{kind}-{r}.log"
+                    log_path = work / f"{run_id}.log"
                     null = kind.startswith("null")
                     ext = start_extender(env, port, log_path, extender_cpus, null=null)
-                    result = run(env, api, f"{kind}-{r}", args.pods, extended,
+                    config = {**extended, "percentageOfNodesToScore": pct}
+                    result = run(env, api, run_id, args.pods, config,
                                  {"extender": ext.pid}, kwok_pods, limits,
                                  profile=args.profile)  # fmt: skip
                     if kind.startswith("tessera"):
@@ -538,11 +546,11 @@ def main() -> None:
                     ext.terminate()
                     ext.wait(15)
                     ext = None
-                results[kind].append(result)
+                results[name].append(result)
                 running = (
                     "" if result.running_rate is None else f", {result.running_rate:.1f} running"
                 )
-                print(f"round {r + 1}/{args.rounds}: {kind} {result.rate:.1f} pods/s "
+                print(f"round {r + 1}/{args.rounds}: {name} {result.rate:.1f} pods/s "
                       f"bound{running}", flush=True)  # fmt: skip
     finally:
         if ext is not None:
@@ -550,6 +558,17 @@ def main() -> None:
             ext.wait(15)
         env.stop()
     report(args, results, verbs)
+
+
+def split_run(name: str, first: int) -> tuple[str, int]:
+    """``KIND@PCT`` (or ``KIND``, under the first percentage) -> (KIND, PCT)."""
+    kind, _, pct = name.partition("@")
+    return kind, int(pct) if pct else first
+
+
+def label(name: str) -> str:
+    kind, _, pct = name.partition("@")
+    return LABELS[kind] + (f", percentageOfNodesToScore {pct}" if pct else "")
 
 
 def testenv_without_pods_running(work: Path) -> Path:
@@ -649,7 +668,8 @@ def report(
     qps = f"qps {args.qps:g}" if args.qps else "default qps"
     shape = {"whole": "whole-card", "sharing": "sharing", "both": "whole-card and sharing"}
     table = Table(title=f"kube-scheduler throughput, {args.pods} {shape[args.shape]} pods on "
-                  f"{args.nodes} kwok nodes, percentageOfNodesToScore {args.nodes_to_score}, "
+                  f"{args.nodes} kwok nodes, percentageOfNodesToScore "
+                  f"{' / '.join(map(str, args.nodes_to_score))}, "
                   f"{qps}, {args.rounds} rounds, {args.layout} CPUs "
                   f"({os.cpu_count()} CPUs, {platform.machine()})")  # fmt: skip
     table.add_column("run")
@@ -662,10 +682,15 @@ def report(
         rates = {k: [getattr(r, measure) for r in runs] for k, runs in results.items()}
         for kind, values in rates.items():
             row = ", ".join(f"{x:.0f}" for x in values)
-            table.add_row(f"{LABELS[kind]}: {what}", f"{statistics.median(values):.1f}", row)
+            table.add_row(f"{label(kind)}: {what}", f"{statistics.median(values):.1f}", row)
         ratios = [(k, "stock") for k in rates if k != "stock"]
-        ratios += [(k, "stock-sharing") for k in rates
-                   if k.endswith("-sharing") and k != "stock-sharing"]  # fmt: skip
+        for k in rates:
+            base, at, pct = k.partition("@")
+            if base.endswith("-sharing") and base != "stock-sharing":
+                ratios.append((k, f"stock-sharing{at}{pct}"))
+            if at and base != "stock":
+                ratios.append((k, f"stock@{pct}"))
+        ratios = [(k, anchor) for k, anchor in ratios if anchor in rates]
         for kind, anchor in ratios:
             pairs = zip(rates[anchor], rates[kind], strict=True)
             per_round = ", ".join(f"{t / s:.0%}" for s, t in pairs)
