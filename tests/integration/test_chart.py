@@ -55,6 +55,10 @@ def test_deploy_is_the_charts_output() -> None:
         ({"nodeAgent.slotsPerCard": "0"}, "/nodeAgent/slotsPerCard"),
         ({"nodeAgent.stateDir": "var/lib/tessera"}, "/nodeAgent/stateDir"),
         ({"webhook.certificate": "self"}, "/webhook/certificate"),
+        (
+            {"kubeScheduler.percentageOfNodesToScore": "101"},
+            "/kubeScheduler/percentageOfNodesToScore': maximum: got 101, want 100",
+        ),
         ({"scheduler.polcy": "binpack"}, "polcy"),  # a typo is not silently ignored
     ],
 )
@@ -119,6 +123,10 @@ def test_each_mode_renders_what_it_names() -> None:
     assert not [k for k in kinds(mon) if "node-agent" in k[1] and k[0] != "PodMonitor"]
     compat = docs({"scheduler.compat": "{hami,gpu-manager}", "scheduler.policy": "spread/binpack"})
     cfg = yaml.safe_load(one(compat, "ConfigMap", "tessera-kube-scheduler")["data"]["config.yaml"])
+    assert cfg["percentageOfNodesToScore"] == 100  # the default: the extender sees every node
+    sampled = docs({"kubeScheduler.percentageOfNodesToScore": "0"})
+    sampled_cfg = one(sampled, "ConfigMap", "tessera-kube-scheduler")["data"]["config.yaml"]
+    assert yaml.safe_load(sampled_cfg)["percentageOfNodesToScore"] == 0  # adaptive
     managed = [m["name"] for m in cfg["extenders"][0]["managedResources"]]
     assert managed[:4] == ["tessera.io/gpu", "tessera.io/gpu-memory",
                            "tessera.io/gpu-memory-percent", "tessera.io/gpu-cores"]  # fmt: skip
