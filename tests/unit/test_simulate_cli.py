@@ -198,3 +198,20 @@ def test_departures_in_worker_processes_give_the_same_results(
         timing = ("seconds", "cpu_seconds")
         docs.append([{k: v for k, v in r.items() if k not in timing} for r in records])
     assert docs[0] == docs[1]
+
+
+def test_nodes_to_score_replays_kube_schedulers_window_and_says_so(tmp_path: Path) -> None:
+    nodes, tasks, out_json = tmp_path / "nodes.csv", tmp_path / "pods.csv", tmp_path / "o.json"
+    rows = "".join(f"n{i},8000,32768,1,T4\n" for i in range(300))
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + rows)
+    tasks.write_text(TASKS)
+    code, out, err = run(
+        "--cluster", str(nodes), "--workload", str(tasks), "--policy", "binpack",
+        "--nodes-to-score", "10", "--json", str(out_json),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "kube-scheduler's window: 100 of 300 nodes (percentageOfNodesToScore 10 %)" in out
+    doc = json.loads(out_json.read_text())
+    assert doc["nodes_to_score"] == 10
+    [result] = doc["results"]
+    assert result["nodes_to_score"] == 10 and isinstance(result["retried_tasks"], int)

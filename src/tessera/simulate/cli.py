@@ -339,6 +339,8 @@ def _published_protocol(
         _footer(nodes, tasks, sources, results[0].arrived_tasks, [r.seconds for r in results],
                 [r.cpu_seconds for r in results])
     )  # fmt: skip
+    if opt.nodes_to_score != 100:
+        console.print(_window_line(len(nodes), opt.nodes_to_score, results))
     meta = {"arrival": arrival, "seeds": seed_list, "policies": policies,
             "nodes_to_score": opt.nodes_to_score, **sources}  # fmt: skip
     _outputs(opt, seed_list, sources, lambda p: write_json(p, results, meta),
@@ -389,6 +391,23 @@ def _departures(
     }
     _outputs(opt, seed_list, sources, lambda p: write_departures_json(p, results, meta),
              lambda p, title: plot_departures(p, results, f"{title}, with departures"))  # fmt: skip
+
+
+def _window_line(nodes: int, percentage: int, results: list[ReplayResult]) -> str:
+    """What kube-scheduler's window was, and the tasks each policy placed only on a later
+    window (mean per experiment)."""
+    from tessera.simulate.sampling import nodes_to_find
+
+    setting = "adaptive" if percentage == 0 else f"{percentage} %"
+    retried: dict[str, list[int]] = {}
+    for r in results:
+        retried.setdefault(r.policy, []).append(r.retried_tasks)
+    per_policy = ", ".join(f"{p} {sum(v) / len(v):.0f}" for p, v in retried.items())
+    return (
+        f"kube-scheduler's window: {nodes_to_find(percentage, nodes)} of {nodes} nodes "
+        f"(percentageOfNodesToScore {setting}); tasks placed only on a later window: "
+        f"{per_policy}"
+    )
 
 
 def _footer(
