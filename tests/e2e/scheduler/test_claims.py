@@ -54,6 +54,7 @@ from tests.e2e.scheduler.harness import REPO, Harness, PodView, unschedulable
 from tests.e2e.wait import wait_for
 
 NAMESPACES = Kind("v1", "Namespace", "namespaces", namespaced=False)
+RESOURCE_QUOTAS = Kind("v1", "ResourceQuota", "resourcequotas", namespaced=True)
 NS = "claims"
 NODE_COUNT = 50
 MODELS = ("A100", "H100", "T4", "A10")
@@ -404,6 +405,40 @@ def test_a_malformed_class_selector_is_refused_by_the_api_server(world: World) -
     with pytest.raises(ApiError) as err:
         world.h.admin.create(DEVICE_CLASSES, bad)
     assert "spec.selectors[0].cel.expression" in err.value.message
+
+
+def test_the_example_resourcequota_keeps_a_namespace_off_the_claims_path(world: World) -> None:
+    # A GpuQuota counts extender-path pods only; examples/claims/quota-no-claims.yaml is
+    # what docs/api.md gives a capped namespace so that claims cannot go around it.
+    h, ns = world.h, "claims-closed"
+    _apply(h, NAMESPACES, {"metadata": {"name": ns}})
+    quota = yaml.safe_load((EXAMPLES / "quota-no-claims.yaml").read_text())
+    _apply(h, RESOURCE_QUOTAS, quota, ns)
+    name = quota["metadata"]["name"]
+    # Until the quota controller has counted the namespace, admission refuses anything.
+    wait_for("the quota controller to count the namespace",
+             lambda: h.admin.get(RESOURCE_QUOTAS, name, ns).get("status", {}).get("hard"),
+             60)  # fmt: skip
+    classes = [d["metadata"]["name"] for d in deployed("device-classes.yaml")]
+    assert sorted(quota["spec"]["hard"]) == sorted(
+        f"{c}.deviceclass.resource.k8s.io/devices" for c in classes
+    )  # every class the chart installs is closed
+    for cls in classes:
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"slice-{cls.split('.')[0]}"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": cls, "capacity": {"requests": {"memory": "1Gi"}}}}]}},
+        }  # fmt: skip
+        with pytest.raises(ApiError) as err:
+            h.admin.create(RESOURCE_CLAIMS, claim, ns)
+        assert err.value.status == 403, err.value
+        assert "exceeded quota: tessera-no-claims" in err.value.message, err.value.message
+        assert f"{cls}.deviceclass.resource.k8s.io/devices" in err.value.message
+        # The same claim where no such quota applies is admitted.
+        made = h.admin.create(RESOURCE_CLAIMS, claim, NS)
+        h.admin.delete(RESOURCE_CLAIMS, made["metadata"]["name"], NS)
 
 
 def test_a_hand_edited_slice_is_written_back_by_its_agent(world: World) -> None:
