@@ -45,6 +45,7 @@ from tessera.scheduler.bind import (
     release_pending,
     write_failed,
 )
+from tessera.scheduler.claims_view import ClaimsView
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.filter import filter_pod
 from tessera.scheduler.heap import freeze_long_lived
@@ -158,6 +159,8 @@ class SchedulerApp:
             on_nudge=self.metrics.quota_nudges.inc,
         )
         self.state.quotas_handler.on_raise = self.quota_writer.raised
+        # The page draws the claims path too; nothing else here reads it.
+        self.claims_view = ClaimsView(api, config.watch_timeout_s) if config.web else None
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}
 
@@ -169,6 +172,8 @@ class SchedulerApp:
         self.pod_reflector.start()
         self.quota_reflector.start()
         self.quota_writer.start()
+        if self.claims_view is not None:
+            self.claims_view.start()
         if self.config.freeze_heap:
             threading.Thread(
                 target=self._freeze_when_synced, name="tessera-heap", daemon=True
@@ -181,6 +186,8 @@ class SchedulerApp:
         self.pod_reflector.stop()
         self.quota_reflector.stop()
         self.quota_writer.stop()
+        if self.claims_view is not None:
+            self.claims_view.stop()
         if self.leader is not None:
             self.leader.stop(release=True)
         self.events.stop()
@@ -258,7 +265,8 @@ class SchedulerApp:
             if self.config.web and route == "/gpus":
                 return Response(200, web.page(), "text/html; charset=utf-8")
             if self.config.web and route == "/gpus.json":
-                return Response(200, web.map_body(self.state), "application/json")
+                body = web.map_body(self.state, self.claims_view)
+                return Response(200, body, "application/json")
             return Response(404, b"not found", "text/plain")
         if method != "POST":
             return Response(405, b"method not allowed", "text/plain")

@@ -3,7 +3,7 @@
 Pure: Node and Pod objects in, a ``GpuMap`` out, decoded with the same functions the
 extender uses (the inventory and assignment annotations, ``parse_pod``). Both views --
 ``kubectl tessera`` and the scheduler's web page -- draw from it. With ResourceSlices and
-ResourceClaims too (``kubectl tessera``), the cards on the claims path are drawn beside
+ResourceClaims too, the cards on the claims path are drawn beside
 the extender's, each allocated claim a holder of its slice, decoded with the functions
 the node agent uses (``slice_cards``, ``claim_grant``). Whatever does not decode is kept
 as a problem beside the rest, never dropped silently: a node whose inventory is refused,
@@ -146,20 +146,29 @@ def assemble(
     node_problems: Mapping[str, str] | None = None,
     pending: Iterable[Pending] = (),
     pod_problems: Iterable[tuple[str, str]] = (),
-    claim_holders: Mapping[str, Iterable[Holder]] | None = None,
-    claim_problems: Iterable[tuple[str, str]] = (),
+    slices: Iterable[Obj] = (),
+    claims: Iterable[Obj] = (),
 ) -> GpuMap:
     """The map from decoded parts: each node's cards, and per pod key the assignment it
-    holds with its phase (and, per card UUID, the claims that hold it). A pod whose
-    assignment names cards its node does not have is kept as a problem, not drawn."""
+    holds with its phase; with ``slices`` and ``claims``, the claims path's cards beside
+    the node's and each allocated claim a holder of its slice. A pod whose assignment
+    names cards its node does not have is kept as a problem, not drawn."""
     node_problems = node_problems or {}
     card_node: dict[str, str] = {}
+    claim_cards, claim_holders, claim_problems = claims_path(slices, claims)
     invs = {inv.name: inv for inv in inventories}
+    for node, found in claim_cards.items():
+        inv = invs.get(node)
+        invs[node] = (
+            dataclasses.replace(inv, cards=inv.cards + found)
+            if inv is not None
+            else NodeInventory(node, found, 0, 0)
+        )
     for inv in invs.values():
         for c in inv.cards:
             card_node[c.uuid] = inv.name
     problems = list(pod_problems)
-    holders: dict[str, list[Holder]] = {u: list(hs) for u, hs in (claim_holders or {}).items()}
+    holders: dict[str, list[Holder]] = {u: list(hs) for u, hs in claim_holders.items()}
     kept: dict[str, Assignment] = {}
     for key, (a, phase) in held.items():
         foreign = sorted(
@@ -317,23 +326,14 @@ def build_map(
             problems.append((key, f"assignment names node {a.node}, the pod is bound to {node}"))
             continue
         held[key] = (a, phase)
-    claim_cards, claim_holders, claim_problems = claims_path(slices, claims)
-    by_name = {inv.name: inv for inv in inventories}
-    for node, cards in claim_cards.items():
-        inv = by_name.get(node)
-        by_name[node] = (
-            dataclasses.replace(inv, cards=inv.cards + cards)
-            if inv is not None
-            else NodeInventory(node, cards, 0, 0)
-        )
     return assemble(
-        by_name.values(),
+        inventories,
         held,
         node_problems=node_problems,
         pending=pending,
         pod_problems=problems,
-        claim_holders=claim_holders,
-        claim_problems=claim_problems,
+        slices=slices,
+        claims=claims,
     )
 
 

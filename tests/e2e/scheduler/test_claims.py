@@ -49,6 +49,7 @@ from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryPods
 from tessera.node.kube_source import KubeNode
 from tessera.testenv.chart import deployed
+from tests.e2e.scheduler.browser import browser
 from tests.e2e.scheduler.checks import assignment_of, book_all
 from tests.e2e.scheduler.harness import REPO, Harness, PodView, unschedulable
 from tests.e2e.wait import wait_for
@@ -279,8 +280,8 @@ def _fits_now(name: str, slices: list[Obj], claims: list[Obj]) -> list[str]:
     return sorted(node for node, n in room.items() if n >= count)
 
 
-def test_kubectl_tessera_top_shows_a_claim_on_its_card_beside_the_extender_cards(
-    world: World,
+def test_kubectl_tessera_top_and_the_page_show_a_claim_beside_the_extender_cards(
+    world: World, tmp_path: Path
 ) -> None:
     # Before the big workload (which fills the claims path), in a namespace of its own.
     import json
@@ -326,6 +327,30 @@ def test_kubectl_tessera_top_shows_a_claim_on_its_card_beside_the_extender_cards
     )  # fmt: skip
     assert (holder["memoryMiB"], holder["coresPercent"], card["allocatedMiB"]) == (8192, 30, 8192)
     assert top["claimProblems"] == {}
+    # The scheduler's GPU map page (--web, the chart's tessera-scheduler role) draws the
+    # same card from its own watches.
+    ext = h.extender
+    assert ext is not None
+
+    def page_card() -> dict[str, Any] | None:
+        page = json.loads(ext.get("/gpus.json")[1])
+        held = [c for n in page["nodes"] if n["name"] == result["pool"] for c in n["cards"]
+                if c["holders"] and f"gpu-{c['index']}" == result["device"]]  # fmt: skip
+        return held[0] if held else None
+
+    on_page = wait_for("the claim on the GPU map page", page_card, 30, 0.5)
+    [page_holder] = on_page["holders"]
+    assert page_holder == {k: holder[k] for k in page_holder}  # top adds live use
+    assert on_page["allocatedMiB"] == 8192
+    # And as a person sees it: the pod's detail names the claim where a container would be.
+    url = f"http://127.0.0.1:{ext.port}/gpus#pod={ns}/viewed"
+    page = browser(url, tmp_path)
+    [(_, body, _)] = [e for e in page.found if e[0] == "body"]
+    assert body.get("data-ready") == "1", "the page's script did not finish"
+    [slice_] = [a for _, a, _ in page.with_class("slice") if a["data-pod"] == f"{ns}/viewed"]
+    assert "claim viewed-gpu: 8192 MiB, 30%" in slice_["title"]
+    _, detail = page.by_id("detail")
+    assert "claim viewed-gpu" in detail and "8192 MiB" in detail
     h.admin.delete(PODS, "viewed", ns)
     wait_for("viewed gone", lambda: not h.admin.list(PODS, ns).items, 60, 0.5)
     h.admin.delete(RESOURCE_CLAIMS, "viewed-gpu", ns)

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ import yaml
 from tessera.kube import GPUQUOTAS, NODES, PODS, Kind, NotFound
 from tessera.model.annotations import ASSIGNMENT, GPU_MODEL, INVENTORY
 from tests.e2e.plugin import rows, run
+from tests.e2e.scheduler.browser import browser
 from tests.e2e.scheduler.harness import Harness, unschedulable
 from tests.e2e.scheduler.workload import _pod
 from tests.e2e.wait import wait_for
@@ -176,53 +174,6 @@ def _cleanup(harness: Harness) -> Any:
             harness.admin.delete(PODS, name, NS)
 
 
-class _Elements(HTMLParser):
-    """Every element's tag, attributes and own text, in document order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[str, dict[str, str], list[str]]] = []
-        self._open: list[int] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.found.append((tag, {k: v or "" for k, v in attrs}, []))
-        if tag not in ("input", "meta", "br", "img"):
-            self._open.append(len(self.found) - 1)
-
-    def handle_endtag(self, tag: str) -> None:
-        if self._open:
-            self._open.pop()
-
-    def handle_data(self, data: str) -> None:
-        for i in self._open:
-            self.found[i][2].append(data)
-
-    def by_id(self, ident: str) -> tuple[dict[str, str], str]:
-        [(attrs, text)] = [(a, "".join(x)) for _, a, x in self.found if a.get("id") == ident]
-        return attrs, text
-
-    def with_class(self, cls: str) -> list[tuple[str, dict[str, str], str]]:
-        return [(t, a, "".join(x)) for t, a, x in self.found
-                if cls in a.get("class", "").split()]  # fmt: skip
-
-
-def _browser(url: str, out: Path) -> _Elements:
-    """Headless Chromium: the DOM after the page's script ran, and a screenshot."""
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("no chromium (Debian package; `make test` installs it as root)")
-    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            f"--user-data-dir={out / 'profile'}", "--virtual-time-budget=10000",
-            "--window-size=1400,1000"]  # fmt: skip
-    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True,
-                         timeout=120, check=True).stdout  # fmt: skip
-    subprocess.run([*base, f"--screenshot={out / 'gpus.png'}", url], capture_output=True,
-                   timeout=120, check=True)  # fmt: skip
-    parsed = _Elements()
-    parsed.feed(dom)
-    return parsed
-
-
 def test_the_page_draws_the_map_searches_and_shows_a_pod(
     placed: dict[str, Any], harness: Harness, tmp_path: Path
 ) -> None:
@@ -240,8 +191,8 @@ def test_the_page_draws_the_map_searches_and_shows_a_pod(
         wait_for("the extender to refuse the broken inventory",
                  lambda: b"broken-page" in h.extender.get("/gpus.json")[1], 30, 0.2)  # fmt: skip
         url = f"http://127.0.0.1:{h.extender.port}/gpus#q=view/train&pod=view/train"
-        page = _browser(url, tmp_path)
-        everything = _browser(f"http://127.0.0.1:{h.extender.port}/gpus", tmp_path / "all")
+        page = browser(url, tmp_path)
+        everything = browser(f"http://127.0.0.1:{h.extender.port}/gpus", tmp_path / "all")
     finally:
         h.admin.delete(NODES, "broken-page")
     [(_, row, text)] = [e for e in everything.with_class("broken")]
