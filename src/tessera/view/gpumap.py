@@ -3,12 +3,12 @@
 Pure: Node and Pod objects in, a ``GpuMap`` out, decoded with the same functions the
 extender uses (the inventory and assignment annotations, ``parse_pod``). Both views --
 ``kubectl tessera`` and the scheduler's web page -- draw from it. With ResourceSlices and
-ResourceClaims too, the cards on the claims path are drawn beside
-the extender's, each allocated claim a holder of its slice, decoded with the functions
-the node agent uses (``slice_cards``, ``claim_grant``). Whatever does not decode is kept
-as a problem beside the rest, never dropped silently: a node whose inventory is refused,
-a pod whose assignment names another node or cards its node does not have, a slice or a
-claim that does not read.
+ResourceClaims too, the cards on the claims path are drawn beside the extender's, each
+allocated claim a holder of its slice, decoded with the functions the node agent uses
+(``slice_cards``, ``claim_grant``). Whatever does not decode is kept as a problem beside
+the rest, never dropped silently: a node whose inventory is refused, a pod whose
+assignment names another node or cards its node does not have, a slice or a claim that
+does not read.
 """
 
 from __future__ import annotations
