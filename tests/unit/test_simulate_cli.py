@@ -215,3 +215,4 @@ def test_nodes_to_score_replays_kube_schedulers_window_and_says_so(tmp_path: Pat
     assert doc["nodes_to_score"] == 10
     [result] = doc["results"]
     assert result["nodes_to_score"] == 10 and isinstance(result["retried_tasks"], int)
+    assert sum(result["retried_cycles"].values()) == result["retried_tasks"]

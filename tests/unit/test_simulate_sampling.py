@@ -10,7 +10,7 @@ from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tessera.placement import make_policy, place
 from tessera.simulate.replay import place_in_cycles, replay
-from tessera.simulate.sampling import NodeSearch, nodes_to_find
+from tessera.simulate.sampling import NodeSearch, backoff_wait_s, nodes_to_find
 from tessera.simulate.trace import TraceTask, to_pod_request
 from tessera.simulate.workload import synthetic_cluster, synthetic_tasks
 
@@ -111,4 +111,9 @@ def test_sampling_changes_nothing_below_100_nodes_and_is_recorded() -> None:
     adaptive = replay(nodes, tasks, "fragmentation", 42, 1.3, nodes_to_score=0)
     assert adaptive.allocated_milli == every.allocated_milli
     assert adaptive.placed_tasks == every.placed_tasks
-    assert (every.nodes_to_score, adaptive.nodes_to_score, adaptive.retried_tasks) == (100, 0, 0)
+    assert (every.nodes_to_score, adaptive.nodes_to_score, adaptive.retried_cycles) == (100, 0, {})
+
+
+@pytest.mark.parametrize(("cycles", "wait"), [(1, 0), (2, 1), (3, 3), (5, 15), (7, 35)])
+def test_backoff_doubles_from_1_s_to_at_most_10_s_per_retry(cycles: int, wait: float) -> None:
+    assert backoff_wait_s(cycles) == wait

@@ -396,17 +396,21 @@ def _departures(
 def _window_line(nodes: int, percentage: int, results: list[ReplayResult]) -> str:
     """What kube-scheduler's window was, and the tasks each policy placed only on a later
     window (mean per experiment)."""
-    from tessera.simulate.sampling import nodes_to_find
+    from tessera.simulate.sampling import backoff_wait_s, nodes_to_find
 
     setting = "adaptive" if percentage == 0 else f"{percentage} %"
-    retried: dict[str, list[int]] = {}
+    retried: dict[str, list[ReplayResult]] = {}
     for r in results:
-        retried.setdefault(r.policy, []).append(r.retried_tasks)
-    per_policy = ", ".join(f"{p} {sum(v) / len(v):.0f}" for p, v in retried.items())
+        retried.setdefault(r.policy, []).append(r)
+    parts = []
+    for policy, runs in retried.items():
+        mean = sum(r.retried_tasks for r in runs) / len(runs)
+        most = max((c for r in runs for c in r.retried_cycles), default=1)
+        parts.append(f"{policy} {mean:.0f} (longest backoff {backoff_wait_s(most):.0f} s)")
     return (
         f"kube-scheduler's window: {nodes_to_find(percentage, nodes)} of {nodes} nodes "
         f"(percentageOfNodesToScore {setting}); tasks placed only on a later window: "
-        f"{per_policy}"
+        f"{', '.join(parts)}"
     )
 
 

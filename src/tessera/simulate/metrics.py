@@ -62,9 +62,15 @@ class ReplayResult:
     failed_by_reason: dict[str, int] = field(default_factory=dict)
     failed_by_class: dict[str, int] = field(default_factory=dict)
     nodes_to_score: int = 100  # kube-scheduler's percentageOfNodesToScore (0: adaptive)
-    retried_tasks: int = 0  # placed only on a later cycle, after a window that could not hold them
+    # Tasks placed only on a later cycle, after windows that could not hold them: how many
+    # took each number of cycles (2, 3, ...).
+    retried_cycles: dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0  # wall time of the replay
     cpu_seconds: float = 0.0  # CPU time of the replay (steadier on a shared machine)
+
+    @property
+    def retried_tasks(self) -> int:
+        return sum(self.retried_cycles.values())
 
     @property
     def gpu_allocation_ratio(self) -> float:

@@ -127,7 +127,8 @@ def replay_stream(
     chooser = make(policy, seed, mix) if make else make_policy(policy, seed=seed, mix=mix)
 
     search = None if nodes_to_score == ALL_NODES else NodeSearch(nodes_to_score)
-    arrived = allocated = placed = retried = 0
+    arrived = allocated = placed = 0
+    retried: Counter[int] = Counter()
     curve = [0.0]
     failed_by_reason: Counter[str] = Counter()
     failed_by_class: Counter[str] = Counter()
@@ -144,7 +145,8 @@ def replay_stream(
             state.assign(pod, decision.assignment)
             allocated += task.gpu_milli_total
             placed += 1
-            retried += cycles > 1
+            if cycles > 1:
+                retried[cycles] += 1
         while len(curve) * capacity <= 100 * arrived:  # crossed the next whole percent
             curve.append(allocated / capacity)
         if progress is not None:
@@ -165,7 +167,7 @@ def replay_stream(
         failed_by_reason=dict(failed_by_reason.most_common()),
         failed_by_class=dict(failed_by_class.most_common()),
         nodes_to_score=nodes_to_score,
-        retried_tasks=retried,
+        retried_cycles=dict(sorted(retried.items())),
         seconds=time.perf_counter() - started,
         cpu_seconds=time.process_time() - started_cpu,
     )

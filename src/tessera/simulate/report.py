@@ -117,6 +117,7 @@ def results_json(results: Sequence[ReplayResult], meta: Mapping[str, Any]) -> di
             "failed_by_class": dict(r.failed_by_class),
             "nodes_to_score": r.nodes_to_score,
             "retried_tasks": r.retried_tasks,
+            "retried_cycles": {str(k): v for k, v in r.retried_cycles.items()},
             "capacity_milli": r.capacity_milli,
             "allocated_milli": r.allocated_milli,
             "arrived_milli": r.arrived_milli,

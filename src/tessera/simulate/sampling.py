@@ -21,11 +21,13 @@ import numpy as np
 from tessera.cluster.snapshot import Snapshot
 from tessera.model.types import PodRequest
 
-__all__ = ["ALL_NODES", "NodeSearch", "nodes_to_find"]
+__all__ = ["ALL_NODES", "NodeSearch", "backoff_wait_s", "nodes_to_find"]
 
 ALL_NODES = 100  # percentageOfNodesToScore that hands the extender every feasible node
 MIN_FEASIBLE_NODES = 100
 MIN_FEASIBLE_PERCENT = 5
+INITIAL_BACKOFF_S = 1.0  # kube-scheduler's podInitialBackoffSeconds
+MAX_BACKOFF_S = 10.0  # podMaxBackoffSeconds
 
 
 def nodes_to_find(percentage: int, all_nodes: int) -> int:
@@ -37,6 +39,13 @@ def nodes_to_find(percentage: int, all_nodes: int) -> int:
     if percentage == 0:  # adaptive
         percentage = max(50 - all_nodes // 125, MIN_FEASIBLE_PERCENT)
     return max(all_nodes * percentage // 100, MIN_FEASIBLE_NODES)
+
+
+def backoff_wait_s(cycles: int) -> float:
+    """The least a pod placed on cycle ``cycles`` waited in kube-scheduler's backoff: 1 s
+    after its first unschedulable cycle, doubling, at most 10 s each. (It also waits for a
+    cluster event that may make it schedulable, which on a busy cluster comes quickly.)"""
+    return float(sum(min(INITIAL_BACKOFF_S * 2.0**k, MAX_BACKOFF_S) for k in range(cycles - 1)))
 
 
 @dataclass(slots=True)
