@@ -85,6 +85,7 @@ from tessera.simulate.metrics import (
     PUBLISHED_FGD,
     ReplayResult,
     gpu_capacity_milli,
+    retry_summary,
     summarize,
 )
 from tessera.simulate.replay import node_order, replay, replay_stream
@@ -301,8 +302,7 @@ def sampling(
         for s in summarize(results):
             own = [r for r in results if r.policy == s.policy]
             base.setdefault(s.policy, s.allocation.mean)
-            retried = sum(r.retried_tasks for r in own) / len(own)
-            most = max((c for r in own for c in r.retried_cycles), default=1)
+            retried, most = retry_summary(own)
             cpu = sum(r.cpu_seconds for r in own) / len(own)
             cells.append(
                 f"{100 * s.allocation.mean:.2f}% ± {100 * s.allocation.std:.2f} "

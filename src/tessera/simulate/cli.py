@@ -396,16 +396,16 @@ def _departures(
 def _window_line(nodes: int, percentage: int, results: list[ReplayResult]) -> str:
     """What kube-scheduler's window was, and the tasks each policy placed only on a later
     window (mean per experiment)."""
+    from tessera.simulate.metrics import retry_summary
     from tessera.simulate.sampling import backoff_wait_s, nodes_to_find
 
     setting = "adaptive" if percentage == 0 else f"{percentage} %"
-    retried: dict[str, list[ReplayResult]] = {}
+    by_policy: dict[str, list[ReplayResult]] = {}
     for r in results:
-        retried.setdefault(r.policy, []).append(r)
+        by_policy.setdefault(r.policy, []).append(r)
     parts = []
-    for policy, runs in retried.items():
-        mean = sum(r.retried_tasks for r in runs) / len(runs)
-        most = max((c for r in runs for c in r.retried_cycles), default=1)
+    for policy, runs in by_policy.items():
+        mean, most = retry_summary(runs)
         parts.append(f"{policy} {mean:.0f} (longest backoff {backoff_wait_s(most):.0f} s)")
     return (
         f"kube-scheduler's window: {nodes_to_find(percentage, nodes)} of {nodes} nodes "

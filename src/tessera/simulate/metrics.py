@@ -23,6 +23,7 @@ __all__ = [
     "ReplayResult",
     "Spread",
     "gpu_capacity_milli",
+    "retry_summary",
     "summarize",
 ]
 
@@ -129,6 +130,13 @@ def _mean_counts(counts: Sequence[dict[str, int]]) -> dict[str, float]:
     for c in counts:
         total.update(c)
     return {k: v / len(counts) for k, v in total.most_common()}
+
+
+def retry_summary(runs: Sequence[ReplayResult]) -> tuple[float, int]:
+    """Over ``runs`` (one policy's seeds): the tasks an experiment placed only on a later
+    window of kube-scheduler's, on average, and the most cycles any one took (1: none)."""
+    mean = sum(r.retried_tasks for r in runs) / len(runs) if runs else 0.0
+    return mean, max((c for r in runs for c in r.retried_cycles), default=1)
 
 
 def summarize(results: Iterable[ReplayResult]) -> list[PolicySummary]:
