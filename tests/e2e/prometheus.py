@@ -1,8 +1,9 @@
 """A real Prometheus (the Debian package's binary) for the e2e tests, as a child process.
 
-It scrapes the given targets every second into a throwaway folder; ``query`` asks its
-HTTP API. Skips (with the reason) where the binary is not installed: ``make test`` installs
-it as root (Makefile, ``view-packages``).
+It scrapes the given targets every second into a throwaway folder and evaluates the given
+rule files as often; ``query``, ``rules`` and ``alert_state`` ask its HTTP API. Skips
+(with the reason) where the binary is not installed: ``make test`` installs it as root
+(Makefile, ``view-packages``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ __all__ = ["Prometheus"]
 
 
 class Prometheus:
-    def __init__(self, workdir: Path, targets: dict[str, str]) -> None:
+    def __init__(
+        self, workdir: Path, targets: dict[str, str], rule_files: tuple[Path, ...] = ()
+    ) -> None:
         """``targets``: job name -> host:port serving /metrics."""
         binary = shutil.which("prometheus")
         if binary is None:
@@ -39,6 +42,7 @@ class Prometheus:
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(p) for p in rule_files],
             "scrape_configs": [
                 {"job_name": job, "static_configs": [{"targets": [addr]}]}
                 for job, addr in targets.items()
@@ -97,6 +101,18 @@ class Prometheus:
         body = self._get(f"/api/v1/label/{label}/values", {"match[]": [match]})
         assert body.get("status") == "success", body
         return list(body["data"])
+
+    def rules(self) -> dict[str, dict[str, Any]]:
+        """Each alerting rule loaded, by name: its health, state and last error."""
+        body = self._get("/api/v1/rules", {"type": "alert"})
+        assert body.get("status") == "success", body
+        return {r["name"]: r for g in body["data"]["groups"] for r in g["rules"]}
+
+    def alert_state(self, name: str) -> str:
+        """``firing``, ``pending`` or ``inactive``: the most advanced of the alert's series."""
+        body = self._get("/api/v1/alerts", {})
+        states = {a["state"] for a in body["data"]["alerts"] if a["labels"]["alertname"] == name}
+        return next((s for s in ("firing", "pending") if s in states), "inactive")
 
     def targets_up(self) -> dict[str, str]:
         body = self._get("/api/v1/targets", {})

@@ -3,7 +3,9 @@ through the node agent (test kubelet), their libvgpu usage regions written as a 
 container's library would; a real Prometheus scrapes the agent's exporter and the
 extender. Every query of every Grafana dashboard in the chart must parse and return
 series, every template variable must have values, and ``kubectl tessera top
---prometheus`` must show the live use of the pod's slice."""
+--prometheus`` must show the live use of the pod's slice. The chart's alert rules load
+and evaluate, and fire on what they name: an inventory that does not decode, an unhealthy
+card."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tessera.kube.kinds import PODS
+from tessera.kube.kinds import NODES, PODS
+from tessera.model.annotations import INVENTORY
 from tessera.node.formats.usage import CardUsage, ProcessUsage, encode_region
 from tests.e2e.agent_world import NODE, NS, SLOTS, World, gpu_pod, kpod, world
 from tests.e2e.plugin import rows, run
@@ -29,6 +33,7 @@ __all__ = ["world"]  # the fixture, imported
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((REPO / "charts" / "tessera" / "dashboards").glob("*.json"))
+RULES = REPO / "charts" / "tessera" / "rules" / "tessera.rules.yaml"
 GIB = 1 << 30
 _LABEL_VALUES = re.compile(r"^label_values\((?P<match>.+),\s*(?P<label>\w+)\)$")
 
@@ -85,7 +90,8 @@ def test_every_dashboard_query_returns_series_and_top_shows_live_use(
     busy = Busy(regions["mon-a"], 0.5, 3 * GIB)
     busy.start()
     prom = Prometheus(tmp_path, {"tessera-node-agent": f"127.0.0.1:{w.metrics_port}",
-                                 "tessera-scheduler": f"127.0.0.1:{w.extender_port}"})  # fmt: skip
+                                 "tessera-scheduler": f"127.0.0.1:{w.extender_port}"},
+                      rule_files=(RULES,))  # fmt: skip
     prom.start()
     try:
         wait_for("both targets up", lambda: set(prom.targets_up().values()) == {"up"}, 30, 0.5,
@@ -133,6 +139,36 @@ def test_every_dashboard_query_returns_series_and_top_shows_live_use(
         assert 40 <= achieved <= 60, r.stdout  # 50 % of wall time between two scrapes
         # Started, no CUDA use yet.
         assert (by_pod[f"{NS}/mon-b"]["USED"], by_pod[f"{NS}/mon-b"]["ACHIEVED"]) == ("0Mi", "0%")
+
+        _alerts_load_and_fire(w, prom, inv.cards[-1].uuid)
     finally:
         busy.stop.set()
         prom.stop()
+
+
+def _alerts_load_and_fire(w: World, prom: Prometheus, spare_card: str) -> None:
+    names = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+
+    def evaluated() -> bool:
+        rules = prom.rules()
+        return set(rules) == names and all(r["health"] == "ok" for r in rules.values())
+
+    wait_for("every alert rule loaded and evaluated", evaluated, 30, 0.5,
+             lambda: str(prom.rules()))  # fmt: skip
+    assert prom.alert_state("TesseraSchedulerNoLeader") == "inactive"  # one extender leads
+    # An inventory that does not decode: the extender counts a state problem.
+    broken = {"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": "mon-broken", "annotations": {INVENTORY: "{oops"}}}  # fmt: skip
+    w.api.create(NODES, broken)
+    try:
+        wait_for("TesseraSchedulerStateProblems to fire",
+                 lambda: prom.alert_state("TesseraSchedulerStateProblems") == "firing", 60, 0.5,
+                 lambda: str(prom.rules()["TesseraSchedulerStateProblems"]))  # fmt: skip
+    finally:
+        w.api.delete(NODES, "mon-broken")
+    # A critical XID takes a card out; the alert waits 5 minutes before it fires.
+    with (w.root / "faults" / "xid").open("a") as f:
+        f.write(f"{spare_card} 79\n")
+    wait_for("TesseraCardUnhealthy to be pending",
+             lambda: prom.alert_state("TesseraCardUnhealthy") == "pending", 60, 0.5,
+             lambda: str(prom.query("tessera_card_healthy == 0")))  # fmt: skip

@@ -121,6 +121,9 @@ def test_each_mode_renders_what_it_names() -> None:
     assert ("ServiceMonitor", "tessera-scheduler") in kinds(mon)
     assert ("PodMonitor", "tessera-node-agent") in kinds(mon)
     assert not [k for k in kinds(mon) if "node-agent" in k[1] and k[0] != "PodMonitor"]
+    assert not [k for k in kinds(docs()) if k[0] == "PrometheusRule"]  # off by default
+    rule = one(docs({"metrics.prometheusRule.enabled": "true"}), "PrometheusRule", "tessera")
+    assert rule["spec"] == yaml.safe_load((CHART / "rules" / "tessera.rules.yaml").read_text())
     compat = docs({"scheduler.compat": "{hami,gpu-manager}", "scheduler.policy": "spread/binpack"})
     cfg = yaml.safe_load(one(compat, "ConfigMap", "tessera-kube-scheduler")["data"]["config.yaml"])
     assert cfg["percentageOfNodesToScore"] == 100  # the default: the extender sees every node
