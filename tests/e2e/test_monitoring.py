@@ -155,7 +155,10 @@ def _alerts_load_and_fire(w: World, prom: Prometheus, spare_card: str) -> None:
 
     wait_for("every alert rule loaded and evaluated", evaluated, 30, 0.5,
              lambda: str(prom.rules()))  # fmt: skip
-    assert prom.alert_state("TesseraSchedulerNoLeader") == "inactive"  # one extender leads
+    # One extender leads, and the rule sees it: the sum it compares is there and is 1.
+    [leaders] = prom.query("sum(tessera_scheduler_leader)")["data"]["result"]
+    assert leaders["value"][1] == "1"
+    assert prom.alert_state("TesseraSchedulerNoLeader") == "inactive"
     # An inventory that does not decode: the extender counts a state problem.
     broken = {"apiVersion": "v1", "kind": "Node",
               "metadata": {"name": "mon-broken", "annotations": {INVENTORY: "{oops"}}}  # fmt: skip
