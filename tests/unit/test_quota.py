@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from tessera.claims.devices import device_name
 from tessera.errors import SpecError
+from tessera.model.clusterspec import make_cards
 from tessera.model.types import (
     Assignment,
     CardSlice,
@@ -15,6 +17,7 @@ from tessera.model.types import (
     GpuRequest,
     PodRequest,
 )
+from tessera.quota.claims import claim_holding
 from tessera.quota.spec import parse_quota
 from tessera.quota.usage import QuotaUsage, Usage, demand_on, holding, why_over
 
@@ -146,3 +149,54 @@ def test_the_documented_example_parses_as_documented() -> None:
     assert a100.models == frozenset({"A100", "A100-80G"})
     assert (a100.memory_mib, a100.cores_percent, a100.cards) == (81920, 400, 2)
     assert (small.memory_mib, small.cores_percent, small.cards) == (30000, None, None)
+
+
+# --- a claim's holding ------------------------------------------------------------------
+
+
+def _claim_on(*results: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "team-a", "name": "c1", "uid": "u1"},
+        "status": {"allocation": {"devices": {"results": list(results)}}},
+    }
+
+
+def _res(pool: str, device: str, **consumed: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"request": "gpu", "driver": "gpu.tessera.io", "pool": pool,
+                           "device": device}  # fmt: skip
+    if consumed:
+        out["consumedCapacity"] = consumed
+    return out
+
+
+def _pools() -> dict[str, dict[str, Any]]:
+    return {
+        "n1": {device_name(c): c for c in make_cards("n1", 4, "A100")},
+        "n2": {device_name(c): c for c in make_cards("n2", 2, "T4")},
+    }
+
+
+def test_a_claim_holds_its_slices_and_whole_cards_per_model() -> None:
+    pools = _pools()
+    a100 = pools["n1"]["gpu-0"].memory_mib
+    t4 = pools["n2"]["gpu-0"].memory_mib
+    claim = _claim_on(
+        _res("n1", "gpu-0", memory="8Gi", compute="30", slots="1"),
+        _res("n1", "gpu-1"),  # no capacity recorded: the whole card
+        _res("n2", "gpu-1", memory=f"{t4}Mi", compute="10", slots="1"),  # all its memory
+        {"request": "nic", "driver": "nic.example.com", "pool": "n1", "device": "eth0"},
+    )
+    assert claim_holding(claim, pools.get) == {
+        "A100": Usage(8192 + a100, 30 + 100, 1),
+        "T4": Usage(t4, 100, 1),
+    }
+    unallocated = {"metadata": {"name": "c2"}, "status": {}}
+    assert claim_holding(unallocated, pools.get) == {}
+
+
+def test_a_claim_on_an_unknown_pool_or_device_is_refused_naming_the_field() -> None:
+    pools = _pools()
+    with pytest.raises(SpecError, match=r"status.allocation.devices.results: pool n9"):
+        claim_holding(_claim_on(_res("n9", "gpu-0")), pools.get)
+    with pytest.raises(SpecError, match=r"results\[0\].device: must be a card this node offers"):
+        claim_holding(_claim_on(_res("n2", "gpu-7")), pools.get)

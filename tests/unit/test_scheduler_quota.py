@@ -170,7 +170,7 @@ def test_status_shows_what_is_used_and_by_whom() -> None:
         for i in range(2):
             assert w.schedule(w.create(pod_obj(f"s{i}", memory=10000, cores=5, ns="team-a")))
         want = {"limits": [{"name": "a100", "used": {"memoryMiB": 20000, "coresPercent": 10,
-                "cards": 0}, "pods": 2, "holders": ["s0", "s1"]}]}  # fmt: skip
+                "cards": 0}, "pods": 2, "claims": 0, "holders": ["s0", "s1"]}]}  # fmt: skip
         _eventually(lambda: w.kube.get(GPUQUOTAS, "gpus", "team-a").get("status") == want)
         # The status subresource changes nothing else.
         assert w.kube.get(GPUQUOTAS, "gpus", "team-a")["spec"]["limits"][0]["memoryMiB"] == 50000

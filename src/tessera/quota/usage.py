@@ -117,9 +117,15 @@ class QuotaUsage:
         )
 
 
-def why_over(quotas: Iterable[Quota], used: QuotaUsage | None, model: str, demand: Usage) -> str:
+def why_over(
+    quotas: Iterable[Quota],
+    used: QuotaUsage | None,
+    model: str,
+    demand: Usage,
+    asker: str = "the pod",
+) -> str:
     """Why ``demand`` on cards of ``model`` would pass one of the namespace's quotas, or
-    "" when it fits all of them. ``used`` None: against empty quotas (the pod alone)."""
+    "" when it fits all of them. ``used`` None: against empty quotas (``asker`` alone)."""
     for q in quotas:
         for lim in q.limits:
             if not lim.covers(model):
@@ -134,6 +140,6 @@ def why_over(quotas: Iterable[Quota], used: QuotaUsage | None, model: str, deman
                     continue
                 where = f"quota: {q.namespace}/{q.name} {lim.name} ({model})"
                 if used is None:
-                    return f"{where} allows {cap}{unit} of {what}, the pod alone asks {asked}"
-                return f"{where} {what} {have} of {cap}{unit} used, the pod asks {asked}"
+                    return f"{where} allows {cap}{unit} of {what}, {asker} alone asks {asked}"
+                return f"{where} {what} {have} of {cap}{unit} used, {asker} asks {asked}"
     return ""

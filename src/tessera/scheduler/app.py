@@ -11,6 +11,7 @@ POST /filter                ExtenderArgs -> ExtenderFilterResult
 POST /prioritize            ExtenderArgs -> HostPriorityList
 POST /bind                  ExtenderBindingArgs -> ExtenderBindingResult
 POST /mutate, /validate     AdmissionReview (Pods) -> AdmissionReview
+POST /validate-claims       AdmissionReview (resourceclaims/status) -> AdmissionReview
 GET  /healthz               200 while the process serves
 GET  /readyz                200 once nodes and pods are listed and this replica leads
 GET  /metrics               Prometheus text
@@ -19,7 +20,9 @@ GET  /gpus, /gpus.json      the GPU map page and its data (only with config.web)
 
 A malformed body gets 400 with a message, an unknown path 404; nothing a client sends
 produces a 500. A standby replica answers the extender verbs with 503 (they take
-reservations or write to the API); the webhook, which writes nothing, answers on both.
+reservations or write to the API); the pod webhook, which writes nothing, answers on
+both. The claims webhook counts what it admits, so only the leader admits a claim's
+allocation; a standby refuses it as unavailable (kube-scheduler tries the pod again).
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+from tessera.claims.devices import DRIVER
 from tessera.kube.binder import bind_once
 from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
-from tessera.kube.kinds import GPUQUOTAS, NODES, PODS
+from tessera.kube.kinds import GPUQUOTAS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.kube.port import KubeApi
 from tessera.kube.reflector import Reflector
 from tessera.model.types import PodRequest
@@ -45,7 +49,8 @@ from tessera.scheduler.bind import (
     release_pending,
     write_failed,
 )
-from tessera.scheduler.claims_view import ClaimsView
+from tessera.scheduler.claims_book import ClaimsBook
+from tessera.scheduler.claims_webhook import review_claim
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.filter import filter_pod
 from tessera.scheduler.heap import freeze_long_lived
@@ -159,8 +164,26 @@ class SchedulerApp:
             on_nudge=self.metrics.quota_nudges.inc,
         )
         self.state.quotas_handler.on_raise = self.quota_writer.raised
-        # The page draws the claims path too; nothing else here reads it.
-        self.claims_view = ClaimsView(api, config.watch_timeout_s) if config.web else None
+        # The claims path: counted against GpuQuotas (the claims webhook) and drawn on
+        # the page. absent_ok: a cluster without resource.k8s.io/v1 has no claims path.
+        self.claims_book = ClaimsBook(self.state, assume_ttl_s=config.reservation_ttl_s)
+        self.claims_book.on_release = lambda ns: self.quota_writer.raised({ns})
+        self.quota_writer.before_round = self.claims_book.expire
+        self.slice_reflector = Reflector(
+            api,
+            RESOURCE_SLICES,
+            self.claims_book.slices_handler,
+            field_selector=f"spec.driver={DRIVER}",
+            watch_timeout_s=config.watch_timeout_s,
+            absent_ok=True,
+        )
+        self.claim_reflector = Reflector(
+            api,
+            RESOURCE_CLAIMS,
+            self.claims_book.claims_handler,
+            watch_timeout_s=config.watch_timeout_s,
+            absent_ok=True,
+        )
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}
 
@@ -171,9 +194,9 @@ class SchedulerApp:
         self.node_reflector.start()
         self.pod_reflector.start()
         self.quota_reflector.start()
+        self.slice_reflector.start()
+        self.claim_reflector.start()
         self.quota_writer.start()
-        if self.claims_view is not None:
-            self.claims_view.start()
         if self.config.freeze_heap:
             threading.Thread(
                 target=self._freeze_when_synced, name="tessera-heap", daemon=True
@@ -185,9 +208,9 @@ class SchedulerApp:
         self.node_reflector.stop()
         self.pod_reflector.stop()
         self.quota_reflector.stop()
+        self.slice_reflector.stop()
+        self.claim_reflector.stop()
         self.quota_writer.stop()
-        if self.claims_view is not None:
-            self.claims_view.stop()
         if self.leader is not None:
             self.leader.stop(release=True)
         self.events.stop()
@@ -196,21 +219,28 @@ class SchedulerApp:
         if self.wait_synced(None):  # the re-lists freeze through on_relist
             freeze_long_lived()
 
+    def _reflectors(self) -> tuple[Reflector, ...]:
+        return (
+            self.node_reflector,
+            self.pod_reflector,
+            self.quota_reflector,
+            self.slice_reflector,
+            self.claim_reflector,
+        )
+
     def wait_synced(self, timeout_s: float | None = 30.0) -> bool:
-        """Whether both reflectors have listed within ``timeout_s`` (None: no limit)."""
+        """Whether every reflector has listed within ``timeout_s`` (None: no limit)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for r in (self.node_reflector, self.pod_reflector, self.quota_reflector):
+        for r in self._reflectors():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not r.synced.wait(left):
                 return False
         return True
 
     def synced(self) -> bool:
-        """Nodes, pods and quotas listed: before that a verb could pass a quota."""
-        return all(
-            r.synced.is_set()
-            for r in (self.node_reflector, self.pod_reflector, self.quota_reflector)
-        )
+        """Nodes, pods, quotas, slices and claims listed: before that a verb could pass a
+        quota."""
+        return all(r.synced.is_set() for r in self._reflectors())
 
     def _quota_check(self, request: PodRequest) -> str:
         with self.state.lock:
@@ -265,7 +295,7 @@ class SchedulerApp:
             if self.config.web and route == "/gpus":
                 return Response(200, web.page(), "text/html; charset=utf-8")
             if self.config.web and route == "/gpus.json":
-                body = web.map_body(self.state, self.claims_view)
+                body = web.map_body(self.state, self.claims_book)
                 return Response(200, body, "application/json")
             return Response(404, b"not found", "text/plain")
         if method != "POST":
@@ -277,6 +307,7 @@ class SchedulerApp:
             "bind": self._bind,
             "mutate": self._mutate,
             "validate": self._validate,
+            "validate-claims": self._validate_claims,
         }.get(verb)
         if handler is None:
             return Response(404, b"not found", "text/plain")
@@ -385,3 +416,17 @@ class SchedulerApp:
         result = self.webhook.validate(body)
         self.metrics.admissions.labels("validate", "allowed" if result.allowed else "refused").inc()
         return Response(200, result.body)
+
+    def _validate_claims(self, body: bytes) -> Response:
+        result = review_claim(body, self.claims_book.admit, self._claims_unready)
+        self.metrics.admissions.labels("claims", "allowed" if result.allowed else "refused").inc()
+        return Response(200, result.body)
+
+    def _claims_unready(self) -> str:
+        """Why this replica may not count a claim now ("" when it may)."""
+        if not self.leading():
+            holder = self.leader.holder if self.leader else ""
+            return f"standby replica of the Tessera scheduler (the leader is {holder!r}); try again"
+        if not self.synced():
+            return "the Tessera scheduler has not listed pods, quotas and claims yet; try again"
+        return ""

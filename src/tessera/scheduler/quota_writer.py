@@ -3,9 +3,9 @@ kube-scheduler try again the pods a raised quota lets through.
 
 Both run on one thread, only while this replica leads, never under the state lock:
 
-* **status** (every ``period_s``): per limit, what the namespace's pods hold (bound and
-  reserved) and which pods those are, written to the ``status`` subresource when it
-  changed.
+* **status** (every ``period_s``): per limit, what the namespace's pods (bound and
+  reserved) and claims (allocated and admitted) hold, and which those are, written to
+  the ``status`` subresource when it changed.
 * **retry**: kube-scheduler keeps a pod the extender refused among its unschedulable
   pods until a cluster event moves it, or for minutes; a quota is not an object it
   watches. When a quota of a namespace goes up (or away), every pod of the namespace
@@ -27,13 +27,14 @@ from tessera.kube.errors import ApiError, NotFound
 from tessera.kube.kinds import GPUQUOTAS, PODS
 from tessera.kube.port import KubeApi
 from tessera.model.annotations import QUOTA_RETRY
+from tessera.quota.claims import CLAIM_HOLDER
 from tessera.scheduler.state import SchedulerState
 
 __all__ = ["QuotaWriter", "quota_status"]
 
 log = logging.getLogger(__name__)
 
-MAX_HOLDERS = 50  # pods named per limit in the status; the count is always exact
+MAX_HOLDERS = 50  # pods and claims named per limit in the status; the counts are exact
 
 
 def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, Any] | None:
@@ -44,7 +45,7 @@ def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, A
     limits = []
     for lim in quota.limits:
         used = state.quota_usage.of(namespace, lim)
-        holders = state.quota_usage.holders(namespace, lim)
+        names = [k.partition("/")[2] for k in state.quota_usage.holders(namespace, lim)]
         limits.append(
             {
                 "name": lim.name,
@@ -53,8 +54,9 @@ def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, A
                     "coresPercent": used.cores_percent,
                     "cards": used.cards,
                 },
-                "pods": len(holders),
-                "holders": [k.partition("/")[2] for k in holders[:MAX_HOLDERS]],
+                "pods": sum(1 for k in names if not k.startswith(CLAIM_HOLDER)),
+                "claims": sum(1 for k in names if k.startswith(CLAIM_HOLDER)),
+                "holders": names[:MAX_HOLDERS],
             }
         )
     return {"limits": limits}
@@ -69,6 +71,7 @@ class QuotaWriter:
         period_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         on_nudge: Callable[[], None] | None = None,
+        before_round: Callable[[], None] | None = None,
     ) -> None:
         self.state = state
         self.api = api
@@ -82,6 +85,7 @@ class QuotaWriter:
         self._lock = threading.Lock()
         self.nudged = 0  # pods annotated to be tried again (for tests and metrics)
         self.on_nudge = on_nudge
+        self.before_round = before_round  # brings the counts up to date (claims' expiry)
 
     def raised(self, namespaces: set[str]) -> None:
         """Quotas of ``namespaces`` went up: nudge their waiting pods soon."""
@@ -111,6 +115,8 @@ class QuotaWriter:
         """One round: nudges first (they unblock pods), then statuses. Leader only."""
         if not self.leading():
             return
+        if self.before_round is not None:
+            self.before_round()
         with self._lock:
             raised, self._raised = self._raised, set()
         for ns in sorted(raised):

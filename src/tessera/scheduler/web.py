@@ -5,7 +5,7 @@ annotations say, its refused inventories, the GPU pods still waiting -- copied u
 state lock (references only) and drawn by the same ``tessera.view.gpumap`` as ``kubectl
 tessera top``, outside the lock, so a page load never holds up a filter for long. The
 claims path (this driver's ResourceSlices and the claims allocated on them) comes from
-the page's own watches (``claims_view``), as ``kubectl tessera top`` draws it.
+the claims book (``claims_book``), as ``kubectl tessera top`` draws it.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from functools import cache
 from importlib import resources
 
 from tessera.model.types import Assignment
-from tessera.scheduler.claims_view import ClaimsView
+from tessera.scheduler.claims_book import ClaimsBook
 from tessera.scheduler.state import SchedulerState
 from tessera.view.gpumap import GpuMap, Pending, assemble, map_json, summary
 
 __all__ = ["gpu_map", "map_body", "page"]
 
 
-def gpu_map(state: SchedulerState, claims: ClaimsView | None = None) -> GpuMap:
+def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
     with state.lock:
         inventories = [state.cluster.node(n) for n in state.cluster.node_names()]
         bad = dict(state.bad_nodes)
@@ -46,7 +46,7 @@ def gpu_map(state: SchedulerState, claims: ClaimsView | None = None) -> GpuMap:
     )
 
 
-def map_body(state: SchedulerState, claims: ClaimsView | None = None) -> bytes:
+def map_body(state: SchedulerState, claims: ClaimsBook | None = None) -> bytes:
     return json.dumps(map_json(gpu_map(state, claims)), separators=(",", ":")).encode()
 
 

@@ -35,7 +35,7 @@ from tessera.model.podspec import Compat, gpu_resource_names, parse_pod
 from tessera.model.types import GpuRequest, PodRequest
 from tessera.scheduler.wire import WireError
 
-__all__ = ["AdmissionResult", "Webhook"]
+__all__ = ["AdmissionResult", "Webhook", "review_answer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +68,18 @@ def _review(body: bytes) -> tuple[str, str, Mapping[str, Any], str]:
     return uid, str(req.get("operation") or ""), pod, str(api_version)
 
 
-def _answer(
-    api_version: str, uid: str, allowed: bool, message: str = "", patch: list[Any] | None = None
+def review_answer(
+    api_version: str,
+    uid: str,
+    allowed: bool,
+    message: str = "",
+    patch: list[Any] | None = None,
+    code: tuple[int, str] = (422, "Invalid"),
 ) -> bytes:
+    """An AdmissionReview response; a refusal carries ``code`` (HTTP status, reason)."""
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if not allowed:
-        response["status"] = {"code": 422, "reason": "Invalid", "message": message}
+        response["status"] = {"code": code[0], "reason": code[1], "message": message}
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
@@ -84,13 +90,17 @@ def _answer(
 
 def _refuse(api_version: str, uid: str, message: str) -> AdmissionResult:
     """Refuse a GPU pod with ``message`` (it names the field and the rule)."""
-    return AdmissionResult(_answer(api_version, uid, False, message), False, False, True, message)
+    return AdmissionResult(
+        review_answer(api_version, uid, False, message), False, False, True, message
+    )
 
 
 def _allow(
     api_version: str, uid: str, gpu: bool, patch: list[Any] | None = None
 ) -> AdmissionResult:
-    return AdmissionResult(_answer(api_version, uid, True, patch=patch), True, bool(patch), gpu)
+    return AdmissionResult(
+        review_answer(api_version, uid, True, patch=patch), True, bool(patch), gpu
+    )
 
 
 class Webhook:

@@ -1,0 +1,255 @@
+"""The claims path as the scheduler keeps it: this driver's ResourceSlices, the claims
+allocated on them, and what each claim holds against its namespace's GpuQuotas.
+
+kube-scheduler allocates claims without the extender; the API server asks the claims
+webhook (``admit``) before an allocation of this driver's cards is written. A claim
+counts in the same ``QuotaUsage`` as the extender's pods, under the key
+``<namespace>/claim/<name>``, so one GpuQuota caps both paths together. Two records per
+claim, kept apart as for pods:
+
+* **assumed**: what ``admit`` let through. It counts at once, because the watch shows
+  the allocation only after the write; it goes when the watch shows that allocation, when
+  the claim is deleted, or after ``assume_ttl_s`` (the write can still fail after
+  admission: a conflict, another webhook's refusal).
+* **observed**: what the watch shows allocated, counted once per claim UID (an allocation
+  never changes) with the cards its slices publish, and kept if the slice goes later.
+
+Every method takes the scheduler state's lock: a claim's admission and a pod's filter
+read and take the same quota one at a time. Slices and claims of other drivers are not
+kept, so a cluster's other claims cost no memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tessera.claims.allocation import allocated_pools
+from tessera.claims.devices import DRIVER, device_name, slice_cards
+from tessera.errors import SpecError
+from tessera.kube.port import Obj, WatchEvent
+from tessera.model.types import Card
+from tessera.quota.claims import claim_holding, claim_key
+from tessera.quota.usage import Usage, why_over
+from tessera.scheduler.state import SchedulerState
+
+__all__ = ["ClaimsBook"]
+
+log = logging.getLogger(__name__)
+
+
+def _meta(obj: Obj) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class _Assumed:
+    uid: str
+    per_model: dict[str, Usage]
+    deadline: float
+
+
+class _Handler:
+    """A reflector handler made of two functions."""
+
+    def __init__(self, replace: Callable[[list[Obj]], None], apply: Callable[[WatchEvent], None]):
+        self.replace = replace
+        self.apply = apply
+
+
+class ClaimsBook:
+    def __init__(
+        self,
+        state: SchedulerState,
+        *,
+        assume_ttl_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._s = state
+        self._ttl = assume_ttl_s
+        self._clock = clock
+        self._slices: dict[str, Obj] = {}  # slice name -> object
+        self._cards: dict[str, dict[str, Card]] = {}  # pool -> device name -> card
+        self._pool_of: dict[str, str] = {}  # slice name -> its pool
+        self._claims: dict[str, Obj] = {}  # key -> claim allocated on this driver
+        self._observed: dict[str, tuple[str, dict[str, Usage]]] = {}  # key -> (uid, held)
+        self._unread: dict[str, str] = {}  # key -> why its allocation is not counted yet
+        self._assumed: dict[str, _Assumed] = {}
+        # Told the namespace where a counted claim let go of its cards: pods waiting there
+        # for quota may fit now (kube-scheduler does not retry them on a claim's change).
+        self.on_release: Callable[[str], None] | None = None
+        self.slices_handler = _Handler(self._replace_slices, self._apply_slice)
+        self.claims_handler = _Handler(self._replace_claims, self._apply_claim)
+
+    # --- what the page draws ----------------------------------------------------------
+
+    def slices(self) -> list[Obj]:
+        with self._s.lock:
+            return list(self._slices.values())
+
+    def claims(self) -> list[Obj]:
+        with self._s.lock:
+            return list(self._claims.values())
+
+    def assumed(self) -> int:
+        with self._s.lock:
+            return len(self._assumed)
+
+    # --- admission --------------------------------------------------------------------
+
+    def admit(self, claim: Obj) -> str:
+        """Why writing ``claim``'s allocation would pass a GpuQuota of its namespace, or ""
+        (then it counts from now on). A claim not allocated on this driver passes."""
+        ns, name, uid = _meta(claim)
+        key = claim_key(ns, name)
+        with self._s.lock:
+            self._expire()
+            try:
+                per_model = claim_holding(claim, self._cards.get)
+            except SpecError as exc:
+                return f"claim {ns}/{name}: {exc}"
+            quotas = self._s.quota_book.of(ns)
+            if not per_model or not quotas:
+                return ""
+            usage = self._s.quota_usage
+            usage.set_pod(key, ns, None)  # its own earlier admission (a retry) is not in its way
+            for model, demand in sorted(per_model.items()):
+                why = why_over(quotas, usage, model, demand, asker=f"claim {name}")
+                if why:
+                    self._settle(key)
+                    return why
+            self._assumed[key] = _Assumed(uid, per_model, self._clock() + self._ttl)
+            self._settle(key)
+            return ""
+
+    # --- slices -----------------------------------------------------------------------
+
+    def _replace_slices(self, items: list[Obj]) -> None:
+        with self._s.lock:
+            self._slices.clear()
+            self._cards.clear()
+            self._pool_of.clear()
+            for obj in items:
+                self._put_slice(obj)
+            self._recount_unread()
+
+    def _apply_slice(self, event: WatchEvent) -> None:
+        name = str((event.object.get("metadata") or {}).get("name") or "")
+        with self._s.lock:
+            self._slices.pop(name, None)
+            pool = self._pool_of.pop(name, None)
+            if pool is not None:
+                self._cards.pop(pool, None)
+            if event.type != "DELETED":
+                self._put_slice(event.object)
+            self._recount_unread()
+
+    def _put_slice(self, obj: Obj) -> None:
+        if (obj.get("spec") or {}).get("driver") != DRIVER:
+            return
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        self._slices[name] = obj
+        try:
+            pool, cards = slice_cards(obj)
+        except SpecError as exc:
+            self._s.problems["bad-slice"] += 1
+            log.warning("ResourceSlice %s does not read, its cards are not known: %s", name, exc)
+            return
+        self._pool_of[name] = pool
+        self._cards[pool] = {device_name(c): c for c in cards}
+
+    # --- claims -----------------------------------------------------------------------
+
+    def _replace_claims(self, items: list[Obj]) -> None:
+        with self._s.lock:
+            present = {}
+            for obj in items:
+                ns, name, _ = _meta(obj)
+                if allocated_pools(obj):
+                    present[claim_key(ns, name)] = obj
+            for key in set(self._claims) - set(present):
+                self._forget(key)
+            for key, obj in present.items():
+                self._observe(key, obj)
+            self._expire()
+            for key in set(present) | set(self._assumed):
+                self._settle(key)
+
+    def _apply_claim(self, event: WatchEvent) -> None:
+        ns, name, uid = _meta(event.object)
+        key = claim_key(ns, name)
+        with self._s.lock:
+            if event.type != "DELETED" and allocated_pools(event.object):
+                self._observe(key, event.object)
+            else:
+                self._forget(key)
+                assumed = self._assumed.get(key)
+                if event.type == "DELETED" and assumed is not None and assumed.uid == uid:
+                    del self._assumed[key]  # it will never be allocated
+            self._expire()
+            self._settle(key)
+
+    def _observe(self, key: str, obj: Obj) -> None:
+        uid = _meta(obj)[2]
+        self._claims[key] = obj
+        assumed = self._assumed.get(key)
+        if assumed is not None and assumed.uid == uid:
+            del self._assumed[key]  # its allocation is in: the observed record takes over
+        known = self._observed.get(key)
+        if known is not None and known[0] == uid:
+            return  # an allocation never changes: counted already
+        self._count(key, obj)
+
+    def _count(self, key: str, obj: Obj) -> None:
+        try:
+            per_model = claim_holding(obj, self._cards.get)
+        except SpecError as exc:
+            self._observed.pop(key, None)
+            if self._unread.get(key) != str(exc):
+                log.info("claim %s is not counted yet: %s", key, exc)
+            self._unread[key] = str(exc)
+            return
+        self._unread.pop(key, None)
+        self._observed[key] = (_meta(obj)[2], per_model)
+
+    def _recount_unread(self) -> None:
+        for key in list(self._unread):
+            self._count(key, self._claims[key])
+            self._settle(key)
+
+    def _forget(self, key: str) -> None:
+        self._claims.pop(key, None)
+        held = self._observed.pop(key, None)
+        self._unread.pop(key, None)
+        self._settle(key)
+        ns = key.partition("/")[0]
+        if held and held[1] and self.on_release is not None and self._s.quota_book.of(ns):
+            self.on_release(ns)
+
+    # --- the count --------------------------------------------------------------------
+
+    def expire(self) -> None:
+        """Drop admitted allocations that never showed (also done on every event)."""
+        with self._s.lock:
+            self._expire()
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for key in [k for k, a in self._assumed.items() if a.deadline <= now]:
+            del self._assumed[key]
+            log.info("claim %s: its admitted allocation did not show within %.0f s", key, self._ttl)
+            self._settle(key)
+
+    def _settle(self, key: str) -> None:
+        """Count what ``key`` holds: the assumed record if any (the newer decision), else
+        the observed one."""
+        assumed = self._assumed.get(key)
+        if assumed is not None:
+            held: dict[str, Usage] | None = assumed.per_model
+        else:
+            observed = self._observed.get(key)
+            held = observed[1] if observed is not None else None
+        self._s.quota_usage.set_pod(key, key.partition("/")[0], held)

@@ -1,0 +1,74 @@
+"""The admission webhook for claims' allocations (admission.k8s.io/v1 AdmissionReview of
+``resourceclaims/status`` UPDATE): GpuQuota for the claims path.
+
+kube-scheduler writes a claim's allocation to its status in PreBind. The API server
+sends that write here (the chart's matchConditions send only writes that give a claim its
+first allocation with a device of this driver); the claims book says whether the cards
+would pass a GpuQuota of the claim's namespace. A refusal fails kube-scheduler's PreBind:
+the allocation is not written, the pod stays Pending with the message in its
+``FailedScheduling`` event, and kube-scheduler tries it again after its backoff:
+
+    admission webhook "claims.tessera.io" denied the request: quota: team-a/gpus a100
+    (A100) memory 78000 of 81920 MiB used, claim train-gpu-x7 asks 8192
+
+Every other write passes untouched: a claim already allocated (an allocation is never
+changed, only removed), one of another driver, a status without an allocation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from tessera.claims.allocation import allocated_pools
+from tessera.kube.port import Obj
+from tessera.scheduler.webhook import AdmissionResult, review_answer
+from tessera.scheduler.wire import WireError
+
+__all__ = ["FORBIDDEN", "UNAVAILABLE", "review_claim"]
+
+FORBIDDEN = (403, "Forbidden")  # over a quota, as the API server's own quota answers
+UNAVAILABLE = (503, "ServiceUnavailable")  # a standby, or not synced: try again
+
+
+def _decode(body: bytes) -> tuple[str, str, Obj, Obj, str]:
+    """(uid, api version, the claim as written, the claim before, subresource)."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WireError(f"AdmissionReview: body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("request"), dict):
+        raise WireError("AdmissionReview: a 'request' object is required")
+    req = obj["request"]
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise WireError("AdmissionReview.request.uid: must be a non-empty string")
+    new = req.get("object")
+    if not isinstance(new, dict):
+        raise WireError("AdmissionReview.request.object: must be an object")
+    old = req.get("oldObject")
+    old = {} if old is None else old
+    if not isinstance(old, dict):
+        raise WireError("AdmissionReview.request.oldObject: must be an object")
+    api_version = str(obj.get("apiVersion") or "admission.k8s.io/v1")
+    return uid, api_version, new, old, str(req.get("subResource") or "")
+
+
+def review_claim(
+    body: bytes, admit: Callable[[Obj], str], ready: Callable[[], str]
+) -> AdmissionResult:
+    """Answer one review. ``admit(claim)``: why its allocation passes a quota, or "" (it
+    then counts). ``ready()``: why this replica cannot decide now ("" when it can)."""
+    uid, api_version, new, old, sub = _decode(body)
+    first = (
+        sub == "status" and allocated_pools(new) and not (old.get("status") or {}).get("allocation")
+    )
+    if not first:
+        return AdmissionResult(review_answer(api_version, uid, True), True, False, False)
+    why, code = ready(), UNAVAILABLE
+    if not why:
+        why, code = admit(new), FORBIDDEN
+    if why:
+        answer = review_answer(api_version, uid, False, why, code=code)
+        return AdmissionResult(answer, False, False, True, why)
+    return AdmissionResult(review_answer(api_version, uid, True), True, False, True)
