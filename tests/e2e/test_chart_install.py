@@ -1,8 +1,9 @@
 """The Helm chart on the real control plane: every object it renders passes a server-side
 dry-run apply; ``helm install --wait`` brings every workload up (on kwok nodes, one of them
 labelled a GPU node); an upgrade keeps the generated webhook certificate and changes what
-it should; ``helm uninstall`` leaves nothing of Tessera but the GpuQuota CRD (Helm never
-deletes CRDs; docs/operations.md)."""
+it should, and makes a new certificate when the names it serves change; ``helm
+uninstall`` leaves nothing of Tessera but the GpuQuota CRD (Helm never deletes CRDs;
+docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ DEPLOYMENTS = Kind("apps/v1", "Deployment", "deployments", True)
 DAEMONSETS = Kind("apps/v1", "DaemonSet", "daemonsets", True)
 MUTATING = Kind("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
                 "mutatingwebhookconfigurations", False)  # fmt: skip
+VALIDATING = Kind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
+                  "validatingwebhookconfigurations", False)  # fmt: skip
 CLUSTERROLES = Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False)
 POLICIES = Kind("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",
                 "validatingadmissionpolicies", False)  # fmt: skip
@@ -100,6 +103,20 @@ def test_install_upgrade_and_uninstall(start_testenv: Any) -> None:
     args = api.get(DEPLOYMENTS, "tessera-scheduler", NS)["spec"]["template"]["spec"][
         "containers"][0]["args"]  # fmt: skip
     assert "--policy=spread/binpack" in args
+
+    # Dropping the claims webhook changes the names the certificate serves: a new one is
+    # made, and the scheduler's pods (which read it at start) roll with it.
+    pod_meta = api.get(DEPLOYMENTS, "tessera-scheduler", NS)["spec"]["template"]["metadata"]
+    _helm(env, "upgrade", "tessera", str(CHART), "-n", NS, "--reuse-values", "--wait",
+          "--set", "claims.quota=false")  # fmt: skip
+    third = api.get(SECRETS, "tessera-webhook-tls", NS)
+    assert third["data"]["tls.crt"] != secret["data"]["tls.crt"]
+    assert third["metadata"]["annotations"]["tessera.io/serving-names"] == "tessera-webhook"
+    rolled = api.get(DEPLOYMENTS, "tessera-scheduler", NS)["spec"]["template"]["metadata"]
+    assert rolled["annotations"] != pod_meta["annotations"]
+    validating = api.get(VALIDATING, "tessera-scheduler")
+    assert [w["name"] for w in validating["webhooks"]] == ["validate.pods.tessera.io"]
+    assert validating["webhooks"][0]["clientConfig"]["caBundle"] == third["data"]["ca.crt"]
 
     _helm(env, "uninstall", "tessera", "-n", NS, "--wait")
 

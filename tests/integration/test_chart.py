@@ -55,6 +55,7 @@ def test_deploy_is_the_charts_output() -> None:
         ({"nodeAgent.slotsPerCard": "0"}, "/nodeAgent/slotsPerCard"),
         ({"nodeAgent.stateDir": "var/lib/tessera"}, "/nodeAgent/stateDir"),
         ({"webhook.certificate": "self"}, "/webhook/certificate"),
+        ({"claims.quota": "sometimes"}, "/claims/quota"),
         (
             {"kubeScheduler.percentageOfNodesToScore": "101"},
             "/kubeScheduler/percentageOfNodesToScore': maximum: got 101, want 100",
@@ -88,10 +89,42 @@ def test_defaults_render_every_part_with_a_working_generated_certificate() -> No
         cert.signature_hash_algorithm,
     )  # fmt: skip
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        [hook] = one(d, kind, "tessera-scheduler")["webhooks"]
-        assert hook["clientConfig"]["caBundle"] == secret["ca.crt"]
+        for hook in one(d, kind, "tessera-scheduler")["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == secret["ca.crt"]
     policy = one(d, "ValidatingAdmissionPolicy", "tessera-scheduler-pod-updates")
     assert "system:serviceaccount:tessera-system:tessera-scheduler" in json.dumps(policy)
+
+
+def test_claims_are_counted_by_a_webhook_that_reaches_only_the_leader() -> None:
+    d = docs()
+    pods, claims = one(d, "ValidatingWebhookConfiguration", "tessera-scheduler")["webhooks"]
+    assert pods["name"] == "validate.pods.tessera.io" and claims["name"] == "claims.tessera.io"
+    assert claims["clientConfig"]["service"] == {"name": "tessera-claims-webhook",
+        "namespace": "tessera-system", "path": "/validate-claims", "port": 8443}  # fmt: skip
+    assert claims["rules"] == [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"],
+        "operations": ["UPDATE"], "resources": ["resourceclaims/status"],
+        "scope": "Namespaced"}]  # fmt: skip
+    assert "gpu.tessera.io" in claims["matchConditions"][0]["expression"]
+    # The pod webhook's Service reaches every replica, the claims webhook's only the Ready
+    # one (the leader), since only the leader holds the count.
+    assert one(d, "Service", "tessera-webhook")["spec"]["publishNotReadyAddresses"] is True
+    assert "publishNotReadyAddresses" not in one(d, "Service", "tessera-claims-webhook")["spec"]
+    secret = one(d, "Secret", "tessera-webhook-tls")
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "tessera-claims-webhook.tessera-system.svc" in sans.get_values_for_type(x509.DNSName)
+    names = "tessera-webhook,tessera-claims-webhook"
+    assert secret["metadata"]["annotations"]["tessera.io/serving-names"] == names
+    pod = one(d, "Deployment", "tessera-scheduler")["spec"]["template"]["metadata"]
+    assert pod["annotations"]["tessera.io/serving-names"] == names
+    cm = one(docs({"webhook.certificate": "cert-manager"}), "Certificate", "tessera-webhook")
+    assert "tessera-claims-webhook.tessera-system.svc" in cm["spec"]["dnsNames"]
+    for off in ({"claims.quota": "false"}, {"claims.enabled": "false"}):
+        d = docs(off)
+        assert len(one(d, "ValidatingWebhookConfiguration", "tessera-scheduler")["webhooks"]) == 1
+        assert ("Service", "tessera-claims-webhook") not in kinds(d)
+        secret = one(d, "Secret", "tessera-webhook-tls")
+        assert secret["metadata"]["annotations"]["tessera.io/serving-names"] == "tessera-webhook"
 
 
 def test_each_mode_renders_what_it_names() -> None:

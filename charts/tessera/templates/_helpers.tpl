@@ -34,3 +34,16 @@ system:serviceaccount:{{ .Release.Namespace }}:tessera-scheduler
 - tencent.com/vcuda-memory
 {{- end }}
 {{- end -}}
+
+{{/* The Services the webhook's serving certificate is for (and webhook.url, if set),
+     comma-joined: a generated certificate is made again when this changes. */}}
+{{- define "tessera.servingNames" -}}
+{{- $names := list "tessera-webhook" -}}
+{{- if and .Values.claims.enabled .Values.claims.quota -}}
+{{- $names = append $names "tessera-claims-webhook" -}}
+{{- end -}}
+{{- with .Values.webhook.url -}}
+{{- $names = append $names . -}}
+{{- end -}}
+{{ join "," $names }}
+{{- end -}}

@@ -30,11 +30,12 @@ import pytest
 import yaml
 
 from tessera.claims.devices import CLAIMS_LABEL, DRIVER, slice_name
-from tessera.kube import NODES, PODS, Obj
+from tessera.kube import GPUQUOTAS, NODES, PODS, Obj
 from tessera.kube.client import KubeClient
 from tessera.kube.errors import ApiError, NotFound
 from tessera.kube.kinds import (
     DEVICE_CLASSES,
+    EVENTS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -354,6 +355,75 @@ def test_kubectl_tessera_top_and_the_page_show_a_claim_beside_the_extender_cards
     h.admin.delete(PODS, "viewed", ns)
     wait_for("viewed gone", lambda: not h.admin.list(PODS, ns).items, 60, 0.5)
     h.admin.delete(RESOURCE_CLAIMS, "viewed-gpu", ns)
+
+
+def _events_of(h: Harness, ns: str, pod: str) -> list[str]:
+    return [f"{e.get('reason')}: {e.get('message')}" for e in h.admin.list(EVENTS, ns).items
+            if e["involvedObject"].get("name") == pod]  # fmt: skip
+
+
+def test_a_gpuquota_caps_claims_and_extender_pods_together(world: World) -> None:
+    # Before the big workload, which fills the claims path. The chart's claims webhook
+    # (deploy/webhook.yaml, claims.tessera.io) is installed with the harness's others.
+    h, ns = world.h, "claims-capped"
+    _apply(h, NAMESPACES, {"metadata": {"name": ns}})
+    h.ensure_default_service_account(ns)
+    limit = {"name": "all", "models": ["*"], "memoryMiB": 20000}
+    quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+             "metadata": {"name": "gpus"}, "spec": {"limits": [limit]}}  # fmt: skip
+    h.admin.create(GPUQUOTAS, quota, ns)
+    template = yaml.safe_load((EXAMPLES / "slice-8gib-30.yaml").read_text())
+    _apply(h, RESOURCE_CLAIM_TEMPLATES, template, ns)
+    made: list[str] = []
+    try:
+        # 8,000 MiB on the extender path, then three 8 GiB claims.
+        h.admin.create(PODS, {**_extender_pod("ext"), "metadata": {"name": "ext"}}, ns)
+        made.append("ext")
+        wait_for("ext bound", lambda: h.admin.get(PODS, "ext", ns)["spec"].get("nodeName"), 120)
+        for i in range(3):
+            h.admin.create(PODS, _claim_pod(f"c{i}", template["metadata"]["name"]), ns)
+            made.append(f"c{i}")
+
+        def bound() -> list[str]:
+            return sorted(p["metadata"]["name"] for p in h.admin.list(PODS, ns).items
+                          if p["spec"].get("nodeName"))  # fmt: skip
+
+        # 8,000 on the extender path leaves room for one 8 GiB claim only (16,192).
+        wait_for("one claim pod bound", lambda: len(bound()) == 2, 120, 0.5)
+        [waiting, other] = sorted({"c0", "c1", "c2"} - set(bound()))
+        wanted = f"quota: {ns}/gpus all ("
+        refused = wait_for("kube-scheduler to report the webhook's refusal", lambda: [
+            e for e in _events_of(h, ns, waiting) + _events_of(h, ns, other)
+            if e.startswith("FailedScheduling") and wanted in e], 60, 0.5)  # fmt: skip
+        assert 'admission webhook "claims.tessera.io" denied the request' in refused[0]
+        assert "memory 16192 of 20000 MiB used, claim " in refused[0], refused[0]
+        assert "asks 8192" in refused[0]
+
+        def status() -> Obj:
+            return dict(h.admin.get(GPUQUOTAS, "gpus", ns).get("status") or {})
+
+        def claims_counted() -> list[int]:
+            return [x.get("claims") for x in status().get("limits") or []]
+
+        wait_for("the quota's status to count the claim", lambda: claims_counted() == [1], 30,
+                 explain=lambda: str(status()))  # fmt: skip
+        [lim] = status()["limits"]
+        assert (lim["used"]["memoryMiB"], lim["pods"], lim["claims"]) == (16192, 1, 1)
+        claim_holder = next(x for x in lim["holders"] if x.startswith("claim/"))
+        # The pending pods' claims were never allocated: nothing but the one is counted.
+        allocated = [c["metadata"]["name"] for c in h.admin.list(RESOURCE_CLAIMS, ns).items
+                     if (c.get("status") or {}).get("allocation")]  # fmt: skip
+        assert [f"claim/{n}" for n in allocated] == [claim_holder]
+        # The extender pod goes: its 8,000 MiB let one more claim in, not two.
+        h.admin.delete(PODS, "ext", ns)
+        wait_for("a second claim pod bound", lambda: len(bound()) == 2 and "ext" not in bound(),
+                 120, 0.5)  # fmt: skip
+        assert len([p for p in h.admin.list(PODS, ns).items if not p["spec"].get("nodeName")]) == 1
+    finally:
+        for name in made:
+            with contextlib.suppress(NotFound):
+                h.admin.delete(PODS, name, ns)
+        h.admin.delete(GPUQUOTAS, "gpus", ns)
 
 
 def test_claims_and_extender_pods_share_nodes_without_double_booking(world: World) -> None:
