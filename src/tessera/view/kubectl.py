@@ -101,9 +101,17 @@ def _get_pod(api: Any, name: str, namespace: str) -> dict[str, Any]:
 
 
 def _load_map(api: Any) -> GpuMap:
-    from tessera.kube.errors import ApiError
-    from tessera.kube.kinds import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+    from tessera.kube.kinds import NODES, PODS
     from tessera.view.gpumap import build_map
+
+    slices, claims = _claims_path(api)
+    return build_map(api.list(NODES).items, api.list(PODS).items, slices=slices, claims=claims)
+
+
+def _claims_path(api: Any) -> tuple[list[Any], list[Any]]:
+    """Every ResourceSlice and ResourceClaim (the claims path), as listed now."""
+    from tessera.kube.errors import ApiError
+    from tessera.kube.kinds import RESOURCE_CLAIMS, RESOURCE_SLICES
 
     def listed(kind: Any) -> list[Any]:
         """The claims path's objects; none where the cluster has no resource.k8s.io/v1
@@ -118,8 +126,24 @@ def _load_map(api: Any) -> GpuMap:
             return []
 
     slices = listed(RESOURCE_SLICES)
-    claims = listed(RESOURCE_CLAIMS) if slices else []
-    return build_map(api.list(NODES).items, api.list(PODS).items, slices=slices, claims=claims)
+    return slices, listed(RESOURCE_CLAIMS) if slices else []
+
+
+def _slice_cards(slices: list[Any]) -> dict[str, dict[str, Any]]:
+    """Pool -> device name -> card, from this driver's readable slices."""
+    from tessera.claims.devices import DRIVER, device_name, slice_cards
+    from tessera.errors import SpecError
+
+    out: dict[str, dict[str, Any]] = {}
+    for obj in slices:
+        if (obj.get("spec") or {}).get("driver") != DRIVER:
+            continue
+        try:
+            pool, cards = slice_cards(obj)
+        except SpecError:
+            continue  # top names it among the claim problems
+        out[pool] = {device_name(c): c for c in cards}
+    return out
 
 
 def _emit(obj: Any, output: Output) -> None:
@@ -435,11 +459,13 @@ def quota(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
-    """GpuQuotas and what their namespace's pods hold now, counted from the assignments
-    (the same count the extender enforces; the quota's status is the extender's copy)."""
+    """GpuQuotas and what their namespace's pods and claims hold now, counted from the
+    assignments and allocations (the same count the extender enforces; the quota's status
+    is the extender's copy)."""
     from tessera.errors import SpecError
     from tessera.kube.errors import NotFound
     from tessera.kube.kinds import GPUQUOTAS
+    from tessera.quota.claims import claim_holding, claim_key
     from tessera.quota.spec import parse_quota
     from tessera.quota.usage import QuotaUsage, holding
 
@@ -450,11 +476,23 @@ def quota(
         objs = api.list(GPUQUOTAS, ns).items
     except NotFound:
         _fail("the GpuQuota resource is not installed (deploy/gpuquota-crd.yaml)")
-    gmap = _load_map(api)
+    from tessera.kube.kinds import NODES, PODS
+    from tessera.view.gpumap import build_map
+
+    slices, claims = _claims_path(api)
+    gmap = build_map(api.list(NODES).items, api.list(PODS).items, slices=slices, claims=claims)
     model_of = {c.uuid: c.model for n in gmap.nodes for c in n.cards}
     used = QuotaUsage()
     for key, a in gmap.assignments.items():
         used.set_pod(key, key.partition("/")[0], holding(a, lambda u: model_of.get(u, "")))
+    cards = _slice_cards(slices)
+    for c in claims:
+        meta = c.get("metadata") or {}
+        ns_, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        try:
+            used.set_pod(claim_key(ns_, name), ns_, claim_holding(c, cards.get))
+        except SpecError as exc:  # as the extender: a claim that does not read is not counted
+            typer.echo(f"note: claim {ns_}/{name} is not counted: {exc}", err=True)
     out: list[dict[str, Any]] = []
     for obj in sorted(objs, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
         meta = obj["metadata"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import shutil
 import tempfile
 from collections import defaultdict
@@ -50,6 +51,7 @@ from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryPods
 from tessera.node.kube_source import KubeNode
 from tessera.testenv.chart import deployed
+from tests.e2e.plugin import run
 from tests.e2e.scheduler.browser import browser
 from tests.e2e.scheduler.checks import assignment_of, book_all
 from tests.e2e.scheduler.harness import REPO, Harness, PodView, unschedulable
@@ -285,10 +287,6 @@ def test_kubectl_tessera_top_and_the_page_show_a_claim_beside_the_extender_cards
     world: World, tmp_path: Path
 ) -> None:
     # Before the big workload (which fills the claims path), in a namespace of its own.
-    import json
-
-    from tests.e2e.plugin import run
-
     h, ns = world.h, "claims-view"
     _apply(h, NAMESPACES, {"metadata": {"name": ns}})
     h.ensure_default_service_account(ns)
@@ -414,6 +412,11 @@ def test_a_gpuquota_caps_claims_and_extender_pods_together(world: World) -> None
         allocated = [c["metadata"]["name"] for c in h.admin.list(RESOURCE_CLAIMS, ns).items
                      if (c.get("status") or {}).get("allocation")]  # fmt: skip
         assert [f"claim/{n}" for n in allocated] == [claim_holder]
+        # kubectl tessera quota counts the same, from the objects.
+        out = run(h.env.kubeconfig, "quota", "-n", ns, "-o", "json")
+        [row] = json.loads(out.stdout)["quotas"]
+        assert row["memoryMiB"] == {"used": 16192, "hard": 20000}, row
+        assert sorted(row["holders"]) == sorted([f"{ns}/ext", f"{ns}/{claim_holder}"])
         # The extender pod goes: its 8,000 MiB let one more claim in, not two.
         h.admin.delete(PODS, "ext", ns)
         wait_for("a second claim pod bound", lambda: len(bound()) == 2 and "ext" not in bound(),
