@@ -236,3 +236,24 @@ def test_a_standby_refuses_as_unavailable_and_bad_reviews_are_named(world: World
     body = json.dumps({"request": {"uid": "r1", "object": {}, "oldObject": []}}).encode()
     r = w.app.handle("POST", "/validate-claims", body)
     assert r.status == 400 and b"request.oldObject: must be an object" in r.body
+
+
+def test_a_namespace_without_a_quota_is_not_asked_about_its_slices() -> None:
+    _, b, _ = book()
+    assert b.admit(claim("far", ns="team-b", pool="not-listed-yet")) == ""
+
+
+def test_a_limit_over_two_models_is_judged_on_their_sum() -> None:
+    state = SchedulerState()
+    both = {"name": "mixed", "models": ["A100", "T4"], "memoryMiB": 12000}
+    state.apply_quota({**QUOTA, "spec": {"limits": [both]}})
+    b = ClaimsBook(state)
+    b.slices_handler.replace([a_slice(), a_slice("t1", "T4")])
+    two = claim("two")
+    second = {**two["status"]["allocation"]["devices"]["results"][0], "pool": "t1"}
+    two["status"]["allocation"]["devices"]["results"].append(second)
+    why = b.admit(two)
+    assert why == "quota: team-a/gpus mixed (T4) memory 8192 of 12000 MiB used, claim two asks 8192"
+    assert (
+        state.quota_usage.of("team-a", state.quota_book.of("team-a")[0].limits[0]).memory_mib == 0
+    )

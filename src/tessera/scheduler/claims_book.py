@@ -107,20 +107,23 @@ class ClaimsBook:
         key = claim_key(ns, name)
         with self._s.lock:
             self._expire()
+            quotas = self._s.quota_book.of(ns)
+            if not quotas:
+                return ""  # nothing to count against (the watch counts it all the same)
             try:
                 per_model = claim_holding(claim, self._cards.get)
             except SpecError as exc:
                 return f"claim {ns}/{name}: {exc}"
-            quotas = self._s.quota_book.of(ns)
-            if not per_model or not quotas:
-                return ""
             usage = self._s.quota_usage
             usage.set_pod(key, ns, None)  # its own earlier admission (a retry) is not in its way
+            taken: dict[str, Usage] = {}
             for model, demand in sorted(per_model.items()):
                 why = why_over(quotas, usage, model, demand, asker=f"claim {name}")
                 if why:
                     self._settle(key)
                     return why
+                taken[model] = demand  # a limit over several models sums them
+                usage.set_pod(key, ns, taken)
             self._assumed[key] = _Assumed(uid, per_model, self._clock() + self._ttl)
             self._settle(key)
             return ""
