@@ -189,7 +189,7 @@ def world() -> Any:
     w = World([node_obj("a1", 2, "A100")])
     w.kube.create(GPUQUOTAS, copy.deepcopy(QUOTA), "team-a")
     w.kube.create(RESOURCE_SLICES, a_slice())
-    eventually(lambda: w.app.state.quota_book.of("team-a") and w.app.claims_book.slices())
+    eventually(lambda: w.app.state.quota_book.of("team-a") and w.app.claims_book.pools() == ["c1"])
     yield w
     w.close()
 
@@ -236,6 +236,17 @@ def test_a_standby_refuses_as_unavailable_and_bad_reviews_are_named(world: World
     body = json.dumps({"request": {"uid": "r1", "object": {}, "oldObject": []}}).encode()
     r = w.app.handle("POST", "/validate-claims", body)
     assert r.status == 400 and b"request.oldObject: must be an object" in r.body
+
+
+def test_objects_are_kept_for_the_page_only() -> None:
+    state, b, _ = book()
+    b.claims_handler.apply(WatchEvent("ADDED", claim("a")))
+    assert (b.slices(), b.claims(), b.pools()) == ([], [], ["c1", "t1"])
+    paged = ClaimsBook(state, keep_objects=True)
+    paged.slices_handler.replace([a_slice()])
+    paged.claims_handler.replace([claim("a"), claim("b", memory=None)])
+    assert [c["metadata"]["name"] for c in paged.claims()] == ["a"]
+    assert [s["spec"]["nodeName"] for s in paged.slices()] == ["c1"]
 
 
 def test_a_namespace_without_a_quota_is_not_asked_about_its_slices() -> None:

@@ -166,7 +166,9 @@ class SchedulerApp:
         self.state.quotas_handler.on_raise = self.quota_writer.raised
         # The claims path: counted against GpuQuotas (the claims webhook) and drawn on
         # the page. absent_ok: a cluster without resource.k8s.io/v1 has no claims path.
-        self.claims_book = ClaimsBook(self.state, assume_ttl_s=config.reservation_ttl_s)
+        self.claims_book = ClaimsBook(
+            self.state, assume_ttl_s=config.reservation_ttl_s, keep_objects=config.web
+        )
         self.claims_book.on_release = lambda ns: self.quota_writer.raised({ns})
         self.quota_writer.before_round = self.claims_book.expire
         self.slice_reflector = Reflector(

@@ -16,7 +16,8 @@ claim, kept apart as for pods:
 
 Every method takes the scheduler state's lock: a claim's admission and a pod's filter
 read and take the same quota one at a time. Slices and claims of other drivers are not
-kept, so a cluster's other claims cost no memory.
+kept, so a cluster's other claims cost no memory; whole objects are kept only for the
+GPU map page (``keep_objects``) and for claims whose slice has not come yet.
 """
 
 from __future__ import annotations
@@ -67,16 +68,18 @@ class ClaimsBook:
         *,
         assume_ttl_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        keep_objects: bool = False,
     ) -> None:
         self._s = state
         self._ttl = assume_ttl_s
         self._clock = clock
-        self._slices: dict[str, Obj] = {}  # slice name -> object
+        self._keep = keep_objects
+        self._slices: dict[str, Obj] = {}  # slice name -> object (keep_objects)
         self._cards: dict[str, dict[str, Card]] = {}  # pool -> device name -> card
         self._pool_of: dict[str, str] = {}  # slice name -> its pool
-        self._claims: dict[str, Obj] = {}  # key -> claim allocated on this driver
+        self._claims: dict[str, Obj] = {}  # key -> claim allocated here (keep_objects)
         self._observed: dict[str, tuple[str, dict[str, Usage]]] = {}  # key -> (uid, held)
-        self._unread: dict[str, str] = {}  # key -> why its allocation is not counted yet
+        self._unread: dict[str, Obj] = {}  # key -> a claim not counted yet (no slice)
         self._assumed: dict[str, _Assumed] = {}
         # Told the namespace where a counted claim let go of its cards: pods waiting there
         # for quota may fit now (kube-scheduler does not retry them on a claim's change).
@@ -93,6 +96,11 @@ class ClaimsBook:
     def claims(self) -> list[Obj]:
         with self._s.lock:
             return list(self._claims.values())
+
+    def pools(self) -> list[str]:
+        """The pools (nodes) whose cards are known from their slices."""
+        with self._s.lock:
+            return sorted(self._cards)
 
     def assumed(self) -> int:
         with self._s.lock:
@@ -154,7 +162,8 @@ class ClaimsBook:
         if (obj.get("spec") or {}).get("driver") != DRIVER:
             return
         name = str((obj.get("metadata") or {}).get("name") or "")
-        self._slices[name] = obj
+        if self._keep:
+            self._slices[name] = obj
         try:
             pool, cards = slice_cards(obj)
         except SpecError as exc:
@@ -173,7 +182,7 @@ class ClaimsBook:
                 ns, name, _ = _meta(obj)
                 if allocated_pools(obj):
                     present[claim_key(ns, name)] = obj
-            for key in set(self._claims) - set(present):
+            for key in (set(self._observed) | set(self._unread)) - set(present):
                 self._forget(key)
             for key, obj in present.items():
                 self._observe(key, obj)
@@ -197,7 +206,8 @@ class ClaimsBook:
 
     def _observe(self, key: str, obj: Obj) -> None:
         uid = _meta(obj)[2]
-        self._claims[key] = obj
+        if self._keep:
+            self._claims[key] = obj
         assumed = self._assumed.get(key)
         if assumed is not None and assumed.uid == uid:
             del self._assumed[key]  # its allocation is in: the observed record takes over
@@ -211,16 +221,16 @@ class ClaimsBook:
             per_model = claim_holding(obj, self._cards.get)
         except SpecError as exc:
             self._observed.pop(key, None)
-            if self._unread.get(key) != str(exc):
+            if key not in self._unread:
                 log.info("claim %s is not counted yet: %s", key, exc)
-            self._unread[key] = str(exc)
+            self._unread[key] = obj
             return
         self._unread.pop(key, None)
         self._observed[key] = (_meta(obj)[2], per_model)
 
     def _recount_unread(self) -> None:
-        for key in list(self._unread):
-            self._count(key, self._claims[key])
+        for key, obj in list(self._unread.items()):
+            self._count(key, obj)
             self._settle(key)
 
     def _forget(self, key: str) -> None:
