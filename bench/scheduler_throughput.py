@@ -44,6 +44,10 @@ own pod on another node.
 extender, every node's 8 cards published as a ResourceSlice (tessera.claims.devices, as
 the node agent writes it), the chart's DeviceClasses, and pods whose ResourceClaimTemplate
 asks for the sharing shape (8000Mi / 10 %): kube-scheduler's DRA allocator places them.
+``--claims-quota`` adds the same claims with Tessera's claims webhook in the path (the
+chart's claims.tessera.io, served by a ``tessera scheduler`` on the extender's CPUs) and a
+GpuQuota in the namespace that admits every pod, so each allocation is judged and counted:
+what GpuQuota on claims costs the claims path, against the plain claims run.
 
 ``--shape sharing`` gives the extenders pods of 8,000 MiB / 10 % of a card, and adds
 **stock-sharing**: stock kube-scheduler counting those pods against the nodes' totals
@@ -73,6 +77,7 @@ one run.
 from __future__ import annotations
 
 import argparse
+import base64
 import collections
 import contextlib
 import http.client
@@ -100,7 +105,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 from tessera.claims.devices import resource_slice  # noqa: E402
-from tessera.kube import NODES, PODS, Conflict, Kind, Obj, Reflector, WatchEvent  # noqa: E402
+from tessera.kube import (  # noqa: E402
+    GPUQUOTAS,
+    NODES,
+    PODS,
+    Conflict,
+    Kind,
+    Obj,
+    Reflector,
+    WatchEvent,
+)
 from tessera.kube.client import KubeClient  # noqa: E402
 from tessera.kube.errors import NotFound, Unavailable  # noqa: E402
 from tessera.kube.kinds import (  # noqa: E402
@@ -318,13 +332,16 @@ def run(
     limits: dict[str, str] = WHOLE,
     claims: bool = False,
     profile: Path | None = None,
+    setup: Callable[[str], None] | None = None,
 ) -> RunResult:
     """One run (see RunResult). The run's pods are deleted at the end, so every run
-    starts from the same cluster."""
+    starts from the same cluster. ``setup(ns)``: called once the namespace exists."""
     api.create(Kind("v1", "Namespace", "namespaces", False), {"metadata": {"name": ns}})
     sa = Kind("v1", "ServiceAccount", "serviceaccounts", True)
     with contextlib.suppress(Conflict):
         api.create(sa, {"metadata": {"name": "default"}}, ns)
+    if setup is not None:
+        setup(ns)
     env.restart_scheduler(PARKED)
     scheduler = config["profiles"][0]["schedulerName"]
     if claims:
@@ -454,6 +471,11 @@ def main() -> None:
         "claims (8000Mi / 10 %%) on ResourceSlices of every card",
     )  # fmt: skip
     ap.add_argument(
+        "--claims-quota", action="store_true",
+        help="also run the claims path with Tessera's claims webhook (the chart's "
+        "claims.tessera.io) counting every allocation against a GpuQuota that admits all",
+    )  # fmt: skip
+    ap.add_argument(
         "--layout", choices=["shared", "split"], default="shared",
         help="shared: every process on every CPU; split: the extender on half the CPUs, "
         "everything else on the other half (see the module docstring)",
@@ -491,8 +513,10 @@ def main() -> None:
     sharing = ["stock-sharing", *(f"{k}-sharing" for k in extenders)]
     kinds = {"whole": ["stock", *extenders], "sharing": ["stock", *sharing],
              "both": ["stock", *extenders, *sharing]}[args.shape]  # fmt: skip
-    if args.claims:
+    if args.claims or args.claims_quota:
         kinds.append("claims")
+    if args.claims_quota:
+        kinds.append("claims-quota")
     first = args.nodes_to_score[0]
     kinds = [k if pct == first else f"{k}@{pct}" for pct in args.nodes_to_score for k in kinds]
     extender_cpus = split_cpus() if args.layout == "split" else None
@@ -508,8 +532,9 @@ def main() -> None:
     try:
         env.create_gpu_nodes(synthetic_nodes(args.nodes, 8, "A100", prefix="gpu"))
         api = KubeClient.from_kubeconfig(str(env.kubeconfig))
-        if args.claims:
+        if args.claims or args.claims_quota:
             publish_slices(env, api, args.nodes)
+        quota_hook = ClaimsQuotaHook(env, api, work) if args.claims_quota else None
         client = {"qps": args.qps, "burst": int(args.qps * 2)} if args.qps else {}
         stock: dict[str, Any] = {
             "profiles": [{"schedulerName": "stock"}],
@@ -526,7 +551,15 @@ def main() -> None:
                 kind, pct = split_run(name, first)
                 run_id = f"{name.replace('@', '-at')}-{r}"  # names pods: no "@"
                 limits = SHARING if kind.endswith("-sharing") else WHOLE
-                if kind in ("stock", "stock-sharing", "claims"):
+                if kind == "claims-quota" and quota_hook is not None:
+                    ext = quota_hook.start(extender_cpus)
+                    config = {**stock, "percentageOfNodesToScore": pct}
+                    result = run(env, api, run_id, args.pods, config, {"extender": ext.pid},
+                                 kwok_pods, limits, claims=True, profile=args.profile,
+                                 setup=quota_hook.quota)  # fmt: skip
+                    verbs = _add_verbs(verbs, quota_hook.stop(args.pods))
+                    ext = None
+                elif kind in ("stock", "stock-sharing", "claims"):
                     config = {**stock, "percentageOfNodesToScore": pct}
                     result = run(env, api, run_id, args.pods, config, {}, kwok_pods,
                                  limits, claims=kind == "claims",
@@ -596,8 +629,80 @@ def split_cpus() -> set[int]:
     return set(cpus[half:])
 
 
+class ClaimsQuotaHook:
+    """Tessera's claims webhook as the chart installs it (deploy/webhook.yaml's
+    claims.tessera.io, pointed at a process on 127.0.0.1), a GpuQuota CRD, and per run a
+    quota of the run's namespace that admits every pod: each allocation goes through the
+    webhook and is counted, the worst case of what the chart adds to the claims path."""
+
+    CONFIG = Kind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
+                  "validatingwebhookconfigurations", False)  # fmt: skip
+
+    def __init__(self, env: TestEnv, api: KubeClient, work: Path) -> None:
+        self.env, self.api, self.work = env, api, work
+        self.serving = env.issue_serving_cert("tessera-webhook")
+        [crd] = deployed("gpuquota-crd.yaml")
+        crds = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                    "customresourcedefinitions", False)  # fmt: skip
+        api.create(crds, crd)
+        deadline = time.monotonic() + 60
+        while not any(c["type"] == "Established" and c["status"] == "True" for c in
+                      (api.get(crds, crd["metadata"]["name"]).get("status") or {})
+                      .get("conditions") or []):  # fmt: skip
+            if time.monotonic() > deadline:
+                raise SystemExit("the GpuQuota CRD was not served in 60 s")
+            time.sleep(0.2)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = free_port()
+        self.webhook_port = free_port()
+
+    def start(self, cpus: set[int] | None) -> subprocess.Popen[bytes]:
+        tls = [f"--webhook-port={self.webhook_port}", f"--tls-cert={self.serving.cert}",
+               f"--tls-key={self.serving.key}"]  # fmt: skip
+        self.proc = start_extender(self.env, self.port, self.work / "claims-quota.log", cpus,
+                                   webhook=tls)  # fmt: skip
+        [doc] = [d for d in deployed("webhook.yaml")
+                 if d["kind"] == "ValidatingWebhookConfiguration"]  # fmt: skip
+        [hook] = [h for h in doc["webhooks"] if h["name"] == "claims.tessera.io"]
+        hook["clientConfig"] = {
+            "url": f"https://127.0.0.1:{self.webhook_port}/validate-claims",
+            "caBundle": base64.b64encode(self.env.ca.pem).decode(),
+        }
+        self.api.create(self.CONFIG, {"apiVersion": doc["apiVersion"], "kind": doc["kind"],
+                                      "metadata": {"name": "bench-claims-quota"},
+                                      "webhooks": [hook]})  # fmt: skip
+        time.sleep(2)  # the API server's webhook informer picks it up
+        return self.proc
+
+    def quota(self, ns: str) -> None:
+        limit = {"name": "all", "models": ["*"], "memoryMiB": 10**9}
+        self.api.create(GPUQUOTAS, {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+                                    "metadata": {"name": "gpus"},
+                                    "spec": {"limits": [limit]}}, ns)  # fmt: skip
+
+    def stop(self, pods: int) -> dict[str, tuple[int, float]]:
+        """Remove the webhook and stop the process; its verbs' counts and mean times (a
+        run whose allocations did not all go through the webhook measured nothing)."""
+        verbs = _read_verbs(self.port)
+        calls = verbs.get("validate-claims", (0, 0.0))[0]
+        if calls < pods:
+            raise SystemExit(f"the claims webhook judged {calls} allocations of {pods}")
+        with contextlib.suppress(NotFound):
+            self.api.delete(self.CONFIG, "bench-claims-quota")
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(15)
+            self.proc = None
+        return verbs
+
+
 def start_extender(
-    env: TestEnv, port: int, log_path: Path, cpus: set[int] | None = None, null: bool = False
+    env: TestEnv,
+    port: int,
+    log_path: Path,
+    cpus: set[int] | None = None,
+    null: bool = False,
+    webhook: list[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     def pin() -> None:
         if cpus is not None:
@@ -608,8 +713,8 @@ def start_extender(
                 str(port)]  # fmt: skip
     else:
         argv = [sys.executable, "-m", "tessera.cli", "scheduler", f"--kubeconfig={env.kubeconfig}",
-                "--host=127.0.0.1", f"--port={port}", "--webhook-port=0", "--no-leader-elect",
-                "--log-level=WARNING"]  # fmt: skip
+                "--host=127.0.0.1", f"--port={port}", "--no-leader-elect",
+                "--log-level=WARNING", *(webhook or ["--webhook-port=0"])]  # fmt: skip
     ext = subprocess.Popen(
         argv,
         stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
@@ -657,6 +762,8 @@ LABELS = {
     "tessera-sharing": "Tessera extender, sharing pods (8,000 MiB / 10 %)",
     "null-sharing": "null extender, sharing pods",
     "claims": "stock kube-scheduler, DRA claims (8000Mi / 10 %)",
+    "claims-quota": "the same claims, each allocation through Tessera's claims webhook "
+    "and counted against a GpuQuota",
 }
 
 
@@ -690,6 +797,8 @@ def report(
                 ratios.append((k, f"stock-sharing{at}{pct}"))
             if at and base != "stock":
                 ratios.append((k, f"stock@{pct}"))
+            if base == "claims-quota":
+                ratios.append((k, f"claims{at}{pct}"))
         ratios = [(k, anchor) for k, anchor in ratios if anchor in rates]
         for kind, anchor in ratios:
             pairs = zip(rates[anchor], rates[kind], strict=True)
