@@ -268,3 +268,12 @@ def test_a_limit_over_two_models_is_judged_on_their_sum() -> None:
     assert (
         state.quota_usage.of("team-a", state.quota_book.of("team-a")[0].limits[0]).memory_mib == 0
     )
+
+
+def test_a_slice_that_does_not_read_is_a_problem_and_its_cards_are_not_known() -> None:
+    state, b, _ = book()
+    broken = a_slice("c3")
+    del broken["spec"]["devices"][0]["attributes"]["model"]
+    b.slices_handler.apply(WatchEvent("ADDED", broken))
+    assert state.problems["bad-slice"] == 1 and "c3" not in b.pools()
+    assert b.admit(claim("a", pool="c3")).endswith("pool c3 has no known slice")

@@ -8,8 +8,8 @@ tessera_scheduler_cards_allocated              cards with at least one tenant
 tessera_scheduler_nodes                        GPU nodes in the state
 tessera_scheduler_reservations                 tentative bookings in flight
 tessera_scheduler_leader                       1 on the replica that leads
-tessera_scheduler_admissions_total{result}     webhook answers: mutated/allowed/refused
-tessera_scheduler_state_problems_total{kind}   inventories/assignments/quotas that did not decode
+tessera_scheduler_admissions_total{hook,result}  webhook answers, hook mutate/validate/claims
+tessera_scheduler_state_problems_total{kind}   inventories/assignments/quotas/slices: bad
 tessera_scheduler_quota_nudges_total           waiting pods annotated after a quota rise
 tessera_scheduler_quotas                       GpuQuota objects in force
 =============================================  =====================================
