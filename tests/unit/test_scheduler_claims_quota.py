@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from typing import Any
 
 import pytest
@@ -277,3 +278,21 @@ def test_a_slice_that_does_not_read_is_a_problem_and_its_cards_are_not_known() -
     b.slices_handler.apply(WatchEvent("ADDED", broken))
     assert state.problems["bad-slice"] == 1 and "c3" not in b.pools()
     assert b.admit(claim("a", pool="c3")).endswith("pool c3 has no known slice")
+
+
+def test_the_leaders_quota_round_drops_an_admission_that_never_showed() -> None:
+    w = World([node_obj("a1", 2, "A100")], reservation_ttl_s=0.2)
+    try:
+        w.kube.create(GPUQUOTAS, copy.deepcopy(QUOTA), "team-a")
+        w.kube.create(RESOURCE_SLICES, a_slice())
+        eventually(lambda: w.app.state.quota_book.of("team-a") and w.app.claims_book.pools())
+        assert answer(w, review(claim("a")))["allowed"] is True
+        w.app.quota_writer.step()
+        lim = w.kube.get(GPUQUOTAS, "gpus", "team-a")["status"]["limits"][0]
+        assert (lim["used"]["memoryMiB"], lim["claims"]) == (8192, 1)
+        time.sleep(0.3)  # no allocation came: the write failed after the webhook
+        w.app.quota_writer.step()
+        lim = w.kube.get(GPUQUOTAS, "gpus", "team-a")["status"]["limits"][0]
+        assert (lim["used"]["memoryMiB"], lim["claims"], lim["holders"]) == (0, 0, [])
+    finally:
+        w.close()
