@@ -1,7 +1,8 @@
-"""Filter latency while the extender re-lists 50,000 pods.
+"""Filter latency while the extender re-lists 50,000 pods (or 50,000 claims).
 
     .venv/bin/python bench/relist.py                     # 5,000 nodes x 8 cards, 50,000 pods
     .venv/bin/python bench/relist.py --nodes 1000 --pods 10000
+    .venv/bin/python bench/relist.py --what claims       # 50,000 allocated ResourceClaims
 
 The extender's state (``SchedulerState``) holds ``--nodes`` nodes of 8 cards. A
 re-list (what the pod reflector does after its watch expired) delivers ``--pods`` bound
@@ -12,6 +13,11 @@ times each call. Two ways, in one run:
 * **chunked** (Tessera now): the pods are decoded outside the verbs' lock and booked 500
   at a time (``SchedulerState.replace_pods``);
 * **whole** (the anchor, as before): decoded and booked under the lock in one go.
+
+With ``--what claims`` the re-list is the claim reflector's instead (the claims book,
+which counts claims against GpuQuotas): ``--pods`` claims allocated on the ResourceSlices
+of ``--nodes`` more nodes, each claim 8,000 MiB / 10 % of one card. **chunked** counts
+them outside the lock and applies 500 at a time; **whole** does it all under the lock.
 
 Prints filter p50 / p99 / max during the re-list, and the re-list's own duration.
 Nothing is asserted.
@@ -36,9 +42,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
+from tessera.claims.devices import resource_slice  # noqa: E402
 from tessera.model.annotations import ASSIGNMENT, encode_assignment  # noqa: E402
 from tessera.model.clusterspec import make_cards  # noqa: E402
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
+from tessera.scheduler.claims_book import ClaimsBook  # noqa: E402
 from tessera.scheduler.filter import filter_pod  # noqa: E402
 from tessera.scheduler.placer import Placer  # noqa: E402
 from tessera.scheduler.state import SchedulerState  # noqa: E402
@@ -63,15 +71,41 @@ def world(nodes: int, pods: int) -> tuple[list[Any], list[Any]]:
     return node_objs, pod_objs
 
 
-def run(mode: str, nodes: list[Any], pods: list[Any]) -> tuple[list[float], float]:
+def claims_world(nodes: int, claims: int) -> tuple[list[Any], list[Any]]:
+    """``nodes`` claims-path nodes' slices, and ``claims`` claims allocated on them."""
+    slices = [resource_slice(f"c{i}", make_cards(f"c{i}", 8, "A100"), 1) for i in range(nodes)]
+    out = []
+    consumed = {"memory": "8000Mi", "compute": "10", "slots": "1"}
+    for j in range(claims):
+        result = {"request": "gpu", "driver": "gpu.tessera.io", "pool": f"c{j % nodes}",
+                  "device": f"gpu-{(j // nodes) % 8}", "consumedCapacity": consumed}  # fmt: skip
+        out.append({"metadata": {"namespace": f"team-{j % 50}", "name": f"claim-{j}",
+                                 "uid": f"cuid-{j}"},
+                    "status": {"allocation": {"devices": {"results": [result]}}}})  # fmt: skip
+    return slices, out
+
+
+def run(
+    mode: str, nodes: list[Any], pods: list[Any], slices: list[Any] | None = None
+) -> tuple[list[float], float]:
+    """``slices`` given: ``pods`` are claims, re-listed into a claims book."""
     state, placer = SchedulerState(), Placer()
     state.replace_nodes(nodes)
+    book = ClaimsBook(state)
+    if slices is not None:
+        book.slices_handler.replace(slices)
     names = [n["metadata"]["name"] for n in nodes]
     done = threading.Event()
     waits: list[float] = []
 
     def relist() -> None:
-        if mode == "chunked":
+        if slices is not None:
+            if mode == "chunked":
+                book.claims_handler.replace(pods)
+            else:
+                with state.lock:  # the lock is re-entrant: the chunks become one hold
+                    book.claims_handler.replace(pods)
+        elif mode == "chunked":
             state.pods_handler.replace(pods)
         else:
             with state.lock:
@@ -98,18 +132,25 @@ def run(mode: str, nodes: list[Any], pods: list[Any]) -> tuple[list[float], floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, default=5000)
-    ap.add_argument("--pods", type=int, default=50_000)
+    ap.add_argument("--pods", type=int, default=50_000, help="pods, or claims, re-listed")
+    ap.add_argument("--what", choices=["pods", "claims"], default="pods")
     args = ap.parse_args()
     console = Console()
-    nodes, pods = world(args.nodes, args.pods)
+    slices = None
+    if args.what == "claims":
+        nodes, _ = world(args.nodes, 0)
+        slices, pods = claims_world(args.nodes, args.pods)
+    else:
+        nodes, pods = world(args.nodes, args.pods)
     t = Table(
-        title=f"filter during a re-list of {args.pods:,} pods, {args.nodes:,} nodes ({describe()})"
+        title=f"filter during a re-list of {args.pods:,} {args.what}, {args.nodes:,} nodes "
+        f"({describe()})"
     )
     for col in ("re-list", "filters", "p50 ms", "p99 ms", "max ms", "re-list s"):
         t.add_column(col, justify="right")
     results = {}
     for mode in ("whole", "chunked"):
-        waits, took = run(mode, nodes, pods)
+        waits, took = run(mode, nodes, pods, slices)
         results[mode] = waits
         q = sorted(waits)
         t.add_row(

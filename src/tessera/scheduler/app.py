@@ -178,6 +178,7 @@ class SchedulerApp:
             field_selector=f"spec.driver={DRIVER}",
             watch_timeout_s=config.watch_timeout_s,
             absent_ok=True,
+            on_relist=relisted,
         )
         self.claim_reflector = Reflector(
             api,
@@ -185,6 +186,7 @@ class SchedulerApp:
             self.claims_book.claims_handler,
             watch_timeout_s=config.watch_timeout_s,
             absent_ok=True,
+            on_relist=relisted,
         )
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tessera.claims.allocation import allocated_pools
 from tessera.claims.devices import DRIVER, device_name, slice_cards
@@ -34,7 +34,7 @@ from tessera.kube.port import Obj, WatchEvent
 from tessera.model.types import Card
 from tessera.quota.claims import claim_holding, claim_key
 from tessera.quota.usage import Usage, why_over
-from tessera.scheduler.state import SchedulerState
+from tessera.scheduler.state import RELIST_CHUNK, RELIST_PAUSE_S, SchedulerState
 
 __all__ = ["ClaimsBook"]
 
@@ -44,6 +44,31 @@ log = logging.getLogger(__name__)
 def _meta(obj: Obj) -> tuple[str, str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class _ParsedSlice:
+    name: str
+    obj: Obj
+    pool: str = ""
+    cards: dict[str, Card] = field(default_factory=dict)  # device name -> card
+    error: str = ""
+
+
+def _parse_slice(obj: Obj) -> _ParsedSlice:
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    try:
+        pool, cards = slice_cards(obj)
+    except SpecError as exc:
+        return _ParsedSlice(name, obj, error=str(exc))
+    return _ParsedSlice(name, obj, pool, {device_name(c): c for c in cards})
+
+
+def _holding_or_none(obj: Obj, cards: dict[str, dict[str, Card]]) -> dict[str, Usage] | None:
+    try:
+        return claim_holding(obj, cards.get)
+    except SpecError:
+        return None  # counted again under the lock, where a slice may have come
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,57 +163,67 @@ class ClaimsBook:
 
     # --- slices -----------------------------------------------------------------------
 
+    # Slices and claims are decoded outside the lock (a re-list of 5,000 slices or 50,000
+    # claims would otherwise hold every verb for seconds) and applied under it.
+
     def _replace_slices(self, items: list[Obj]) -> None:
+        parsed = [_parse_slice(o) for o in items if (o.get("spec") or {}).get("driver") == DRIVER]
         with self._s.lock:
             self._slices.clear()
             self._cards.clear()
             self._pool_of.clear()
-            for obj in items:
-                self._put_slice(obj)
+            for one in parsed:
+                self._put_slice(one)
             self._recount_unread()
 
     def _apply_slice(self, event: WatchEvent) -> None:
         name = str((event.object.get("metadata") or {}).get("name") or "")
+        gone = event.type == "DELETED" or (event.object.get("spec") or {}).get("driver") != DRIVER
+        parsed = None if gone else _parse_slice(event.object)
         with self._s.lock:
             self._slices.pop(name, None)
             pool = self._pool_of.pop(name, None)
             if pool is not None:
                 self._cards.pop(pool, None)
-            if event.type != "DELETED":
-                self._put_slice(event.object)
+            if parsed is not None:
+                self._put_slice(parsed)
             self._recount_unread()
 
-    def _put_slice(self, obj: Obj) -> None:
-        if (obj.get("spec") or {}).get("driver") != DRIVER:
-            return
-        name = str((obj.get("metadata") or {}).get("name") or "")
+    def _put_slice(self, parsed: _ParsedSlice) -> None:
         if self._keep:
-            self._slices[name] = obj
-        try:
-            pool, cards = slice_cards(obj)
-        except SpecError as exc:
+            self._slices[parsed.name] = parsed.obj
+        if parsed.error:
             self._s.problems["bad-slice"] += 1
-            log.warning("ResourceSlice %s does not read, its cards are not known: %s", name, exc)
+            log.warning("ResourceSlice %s does not read, its cards are not known: %s",
+                        parsed.name, parsed.error)  # fmt: skip
             return
-        self._pool_of[name] = pool
-        self._cards[pool] = {device_name(c): c for c in cards}
+        self._pool_of[parsed.name] = parsed.pool
+        self._cards[parsed.pool] = parsed.cards
 
     # --- claims -----------------------------------------------------------------------
 
-    def _replace_claims(self, items: list[Obj]) -> None:
+    def _replace_claims(self, items: list[Obj], chunk: int = RELIST_CHUNK) -> None:
+        """The complete set of claims (after a list): counted outside the lock against
+        the slices known now, then applied ``chunk`` at a time, as pods are."""
         with self._s.lock:
-            present = {}
-            for obj in items:
+            cards = dict(self._cards)  # a pool's cards are replaced, never changed in place
+        counted: list[tuple[str, Obj, dict[str, Usage] | None]] = []
+        for obj in items:
+            if allocated_pools(obj):
                 ns, name, _ = _meta(obj)
-                if allocated_pools(obj):
-                    present[claim_key(ns, name)] = obj
-            for key in (set(self._observed) | set(self._unread)) - set(present):
+                counted.append((claim_key(ns, name), obj, _holding_or_none(obj, cards)))
+        present = {key for key, _, _ in counted}
+        with self._s.lock:
+            for key in (set(self._observed) | set(self._unread)) - present:
                 self._forget(key)
-            for key, obj in present.items():
-                self._observe(key, obj)
+        for start in range(0, len(counted), chunk):
+            with self._s.lock:
+                for key, obj, held in counted[start : start + chunk]:
+                    self._observe(key, obj, held)
+                    self._settle(key)
+            time.sleep(RELIST_PAUSE_S)  # let a waiting verb in (see replace_pods)
+        with self._s.lock:
             self._expire()
-            for key in set(present) | set(self._assumed):
-                self._settle(key)
 
     def _apply_claim(self, event: WatchEvent) -> None:
         ns, name, uid = _meta(event.object)
@@ -204,7 +239,9 @@ class ClaimsBook:
             self._expire()
             self._settle(key)
 
-    def _observe(self, key: str, obj: Obj) -> None:
+    def _observe(self, key: str, obj: Obj, held: dict[str, Usage] | None = None) -> None:
+        """The claim's allocation as listed or watched; ``held``: its count, when made
+        outside the lock (else, or when that found no slice, it is counted here)."""
         uid = _meta(obj)[2]
         if self._keep:
             self._claims[key] = obj
@@ -214,6 +251,10 @@ class ClaimsBook:
         known = self._observed.get(key)
         if known is not None and known[0] == uid:
             return  # an allocation never changes: counted already
+        if held is not None:
+            self._unread.pop(key, None)
+            self._observed[key] = (uid, held)
+            return
         self._count(key, obj)
 
     def _count(self, key: str, obj: Obj) -> None:
