@@ -127,6 +127,20 @@ def test_claims_are_counted_by_a_webhook_that_reaches_only_the_leader() -> None:
         assert secret["metadata"]["annotations"]["tessera.io/serving-names"] == "tessera-webhook"
 
 
+def test_preemption_is_on_with_its_eviction_right_and_can_be_turned_off() -> None:
+    def evicts(d: Docs) -> bool:
+        rules = one(d, "ClusterRole", "tessera-scheduler")["rules"]
+        return any("pods/eviction" in r["resources"] for r in rules)
+
+    def args(d: Docs) -> list[str]:
+        spec = one(d, "Deployment", "tessera-scheduler")["spec"]["template"]["spec"]
+        return list(spec["containers"][0]["args"])
+
+    on, off = docs(), docs({"scheduler.preemption": "false"})
+    assert evicts(on) and "--no-preemption" not in args(on)
+    assert not evicts(off) and "--no-preemption" in args(off)
+
+
 def test_each_mode_renders_what_it_names() -> None:
     cm = docs({"webhook.certificate": "cert-manager"})
     assert ("Certificate", "tessera-webhook") in kinds(cm)

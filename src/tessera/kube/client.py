@@ -252,6 +252,21 @@ class KubeClient:
         path, body = binding_body(namespace, name, uid, node, annotations)
         self._request("POST", path, body=body)
 
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        path, body = eviction_body(namespace, name, uid)
+        self._request("POST", path, body=body)
+
+
+def eviction_body(namespace: str, name: str, uid: str) -> tuple[str, Obj]:
+    """The path and body of a pods/eviction create, the pod's UID a precondition."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": {"preconditions": {"uid": uid}},
+    }
+    return PODS.path(namespace, name) + "/eviction", body
+
 
 def binding_body(
     namespace: str, name: str, uid: str, node: str, annotations: dict[str, str] | None

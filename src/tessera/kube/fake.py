@@ -297,6 +297,23 @@ class FakeKube:
             self._stamp(obj)
             self._record(kind, "DELETED", obj)
 
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """As the API server: NotFound for no such pod, Conflict for another UID; then the
+        pod goes (at once: no kubelet here). PodDisruptionBudgets are not kept, so the
+        429 the API server gives while one forbids it comes only from ``fail_next``."""
+        with self._lock:
+            self.calls.append(("evict", f"{namespace}/{name}"))
+            self._check_failure("evict")
+            key = self._key(PODS, name, namespace)
+            stored = self._objects.get(key)
+            if stored is None:
+                raise NotFound(404, "NotFound", f'pods "{name}" not found')
+            if stored["metadata"]["uid"] != uid:
+                raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+            del self._objects[key]
+            self._stamp(stored)
+            self._record(PODS, "DELETED", stored)
+
     def bind(
         self,
         namespace: str,

@@ -92,3 +92,9 @@ class KubeApi(Protocol):
         node: str,
         annotations: dict[str, str] | None = None,
     ) -> None: ...
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod (``pods/eviction``, policy/v1) if its UID is still ``uid``: the
+        API server deletes it gracefully, or refuses with 429 while a
+        PodDisruptionBudget does not allow it."""
+        ...

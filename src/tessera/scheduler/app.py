@@ -57,6 +57,7 @@ from tessera.scheduler.heap import freeze_long_lived
 from tessera.scheduler.leader import LeaderElector
 from tessera.scheduler.metrics import Metrics
 from tessera.scheduler.placer import Placer
+from tessera.scheduler.preemptor import Preemptor
 from tessera.scheduler.prioritize import prioritize_pod
 from tessera.scheduler.quota_writer import QuotaWriter
 from tessera.scheduler.reasons import summarise
@@ -188,6 +189,9 @@ class SchedulerApp:
             absent_ok=True,
             on_relist=relisted,
         )
+        self.preemptor = Preemptor(
+            self.state, api, self.events, self.leading, on_evict=self.metrics.preemptions.inc
+        )
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}
 
@@ -201,6 +205,8 @@ class SchedulerApp:
         self.slice_reflector.start()
         self.claim_reflector.start()
         self.quota_writer.start()
+        if self.config.preemption:
+            self.preemptor.start()
         if self.config.freeze_heap:
             threading.Thread(
                 target=self._freeze_when_synced, name="tessera-heap", daemon=True
@@ -215,6 +221,7 @@ class SchedulerApp:
         self.slice_reflector.stop()
         self.claim_reflector.stop()
         self.quota_writer.stop()
+        self.preemptor.stop()
         if self.leader is not None:
             self.leader.stop(release=True)
         self.events.stop()
@@ -397,6 +404,8 @@ class SchedulerApp:
             self.events.record(
                 args.pod, "TesseraUnschedulable", summarise(why, len(args.node_names))
             )
+            if self.config.preemption and out.request is not None:
+                self.preemptor.consider(args.pod, out.request, list(out.failed))
         return Response(200, encode_filter_result(out.node_names, out.failed, out.unresolvable))
 
     def _prioritize(self, body: bytes) -> Response:

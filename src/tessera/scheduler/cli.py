@@ -61,6 +61,12 @@ def scheduler(
             "shows every GPU pod's name and slice to whoever reaches the port"
         ),
     ] = False,
+    preemption: Annotated[
+        bool,
+        typer.Option(
+            help="evict lower-priority GPU pods (Eviction API) for a pod that finds no cards"
+        ),
+    ] = True,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Serve the kube-scheduler extender (filter/prioritize/bind) and the admission webhook."""
@@ -103,6 +109,7 @@ def scheduler(
         reservation_ttl_s=reservation_ttl,
         quota_status_s=quota_status_s,
         web=web,
+        preemption=preemption,
         leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_name=lease_name,

@@ -12,6 +12,7 @@ tessera_scheduler_admissions_total{hook,result}  webhook answers, hook mutate/va
 tessera_scheduler_state_problems_total{kind}   inventories/assignments/quotas/slices: bad
 tessera_scheduler_quota_nudges_total           waiting pods annotated after a quota rise
 tessera_scheduler_quotas                       GpuQuota objects in force
+tessera_scheduler_preemption_evictions_total   pods evicted for a higher-priority pod's cards
 =============================================  =====================================
 """
 
@@ -62,6 +63,11 @@ class Metrics:
             registry=r,
         )
         self.quotas = Gauge("tessera_scheduler_quotas", "GpuQuota objects in force", registry=r)
+        self.preemptions = Counter(
+            "tessera_scheduler_preemption_evictions",
+            "Lower-priority pods evicted for a higher-priority pod's cards",
+            registry=r,
+        )
         self._refreshers: list[Callable[[], None]] = []
 
     def on_scrape(self, refresh: Callable[[], None]) -> None:

@@ -54,7 +54,7 @@ from tessera.quota.book import QuotaBook
 from tessera.quota.usage import QuotaUsage, demand_on, holding, why_over
 from tessera.scheduler.reservations import Reservation, ReservationBook
 
-__all__ = ["PodInfo", "PodUpdate", "SchedulerState"]
+__all__ = ["PodInfo", "PodUpdate", "SchedulerState", "pod_priority"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,8 @@ class PodInfo:
     request: PodRequest | None
     assignment: Assignment | None  # as its annotation says
     assignment_text: str | None = None  # the annotation's bytes, to skip unchanged updates
+    priority: int = 0  # spec.priority (GPU preemption picks lower ones)
+    terminating: bool = False  # deletionTimestamp set: going already, no victim
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,16 @@ class _Held:
     uid: str
     request: PodRequest
     assignment: Assignment
+
+
+def pod_priority(obj: Obj | None) -> int:
+    """``spec.priority`` (the API server sets it from the PriorityClass); 0 when absent."""
+    raw = ((obj or {}).get("spec") or {}).get("priority")
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+
+
+def _terminating(obj: Obj | None) -> bool:
+    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _annotations(obj: Obj) -> dict[str, Any]:
@@ -465,6 +477,7 @@ class SchedulerState:
         if known is not None and upd.unchanged_for(known) and key not in self.reservations:
             # A status update (kwok, kubelet) or a label: nothing Tessera reads changed.
             known.resource_version = upd.resource_version
+            known.terminating = _terminating(upd.obj)
             return
         if not upd.decoded:
             self._decode(upd)  # it changed after all since prepare_pod looked
@@ -472,8 +485,9 @@ class SchedulerState:
             self.problems["bad-assignment"] += 1
             log.warning("%s", upd.bad_assignment)
         self.pods[key] = PodInfo(
-            key, uid, upd.resource_version, node_name, upd.request, upd.assignment, text
-        )
+            key, uid, upd.resource_version, node_name, upd.request, upd.assignment, text,
+            priority=pod_priority(upd.obj), terminating=_terminating(upd.obj),
+        )  # fmt: skip
         self._observe(upd)
         self._confirm(upd)
         self._settle(key)

@@ -1,0 +1,242 @@
+"""GPU preemption: a pod with a priority that finds no cards has lower-priority pods
+evicted to make room (docs/scheduler.md, "GPU preemption").
+
+kube-scheduler's own preemption never helps a Tessera pod (the GPU resources are
+``ignoredByScheduler``, so its dry run finds no victim), so the extender does it. When
+``filter`` places a pod nowhere, it hands the pod here (``consider``); this thread, on
+the leader only:
+
+1. skips a pod whose ``preemptionPolicy`` is ``Never``, one that is bound or being bound,
+   and one whose earlier preemption is still under way (its victims not gone yet, for at
+   most ``hold_s``);
+2. copies, under the state lock, the offered nodes' inventories and bookings, with each
+   holder's priority;
+3. outside the lock, asks the placement core (``placement.preemption``) for the fewest,
+   least important victims on the best node. Card models the pod's quota rules out are
+   left out, so no pod is evicted for cards the preemptor could not take;
+4. evicts them through the Eviction API (``pods/eviction``, the victim's UID a
+   precondition), so PodDisruptionBudgets and graceful termination apply. A refusal (429:
+   a budget) stops that preemption, and it is tried again every ``retry_s`` while the pod
+   waits: kube-scheduler would not try the pod again for a budget's change;
+5. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
+   victim.
+
+The freed cards are not held for the preemptor: kube-scheduler retries it when the
+victims are deleted, ahead of lower-priority pods (its queue is ordered by priority). A
+lower-priority pod that takes them in between is itself a candidate for the next round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tessera.kube.errors import ApiError, Conflict, NotFound
+from tessera.kube.events import EventRecorder
+from tessera.kube.port import KubeApi, Obj
+from tessera.model.types import NodeInventory, PodRequest
+from tessera.placement.policies import make_policy
+from tessera.placement.preemption import Holder, Preemption, choose_preemption
+from tessera.scheduler.filter import without_models
+from tessera.scheduler.state import SchedulerState, pod_priority
+
+__all__ = ["Preemptor"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Under:
+    """A preemption under way: its victims, until they are gone or ``until``."""
+
+    uid: str
+    victims: frozenset[str]
+    until: float
+
+
+class Preemptor:
+    def __init__(
+        self,
+        state: SchedulerState,
+        api: KubeApi,
+        events: EventRecorder,
+        leading: Callable[[], bool],
+        *,
+        hold_s: float = 60.0,
+        retry_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_evict: Callable[[], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.api = api
+        self.events = events
+        self.leading = leading
+        self.hold_s = hold_s
+        self.retry_s = retry_s
+        self.clock = clock
+        self.on_evict = on_evict
+        self.policy = make_policy("binpack")  # its own: the placer is the filter's
+        self._lock = threading.Lock()
+        self._queue: dict[str, tuple[Obj, PodRequest, list[str]]] = {}
+        self._under: dict[str, _Under] = {}  # preemptor key -> what it is waiting for
+        self._later: dict[str, tuple[float, Obj, PodRequest, list[str]]] = {}  # refused
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+
+    def consider(self, pod: Obj, request: PodRequest, nodes: list[str]) -> None:
+        """A pod ``filter`` placed nowhere among ``nodes``: preempt for it, soon."""
+        spec = pod.get("spec") or {}
+        if spec.get("preemptionPolicy") == "Never" or not nodes:
+            return
+        with self._lock:
+            self._queue[request.key] = (pod, request, list(nodes))
+        self._wake.set()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="tessera-preempt", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.step()
+            except Exception:  # a bug here must not end preemption for good
+                log.exception("preemption step failed")
+
+    def step(self) -> list[Preemption]:
+        """Preempt for every pod handed over since the last step (leader only)."""
+        now = self.clock()
+        with self._lock:
+            queue, self._queue = self._queue, {}
+            due = {k: v for k, v in self._later.items() if v[0] <= now}
+            for key in due:
+                del self._later[key]
+        with self.state.lock:  # a refused one is tried again only while its pod waits
+            for key, (_, pod, request, nodes) in due.items():
+                info = self.state.pods.get(key)
+                if info is not None and info.uid == request.uid and not info.node_name:
+                    queue.setdefault(key, (pod, request, nodes))
+        if not self.leading():
+            return []
+        done = []
+        for pod, request, nodes in queue.values():
+            found = self._preempt(pod, request, nodes)
+            if found is not None:
+                done.append(found)
+        return done
+
+    def _preempt(self, pod: Obj, request: PodRequest, nodes: list[str]) -> Preemption | None:
+        priority = pod_priority(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self.state.lock:
+            if self._waiting(request.key, uid) or self._placed(request.key, uid):
+                return None
+            excluded = self.state.quota_exclusions(request)
+            candidates = self._candidates(nodes, priority)
+        if not candidates:
+            return None
+        wanted = without_models(request, excluded) if excluded else request
+        found = choose_preemption(candidates, wanted, priority, self.policy)
+        if found is None:
+            return None
+        if not self.leading():  # lost the lease while choosing: the new leader decides
+            return None
+        evicted, refused = self._evict(pod, found, priority)
+        if refused:
+            with self._lock:
+                self._later[request.key] = (self.clock() + self.retry_s, pod, request, nodes)
+        if evicted:
+            with self.state.lock:
+                self._under[request.key] = _Under(
+                    uid, frozenset(evicted), self.clock() + self.hold_s
+                )
+        return found
+
+    def _waiting(self, key: str, uid: str) -> bool:
+        """Whether an earlier preemption for this pod still waits for its victims (lock
+        held)."""
+        under = self._under.get(key)
+        if under is None:
+            return False
+        going = any(v in self.state.pods for v in under.victims)
+        if under.uid == uid and self.clock() < under.until and going:
+            return True
+        del self._under[key]
+        return False
+
+    def _placed(self, key: str, uid: str) -> bool:
+        """Bound, or being bound: nothing to preempt for (lock held)."""
+        res = self.state.reservations.get(key)
+        return bool(self.state.bound_node(key, uid)) or (res is not None and res.uid == uid)
+
+    def _candidates(
+        self, nodes: list[str], priority: int
+    ) -> list[tuple[NodeInventory, list[Holder]]]:
+        """The offered nodes with a lower-priority pod on them, and their holders (lock
+        held). A holder being bound, being evicted or already terminating is no victim."""
+        going = {v for u in self._under.values() for v in u.victims}
+        offered = {n for n in nodes if n in self.state.cluster}
+        by_node: dict[str, list[Holder]] = {n: [] for n in offered}
+        lower: set[str] = set()
+        for key, booking in self.state.cluster.bookings().items():
+            node = booking.assignment.node
+            if node not in offered:
+                continue
+            info = self.state.pods.get(key)
+            prio = info.priority if info is not None else priority  # unknown: never a victim
+            evictable = (
+                info is not None
+                and not info.terminating
+                and key not in self.state.reservations
+                and key not in going
+            )
+            uid = info.uid if info is not None else ""
+            by_node[node].append(Holder(key, uid, prio, booking.pod, booking.assignment,
+                                        evictable))  # fmt: skip
+            if evictable and prio < priority:
+                lower.add(node)
+        return [(self.state.cluster.node(n), by_node[n]) for n in nodes if n in lower]
+
+    def _evict(self, pod: Obj, found: Preemption, priority: int) -> tuple[list[str], bool]:
+        """The victims evicted (or gone already), and whether the API refused one."""
+        meta = pod.get("metadata") or {}
+        me = f"{meta.get('namespace')}/{meta.get('name')}"
+        evicted: list[str] = []
+        refused = False
+        for v in found.victims:
+            ns, _, name = v.key.partition("/")
+            try:
+                self.api.evict(ns, name, v.uid)
+            except (NotFound, Conflict):
+                evicted.append(v.key)  # gone already, or another pod of that name now
+                continue
+            except ApiError as exc:
+                why = "a PodDisruptionBudget" if exc.status == 429 else str(exc)
+                log.info("preemption for %s on %s stopped at %s: %s", me, found.node, v.key, why)
+                refused_msg = f"evicting {v.key} on {found.node} was refused: {why}"
+                self.events.record(pod, "TesseraPreemptionBlocked", refused_msg)
+                refused = True
+                break
+            evicted.append(v.key)
+            if self.on_evict is not None:
+                self.on_evict()
+            victim = {"metadata": {"namespace": ns, "name": name, "uid": v.uid}}
+            self.events.record(victim, "TesseraPreempted",
+                               f"evicted for {me} (priority {priority}), which needs cards "
+                               f"on {found.node}")  # fmt: skip
+        if evicted:
+            gone = [f"{v.key} (priority {v.priority})" for v in found.victims if v.key in evicted]
+            log.info("preempting on %s for %s: %s", found.node, me, ", ".join(gone))
+            message = f"evicting on {found.node} for cards: {', '.join(gone)}"
+            self.events.record(pod, "TesseraPreempting", message, "Normal")
+        return evicted, refused

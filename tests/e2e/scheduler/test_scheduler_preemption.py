@@ -1,0 +1,117 @@
+"""GPU preemption on the real control plane: kube-scheduler's own preemption finds no
+victim for a Tessera pod (it cannot see cards), so the extender evicts the least
+important lower-priority pod through the real Eviction API -- where a
+PodDisruptionBudget can refuse it -- and the higher-priority pod takes the card."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+from tessera.kube import NODES, PODS, Kind, NotFound, Obj
+from tessera.kube.kinds import EVENTS
+from tessera.model.clusterspec import make_cards
+from tessera.model.types import NodeInventory
+from tests.e2e.scheduler.harness import Harness
+from tests.e2e.wait import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+NS = "preempt"
+NODE = "preempt-0"
+NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
+PRIORITY_CLASSES = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
+BUDGETS = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True)
+
+
+def _pod(name: str, priority_class: str) -> Obj:
+    return {
+        "metadata": {"name": name, "labels": {"tier": priority_class}},
+        "spec": {
+            "priorityClassName": priority_class,
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "containers": [{"name": "main", "image": "busybox",
+                            "resources": {"limits": {"tessera.io/gpu": "1"}}}],
+        },
+    }  # fmt: skip
+
+
+@pytest.fixture
+def two_cards(harness: Harness) -> Iterator[Harness]:
+    """One node of two A100s of its own, and two priority classes."""
+    h = harness
+    h.env.create_gpu_nodes([NodeInventory(NODE, make_cards(NODE, 2, "A100"),
+                                          cpu_milli=16_000, memory_mib=64 * 1024)])  # fmt: skip
+    h.admin.create(NAMESPACES, {"metadata": {"name": NS}})
+    h.ensure_default_service_account(NS)
+    for name, value in (("gpu-low", 10), ("gpu-high", 1000)):
+        h.admin.create(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value})
+    try:
+        yield h
+    finally:
+        for p in h.admin.list(PODS, NS).items:
+            with contextlib.suppress(NotFound):
+                h.admin.delete(PODS, p["metadata"]["name"], NS)
+        for name in ("gpu-low", "gpu-high"):
+            h.admin.delete(PRIORITY_CLASSES, name)
+        h.admin.delete(NODES, NODE)
+        ext = h.extender
+        assert ext is not None
+        wait_for("the extender to forget the node",
+                 lambda: ext.metric("tessera_scheduler_nodes") == 100, 60)  # fmt: skip
+
+
+def _events(h: Harness, reason: str) -> list[Obj]:
+    return [e for e in h.admin.list(EVENTS, NS).items if e.get("reason") == reason]
+
+
+def _failed(h: Harness, pod: str) -> list[str]:
+    """kube-scheduler's FailedScheduling messages for ``pod``."""
+    mine = [e for e in h.admin.list(EVENTS, NS).items if e["involvedObject"]["name"] == pod]
+    return [str(e["message"]) for e in mine if e["reason"] == "FailedScheduling"]
+
+
+def _bound(h: Harness) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in h.admin.list(PODS, NS).items
+            if p["spec"].get("nodeName")}  # fmt: skip
+
+
+def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
+    two_cards: Harness,
+) -> None:
+    h = two_cards
+    for name in ("low-0", "low-1"):
+        h.admin.create(PODS, _pod(name, "gpu-low"), NS)
+    wait_for("both low pods bound", lambda: len(_bound(h)) == 2, 60, 0.2)
+    # A budget that allows no disruption: the Eviction API refuses (429), nobody goes.
+    selector = {"matchLabels": {"tier": "gpu-low"}}
+    budget = {"metadata": {"name": "keep-low"},
+              "spec": {"minAvailable": 2, "selector": selector}}  # fmt: skip
+    h.admin.create(BUDGETS, budget, NS)
+    wait_for("the budget to be counted", lambda: (h.admin.get(BUDGETS, "keep-low", NS)
+             .get("status") or {}).get("observedGeneration"), 60, 0.2)  # fmt: skip
+    h.admin.create(PODS, _pod("urgent", "gpu-high"), NS)
+    blocked = wait_for("the refusal to be reported",
+                       lambda: _events(h, "TesseraPreemptionBlocked"), 60, 0.5)  # fmt: skip
+    assert "a PodDisruptionBudget" in blocked[0]["message"], blocked[0]["message"]
+    assert sorted(_bound(h)) == ["low-0", "low-1"]
+    # kube-scheduler's own preemption found no victim, as docs/scheduler.md says.
+    failed = _failed(h, "urgent")
+    assert any("expected at least one victim pod" in m for m in failed), failed
+    # The budget goes: the preemptor's next try (every 10 s while the pod waits) evicts
+    # the least important pod (equal priority: the later name), and the urgent pod takes
+    # its card when kube-scheduler tries it again on the deletion.
+    h.admin.delete(BUDGETS, "keep-low", NS)
+    wait_for("urgent bound", lambda: _bound(h).get("urgent") == NODE, 120, 0.5)
+    assert sorted(_bound(h)) == ["low-0", "urgent"]
+    [preempting] = _events(h, "TesseraPreempting")
+    assert preempting["message"] == f"evicting on {NODE} for cards: {NS}/low-1 (priority 10)"
+    assert [e["involvedObject"]["name"] for e in _events(h, "TesseraPreempted")] == ["low-1"]
+    # An equal-priority pod evicts no one: it waits.
+    h.admin.create(PODS, _pod("peer", "gpu-low"), NS)
+    wait_for("peer to be found unschedulable", lambda: _failed(h, "peer"), 60, 0.5)
+    assert sorted(_bound(h)) == ["low-0", "urgent"]
+    assert len(_events(h, "TesseraPreempting")) == 1

@@ -1,0 +1,116 @@
+"""GPU preemption through the app: a higher-priority pod that finds no cards has the least
+important lower-priority pod evicted (Eviction API), then takes its card."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tessera.kube import GPUQUOTAS, PODS
+from tessera.kube.errors import ApiError
+from tessera.kube.kinds import EVENTS
+from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._wait import eventually
+
+
+def prio_pod(name: str, priority: int, **kw: Any) -> dict[str, Any]:
+    p = pod_obj(name, **kw)
+    p["spec"]["priority"] = priority  # as the API server sets it from the PriorityClass
+    return p
+
+
+@pytest.fixture
+def world() -> Any:
+    w = World([node_obj("a1", 2, "A100")])
+    for i in range(2):
+        assert w.schedule(w.create(prio_pod(f"low-{i}", 10))) == "a1"
+    yield w
+    w.close()
+
+
+def evictions(w: World) -> list[str]:
+    return [what for op, what in w.kube.calls if op == "evict"]
+
+
+def events(w: World, reason: str) -> list[str]:
+    return [str(e.get("message")) for e in w.kube.list(EVENTS, "default").items
+            if e.get("reason") == reason]  # fmt: skip
+
+
+def test_the_least_important_pod_is_evicted_and_the_urgent_pod_takes_its_card(
+    world: World,
+) -> None:
+    w = world
+    urgent = w.create(prio_pod("urgent", 1000))
+    assert w.filter(urgent)["NodeNames"] == []  # no card now: preemption is handed over
+    eventually(lambda: evictions(w) == ["default/low-1"])  # equal priority: the later key
+    eventually(lambda: "default/low-1" not in w.app.state.pods)
+    assert w.schedule(urgent) == "a1"
+    eventually(lambda: events(w, "TesseraPreempting"))
+    assert events(w, "TesseraPreempting") == [
+        "evicting on a1 for cards: default/low-1 (priority 10)"
+    ]
+    eventually(lambda: events(w, "TesseraPreempted"))
+    assert "evicted for default/urgent (priority 1000)" in events(w, "TesseraPreempted")[0]
+    assert w.app.metrics.preemptions._value.get() == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "urgent",
+    [
+        prio_pod("peer", 10),  # equal priority: no victim
+        {
+            **prio_pod("polite", 1000),
+            "spec": {**prio_pod("polite", 1000)["spec"], "preemptionPolicy": "Never"},
+        },
+    ],
+)
+def test_no_eviction_for_an_equal_priority_or_a_never_preempting_pod(
+    world: World, urgent: dict[str, Any]
+) -> None:
+    w = world
+    assert w.filter(w.create(urgent))["NodeNames"] == []
+    w.app.preemptor.step()
+    assert evictions(w) == []
+
+
+def test_a_budget_that_refuses_stops_the_preemption_and_says_so(world: World) -> None:
+    w = world
+    w.kube.fail_next("evict", ApiError(429, "TooManyRequests", "Cannot evict pod as it would "
+                                       "violate the pod's disruption budget."))  # fmt: skip
+    w.app.preemptor.retry_s = 1.0
+    urgent = w.create(prio_pod("urgent", 1000))
+    assert w.filter(urgent)["NodeNames"] == []
+    eventually(lambda: events(w, "TesseraPreemptionBlocked"))
+    assert (
+        "evicting default/low-1 on a1 was refused: a PodDisruptionBudget"
+        in events(w, "TesseraPreemptionBlocked")[0]
+    )
+    assert len(w.app.state.pods) == 3  # nobody went
+    # kube-scheduler would not try the pod again for a budget's change: the preemptor
+    # tries again by itself while the pod waits (the budget allows it now).
+    eventually(lambda: evictions(w) == ["default/low-1"], timeout=5)
+
+
+def test_a_standby_evicts_nothing(world: World) -> None:
+    w = world
+    w.app.preemptor.leading = lambda: False
+    urgent = w.create(prio_pod("urgent", 1000))
+    assert w.filter(urgent)["NodeNames"] == []
+    assert w.app.preemptor.step() == []
+    assert evictions(w) == []
+
+
+def test_no_eviction_for_cards_the_quota_would_not_give_the_pod(world: World) -> None:
+    w = world
+    quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+             "metadata": {"namespace": "default", "name": "gpus"},
+             "spec": {"limits": [{"name": "a100", "models": ["A100"], "cards": 2}]}}  # fmt: skip
+    w.kube.create(GPUQUOTAS, quota, "default")
+    eventually(lambda: w.app.state.quota_book.of("default"))
+    out = w.filter(w.create(prio_pod("urgent", 1000)))
+    assert "quota: default/gpus a100" in out["FailedNodes"]["a1"]
+    w.app.preemptor.step()
+    assert evictions(w) == []
+    assert len(w.kube.list(PODS, "default").items) == 3
