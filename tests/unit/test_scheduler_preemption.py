@@ -25,8 +25,14 @@ def world() -> Any:
     w = World([node_obj("a1", 2, "A100")])
     for i in range(2):
         assert w.schedule(w.create(prio_pod(f"low-{i}", 10))) == "a1"
+    confirmed(w)
     yield w
     w.close()
+
+
+def confirmed(w: World) -> None:
+    """Wait until the watch has shown every bind: a pod being bound is never a victim."""
+    eventually(lambda: len(w.app.state.reservations) == 0)
 
 
 def evictions(w: World) -> list[str]:
@@ -114,3 +120,21 @@ def test_no_eviction_for_cards_the_quota_would_not_give_the_pod(world: World) ->
     w.app.preemptor.step()
     assert evictions(w) == []
     assert len(w.kube.list(PODS, "default").items) == 3
+
+
+def test_the_least_important_node_wins_among_the_first_max_nodes() -> None:
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    try:
+        placed = [w.schedule(w.create(prio_pod(f"p{i}", 10 if i < 2 else 5))) for i in range(4)]
+        assert placed == ["a1", "a1", "a2", "a2"]
+        confirmed(w)
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        eventually(lambda: evictions(w) == ["default/p3"])  # a2's victims matter least
+        w.app.preemptor.max_nodes = 1  # only the first offered node is weighed
+        eventually(lambda: "default/p3" not in w.app.state.pods)
+        assert w.schedule(w.kube.get(PODS, "urgent", "default")) == "a2"
+        confirmed(w)
+        assert w.filter(w.create(prio_pod("urgent-2", 1000)))["NodeNames"] == []
+        eventually(lambda: evictions(w) == ["default/p3", "default/p1"])
+    finally:
+        w.close()

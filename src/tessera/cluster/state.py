@@ -103,6 +103,10 @@ class ClusterState:
     def booking(self, pod_key: str) -> Booking | None:
         return self._bookings.get(pod_key)
 
+    def pods_on(self, node: str) -> list[str]:
+        """The keys of the pods booked on ``node``, sorted (none for an unknown node)."""
+        return sorted(self._pods_on.get(node, ()))
+
     def __contains__(self, name: object) -> bool:
         return name in self._rows
 

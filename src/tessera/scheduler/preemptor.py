@@ -9,8 +9,9 @@ the leader only:
 1. skips a pod whose ``preemptionPolicy`` is ``Never``, one that is bound or being bound,
    and one whose earlier preemption is still under way (its victims not gone yet, for at
    most ``hold_s``);
-2. copies, under the state lock, the offered nodes' inventories and bookings, with each
-   holder's priority;
+2. copies, under the state lock, the inventories and bookings of the first 100 offered
+   nodes that hold a lower-priority pod (kube-scheduler caps its own search likewise),
+   with each holder's priority;
 3. outside the lock, asks the placement core (``placement.preemption``) for the fewest,
    least important victims on the best node. Card models the pod's quota rules out are
    left out, so no pod is evicted for cards the preemptor could not take;
@@ -67,6 +68,7 @@ class Preemptor:
         *,
         hold_s: float = 60.0,
         retry_s: float = 10.0,
+        max_nodes: int = 100,
         clock: Callable[[], float] = time.monotonic,
         on_evict: Callable[[], None] | None = None,
     ) -> None:
@@ -76,6 +78,7 @@ class Preemptor:
         self.leading = leading
         self.hold_s = hold_s
         self.retry_s = retry_s
+        self.max_nodes = max_nodes  # nodes weighed per preemption, as kube-scheduler caps it
         self.clock = clock
         self.on_evict = on_evict
         self.policy = make_policy("binpack")  # its own: the placer is the filter's
@@ -182,30 +185,36 @@ class Preemptor:
     def _candidates(
         self, nodes: list[str], priority: int
     ) -> list[tuple[NodeInventory, list[Holder]]]:
-        """The offered nodes with a lower-priority pod on them, and their holders (lock
-        held). A holder being bound, being evicted or already terminating is no victim."""
+        """Up to ``max_nodes`` of the offered nodes that hold a lower-priority pod, in the
+        order offered, with their holders (lock held). A holder being bound, being
+        evicted or already terminating is no victim."""
         going = {v for u in self._under.values() for v in u.victims}
-        offered = {n for n in nodes if n in self.state.cluster}
-        by_node: dict[str, list[Holder]] = {n: [] for n in offered}
-        lower: set[str] = set()
-        for key, booking in self.state.cluster.bookings().items():
-            node = booking.assignment.node
-            if node not in offered:
+        cluster = self.state.cluster
+        out = []
+        for node in nodes:
+            if node not in cluster:
                 continue
-            info = self.state.pods.get(key)
-            prio = info.priority if info is not None else priority  # unknown: never a victim
-            evictable = (
-                info is not None
-                and not info.terminating
-                and key not in self.state.reservations
-                and key not in going
-            )
-            uid = info.uid if info is not None else ""
-            by_node[node].append(Holder(key, uid, prio, booking.pod, booking.assignment,
-                                        evictable))  # fmt: skip
-            if evictable and prio < priority:
-                lower.add(node)
-        return [(self.state.cluster.node(n), by_node[n]) for n in nodes if n in lower]
+            holders = []
+            for key in cluster.pods_on(node):
+                booking = cluster.booking(key)
+                if booking is None:
+                    continue
+                info = self.state.pods.get(key)
+                evictable = (
+                    info is not None
+                    and not info.terminating
+                    and key not in self.state.reservations
+                    and key not in going
+                )
+                prio = info.priority if info is not None else priority  # unknown: no victim
+                uid = info.uid if info is not None else ""
+                holders.append(Holder(key, uid, prio, booking.pod, booking.assignment,
+                                      evictable))  # fmt: skip
+            if any(h.evictable and h.priority < priority for h in holders):
+                out.append((cluster.node(node), holders))
+                if len(out) >= self.max_nodes:
+                    break
+        return out
 
     def _evict(self, pod: Obj, found: Preemption, priority: int) -> tuple[list[str], bool]:
         """The victims evicted (or gone already), and whether the API refused one."""
