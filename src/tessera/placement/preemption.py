@@ -23,6 +23,8 @@ from tessera.cluster.state import ClusterState
 from tessera.errors import PlacementError, SpecError
 from tessera.model.types import Assignment, NodeInventory, PodRequest
 from tessera.placement.base import Policy
+from tessera.placement.cards import fits_exactly
+from tessera.placement.fit import feasible, resolve_rows
 from tessera.placement.place import place
 
 __all__ = ["Holder", "Preemption", "choose_preemption", "preemption_on_node"]
@@ -58,6 +60,17 @@ def _fits(state: ClusterState, pod: PodRequest, policy: Policy) -> Assignment | 
         return None
 
 
+def _fit_only(state: ClusterState, pod: PodRequest) -> bool:
+    """Whether ``pod`` fits on the one node of ``state``: the placement core's fit test
+    without its scores, card choice and reasons (the reprieve asks it once a holder)."""
+    snap = state.snapshot()
+    rows, _ = resolve_rows(snap, None)
+    ok, _ = feasible(snap, pod, rows)
+    if not ok.any():
+        return False
+    return len(pod.gpu_containers()) <= 1 or fits_exactly(snap, pod, snap.names[int(rows[0])])
+
+
 def preemption_on_node(
     inv: NodeInventory,
     holders: Iterable[Holder],
@@ -77,7 +90,7 @@ def preemption_on_node(
             state.assign(h.request, h.assignment)
         except (PlacementError, SpecError):
             return None  # the node's bookings do not add up here: do not guess
-    if not candidates or _fits(state, pod, policy) is None:
+    if not candidates or not _fit_only(state, pod):
         return None  # ...with all of them gone
     victims = sorted(candidates, key=lambda h: (h.priority, h.key))
     for h in sorted(candidates, key=lambda h: (-h.priority, h.key)):  # most important first
@@ -85,10 +98,10 @@ def preemption_on_node(
             state.assign(h.request, h.assignment)
         except (PlacementError, SpecError):
             continue
-        if _fits(state, pod, policy) is None:
-            state.release(h.request.key)
-        else:
+        if _fit_only(state, pod):
             victims.remove(h)
+        else:
+            state.release(h.request.key)
     decision = _fits(state, pod, policy)
     if not victims or decision is None:
         return None  # it fits as things are: no one need go
