@@ -7,9 +7,12 @@ from typing import Any
 
 import pytest
 
-from tessera.kube import GPUQUOTAS, PODS
+from tessera.kube import GPUQUOTAS, PODS, FakeKube
 from tessera.kube.errors import ApiError
+from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS
+from tessera.scheduler.preemptor import Preemptor, _Under
+from tessera.scheduler.state import PodInfo, SchedulerState
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
 
@@ -138,3 +141,18 @@ def test_the_least_important_node_wins_among_the_first_max_nodes() -> None:
         eventually(lambda: evictions(w) == ["default/p3", "default/p1"])
     finally:
         w.close()
+
+
+def test_a_victim_in_a_long_grace_period_keeps_the_preemption_waiting() -> None:
+    state, kube, now = SchedulerState(), FakeKube(), [100.0]
+    p = Preemptor(state, kube, EventRecorder(kube, "t", "t"), lambda: True, hold_s=60,
+                  clock=lambda: now[0])  # fmt: skip
+    state.pods["default/low"] = PodInfo("default/low", "u-low", "1", "a1", None, None)
+    p._under["default/urgent"] = _Under("u-urgent", frozenset({"default/low"}), until=160.0)
+    assert p._waiting("default/urgent", "u-urgent")  # evicted just now
+    now[0] = 200.0
+    state.pods["default/low"].terminating = True
+    assert p._waiting("default/urgent", "u-urgent")  # past hold_s, but still terminating
+    state.pods["default/low"].terminating = False
+    assert not p._waiting("default/urgent", "u-urgent")  # never went: weigh again
+    assert "default/urgent" not in p._under

@@ -7,8 +7,8 @@ kube-scheduler's own preemption never helps a Tessera pod (the GPU resources are
 the leader only:
 
 1. skips a pod whose ``preemptionPolicy`` is ``Never``, one that is bound or being bound,
-   and one whose earlier preemption is still under way (its victims not gone yet, for at
-   most ``hold_s``);
+   and one whose earlier preemption is still under way (a victim still terminating, or
+   evicted less than ``hold_s`` ago and not yet seen terminating);
 2. skips it at once unless some pod on a node has a lower priority (the common case of
    pods of one priority costs nothing more); otherwise copies, taking the state lock
    per 200 nodes, the inventories and bookings of the first 100 offered nodes that hold
@@ -172,12 +172,14 @@ class Preemptor:
 
     def _waiting(self, key: str, uid: str) -> bool:
         """Whether an earlier preemption for this pod still waits for its victims (lock
-        held)."""
+        held): while one is terminating (its grace period may be long), or for ``hold_s``
+        after the eviction while the watch has not shown it terminating yet."""
         under = self._under.get(key)
         if under is None:
             return False
-        going = any(v in self.state.pods for v in under.victims)
-        if under.uid == uid and self.clock() < under.until and going:
+        alive = [i for i in (self.state.pods.get(v) for v in under.victims) if i is not None]
+        still = any(i.terminating for i in alive) or self.clock() < under.until
+        if under.uid == uid and alive and still:
             return True
         del self._under[key]
         return False
