@@ -14,8 +14,9 @@ claim, kept apart as for pods:
 * **observed**: what the watch shows allocated, counted once per claim UID (an allocation
   never changes) with the cards its slices publish, and kept if the slice goes later.
 
-Every method takes the scheduler state's lock: a claim's admission and a pod's filter
-read and take the same quota one at a time. Slices and claims of other drivers are not
+Every change is made under the scheduler state's lock, so a claim's admission and a
+pod's filter read and take the same quota one at a time; a re-list decodes and counts
+outside it and applies in chunks. Slices and claims of other drivers are not
 kept, so a cluster's other claims cost no memory; whole objects are kept only for the
 GPU map page (``keep_objects``) and for claims whose slice has not come yet.
 """

@@ -17,13 +17,11 @@ changed, only removed), one of another driver, a status without an allocation.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from tessera.claims.allocation import allocated_pools
 from tessera.kube.port import Obj
-from tessera.scheduler.webhook import AdmissionResult, review_answer
-from tessera.scheduler.wire import WireError
+from tessera.scheduler.webhook import AdmissionResult, decode_review, review_answer
 
 __all__ = ["FORBIDDEN", "UNAVAILABLE", "review_claim"]
 
@@ -31,38 +29,15 @@ FORBIDDEN = (403, "Forbidden")  # over a quota, as the API server's own quota an
 UNAVAILABLE = (503, "ServiceUnavailable")  # a standby, or not synced: try again
 
 
-def _decode(body: bytes) -> tuple[str, str, Obj, Obj, str]:
-    """(uid, api version, the claim as written, the claim before, subresource)."""
-    try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise WireError(f"AdmissionReview: body is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("request"), dict):
-        raise WireError("AdmissionReview: a 'request' object is required")
-    req = obj["request"]
-    uid = req.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise WireError("AdmissionReview.request.uid: must be a non-empty string")
-    new = req.get("object")
-    if not isinstance(new, dict):
-        raise WireError("AdmissionReview.request.object: must be an object")
-    old = req.get("oldObject")
-    old = {} if old is None else old
-    if not isinstance(old, dict):
-        raise WireError("AdmissionReview.request.oldObject: must be an object")
-    api_version = str(obj.get("apiVersion") or "admission.k8s.io/v1")
-    return uid, api_version, new, old, str(req.get("subResource") or "")
-
-
 def review_claim(
     body: bytes, admit: Callable[[Obj], str], ready: Callable[[], str]
 ) -> AdmissionResult:
     """Answer one review. ``admit(claim)``: why its allocation passes a quota, or "" (it
     then counts). ``ready()``: why this replica cannot decide now ("" when it can)."""
-    uid, api_version, new, old, sub = _decode(body)
-    first = (
-        sub == "status" and allocated_pools(new) and not (old.get("status") or {}).get("allocation")
-    )
+    r = decode_review(body)
+    uid, api_version, new = r.uid, r.api_version, r.object
+    old_status = r.old_object.get("status") or {}
+    first = r.sub_resource == "status" and allocated_pools(new) and not old_status.get("allocation")
     if not first:
         return AdmissionResult(review_answer(api_version, uid, True), True, False, False)
     why, code = ready(), UNAVAILABLE

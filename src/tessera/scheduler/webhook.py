@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.errors import SpecError
+from tessera.kube.port import Obj
 from tessera.model import annotations as keys
 from tessera.model.names import ResourceNames
 from tessera.model.podspec import Compat, gpu_resource_names, parse_pod
 from tessera.model.types import GpuRequest, PodRequest
 from tessera.scheduler.wire import WireError
 
-__all__ = ["AdmissionResult", "Webhook", "review_answer"]
+__all__ = ["AdmissionResult", "Review", "Webhook", "decode_review", "review_answer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,20 @@ class AdmissionResult:
     message: str = ""
 
 
-def _review(body: bytes) -> tuple[str, str, Mapping[str, Any], str]:
+@dataclass(frozen=True, slots=True)
+class Review:
+    """One AdmissionReview request, as both webhooks read it."""
+
+    uid: str
+    api_version: str
+    operation: str
+    sub_resource: str
+    object: Obj  # as written (on CREATE, with the request's namespace filled in)
+    old_object: Obj  # before the write ({} on CREATE)
+
+
+def decode_review(body: bytes) -> Review:
+    """The review's request; a WireError naming the field for anything malformed."""
     try:
         obj = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -58,14 +72,24 @@ def _review(body: bytes) -> tuple[str, str, Mapping[str, Any], str]:
     uid = req.get("uid")
     if not isinstance(uid, str) or not uid:
         raise WireError("AdmissionReview.request.uid: must be a non-empty string")
-    pod = req.get("object")
-    if not isinstance(pod, dict):
+    new = req.get("object")
+    if not isinstance(new, dict):
         raise WireError("AdmissionReview.request.object: must be an object")
-    api_version = obj.get("apiVersion") or "admission.k8s.io/v1"
-    if not (pod.get("metadata") or {}).get("namespace") and isinstance(req.get("namespace"), str):
+    old = req.get("oldObject")
+    old = {} if old is None else old
+    if not isinstance(old, dict):
+        raise WireError("AdmissionReview.request.oldObject: must be an object")
+    if not (new.get("metadata") or {}).get("namespace") and isinstance(req.get("namespace"), str):
         # On CREATE the object may not carry its namespace yet; the request does.
-        pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": req["namespace"]}}
-    return uid, str(req.get("operation") or ""), pod, str(api_version)
+        new = {**new, "metadata": {**(new.get("metadata") or {}), "namespace": req["namespace"]}}
+    return Review(
+        uid=uid,
+        api_version=str(obj.get("apiVersion") or "admission.k8s.io/v1"),
+        operation=str(req.get("operation") or ""),
+        sub_resource=str(req.get("subResource") or ""),
+        object=new,
+        old_object=old,
+    )
 
 
 def review_answer(
@@ -125,7 +149,8 @@ class Webhook:
     # --- mutate -------------------------------------------------------------------------
 
     def mutate(self, body: bytes) -> AdmissionResult:
-        uid, operation, pod, api_version = _review(body)
+        r = decode_review(body)
+        uid, operation, pod, api_version = r.uid, r.operation, r.object, r.api_version
         if operation not in ("CREATE", ""):
             return _allow(api_version, uid, gpu=False)
         try:
@@ -200,7 +225,8 @@ class Webhook:
     # --- validate -----------------------------------------------------------------------
 
     def validate(self, body: bytes) -> AdmissionResult:
-        uid, operation, pod, api_version = _review(body)
+        r = decode_review(body)
+        uid, operation, pod, api_version = r.uid, r.operation, r.object, r.api_version
         if operation not in ("CREATE", ""):
             return _allow(api_version, uid, gpu=False)
         try:
