@@ -38,6 +38,7 @@ __all__ = [
     "resource_slice",
     "semver",
     "slice_cards",
+    "slice_devices",
     "slice_name",
 ]
 
@@ -235,3 +236,10 @@ def slice_cards(obj: Mapping[str, Any]) -> tuple[str, tuple[Card, ...]]:
         mib = memory_mib(memory, f"{where}.capacity.{CAPACITY_MEMORY}.value")
         cards.append(Card(uuid, index, model, mib, healthy=not sick, slots=slots))
     return node, tuple(sorted(cards, key=lambda c: c.index))
+
+
+def slice_devices(obj: Mapping[str, Any]) -> tuple[str, dict[str, Card]]:
+    """The pool of a slice this driver published and its cards by device name, as an
+    allocation names them (``slice_cards``' rules; a SpecError for a malformed one)."""
+    pool, cards = slice_cards(obj)
+    return pool, {device_name(c): c for c in cards}

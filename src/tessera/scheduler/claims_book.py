@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tessera.claims.allocation import allocated_pools
-from tessera.claims.devices import DRIVER, device_name, slice_cards
+from tessera.claims.devices import DRIVER, slice_devices
 from tessera.errors import SpecError
 from tessera.kube.port import Obj, WatchEvent
 from tessera.model.types import Card
@@ -59,10 +59,10 @@ class _ParsedSlice:
 def _parse_slice(obj: Obj) -> _ParsedSlice:
     name = str((obj.get("metadata") or {}).get("name") or "")
     try:
-        pool, cards = slice_cards(obj)
+        pool, cards = slice_devices(obj)
     except SpecError as exc:
         return _ParsedSlice(name, obj, error=str(exc))
-    return _ParsedSlice(name, obj, pool, {device_name(c): c for c in cards})
+    return _ParsedSlice(name, obj, pool, cards)
 
 
 def _holding_or_none(obj: Obj, cards: dict[str, dict[str, Card]]) -> dict[str, Usage] | None:

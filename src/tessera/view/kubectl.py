@@ -131,7 +131,7 @@ def _claims_path(api: Any) -> tuple[list[Any], list[Any]]:
 
 def _slice_cards(slices: list[Any]) -> dict[str, dict[str, Any]]:
     """Pool -> device name -> card, from this driver's readable slices."""
-    from tessera.claims.devices import DRIVER, device_name, slice_cards
+    from tessera.claims.devices import DRIVER, slice_devices
     from tessera.errors import SpecError
 
     out: dict[str, dict[str, Any]] = {}
@@ -139,10 +139,10 @@ def _slice_cards(slices: list[Any]) -> dict[str, dict[str, Any]]:
         if (obj.get("spec") or {}).get("driver") != DRIVER:
             continue
         try:
-            pool, cards = slice_cards(obj)
+            pool, cards = slice_devices(obj)
         except SpecError:
             continue  # top names it among the claim problems
-        out[pool] = {device_name(c): c for c in cards}
+        out[pool] = cards
     return out
 
 
