@@ -11,6 +11,7 @@ from tessera.kube import GPUQUOTAS, PODS, FakeKube
 from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS
+from tessera.model.annotations import QUOTA_RETRY
 from tessera.scheduler.preemptor import Preemptor, _Under
 from tessera.scheduler.state import PodInfo, SchedulerState
 from tests.unit._scheduler_world import World, node_obj, pod_obj
@@ -55,6 +56,9 @@ def test_the_least_important_pod_is_evicted_and_the_urgent_pod_takes_its_card(
     assert w.filter(urgent)["NodeNames"] == []  # no card now: preemption is handed over
     eventually(lambda: evictions(w) == ["default/low-1"])  # equal priority: the later key
     eventually(lambda: "default/low-1" not in w.app.state.pods)
+    # Its victim gone, the pod is nudged so kube-scheduler tries it again at once.
+    eventually(lambda: QUOTA_RETRY in (w.kube.get(PODS, "urgent", "default")["metadata"]
+                                       .get("annotations") or {}))  # fmt: skip
     assert w.schedule(urgent) == "a1"
     eventually(lambda: events(w, "TesseraPreempting"))
     assert events(w, "TesseraPreempting") == [

@@ -24,9 +24,11 @@ the leader only:
 5. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
    victim.
 
-The freed cards are not held for the preemptor: kube-scheduler retries it when the
-victims are deleted, ahead of lower-priority pods (its queue is ordered by priority). A
-lower-priority pod that takes them in between is itself a candidate for the next round.
+The freed cards are not held for the preemptor. Once its victims are gone, the preemptor
+annotates it (``tessera.io/quota-retry``, the one change to a pod the scheduler may make)
+so kube-scheduler tries it again at once, ahead of lower-priority pods (its queue is
+ordered by priority). A lower-priority pod that takes them in between is itself a
+candidate for the next round.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from dataclasses import dataclass
 
 from tessera.kube.errors import ApiError, Conflict, NotFound
 from tessera.kube.events import EventRecorder
+from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
+from tessera.model.annotations import QUOTA_RETRY
 from tessera.model.types import NodeInventory, PodRequest
 from tessera.placement.policies import make_policy
 from tessera.placement.preemption import Holder, Preemption, choose_preemption
@@ -134,6 +138,7 @@ class Preemptor:
                     queue.setdefault(key, (pod, request, nodes))
         if not self.leading():
             return []
+        self._nudge_when_freed()
         done = []
         for pod, request, nodes in queue.values():
             found = self._preempt(pod, request, nodes)
@@ -141,20 +146,27 @@ class Preemptor:
                 done.append(found)
         return done
 
-    def _preempt(self, pod: Obj, request: PodRequest, nodes: list[str]) -> Preemption | None:
+    def plan(self, pod: Obj, request: PodRequest, nodes: list[str]) -> Preemption | None:
+        """The victims a preemption for ``pod`` would evict among ``nodes``, and where:
+        the decision alone (``kubectl tessera why`` shows it; nothing is evicted)."""
         priority = pod_priority(pod)
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
         if priority <= self._floor():
             return None  # no pod holding cards is less important: the common case, cheap
         with self.state.lock:
-            if self._waiting(request.key, uid) or self._placed(request.key, uid):
-                return None
             excluded = self.state.quota_exclusions(request)
         candidates = self._candidates(nodes, priority)
         if not candidates:
             return None
         wanted = without_models(request, excluded) if excluded else request
-        found = choose_preemption(candidates, wanted, priority, self.policy)
+        return choose_preemption(candidates, wanted, priority, self.policy)
+
+    def _preempt(self, pod: Obj, request: PodRequest, nodes: list[str]) -> Preemption | None:
+        priority = pod_priority(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self.state.lock:
+            if self._waiting(request.key, uid) or self._placed(request.key, uid):
+                return None
+        found = self.plan(pod, request, nodes)
         if found is None:
             return None
         if not self.leading():  # lost the lease while choosing: the new leader decides
@@ -169,6 +181,33 @@ class Preemptor:
                     uid, frozenset(evicted), self.clock() + self.hold_s
                 )
         return found
+
+    def _nudge_when_freed(self) -> None:
+        """Have kube-scheduler try a preemptor again once all its victims are gone.
+
+        Their deletion may reach kube-scheduler while it is still failing the pod's last
+        attempt, and then nothing moves the pod out of its unschedulable queue for
+        minutes (seen on the real kube-scheduler). An update does: the same one-annotation
+        nudge as a quota's rise (``tessera.io/quota-retry``).
+        """
+        with self.state.lock:
+            freed = [(k, u) for k, u in self._under.items()
+                     if not any(v in self.state.pods for v in u.victims)]  # fmt: skip
+            waiting = []
+            for key, under in freed:
+                del self._under[key]
+                info = self.state.pods.get(key)
+                if info is not None and info.uid == under.uid and not info.node_name:
+                    waiting.append(key)
+        nudge = {"metadata": {"annotations": {QUOTA_RETRY: f"{time.time():.3f}"}}}
+        for key in waiting:
+            ns, _, name = key.partition("/")
+            try:
+                self.api.merge_patch(PODS, name, nudge, ns)
+            except NotFound:
+                pass  # gone meanwhile
+            except ApiError as exc:
+                log.warning("could not nudge %s after its preemption: %s", key, exc)
 
     def _waiting(self, key: str, uid: str) -> bool:
         """Whether an earlier preemption for this pod still waits for its victims (lock

@@ -146,6 +146,21 @@ def _slice_cards(slices: list[Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _preemption_plan(api: Any, state: Any, pod: Any, outcome: Any) -> str:
+    """What Tessera's preemption would evict for the pod now (scheduler/preemptor.py)."""
+    from tessera.kube.events import EventRecorder
+    from tessera.scheduler.preemptor import Preemptor
+
+    if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+        return "  preemption: none (preemptionPolicy: Never)"
+    planner = Preemptor(state, api, EventRecorder(api, "kubectl-tessera"), lambda: False)
+    found = planner.plan(pod, outcome.request, list(outcome.failed))
+    if found is None:
+        return "  preemption: none would help (no pod of lower priority holds cards it could use)"
+    victims = ", ".join(f"{v.key} (priority {v.priority})" for v in found.victims)
+    return f"  preemption: evicting {victims} on {found.node} would make room"
+
+
 def _emit(obj: Any, output: Output) -> None:
     if output is Output.JSON:
         typer.echo(json.dumps(obj, indent=2, sort_keys=True))
@@ -420,7 +435,12 @@ def why(
                         != obj.get("metadata", {}).get("uid")])  # fmt: skip
     with contextlib.suppress(NotFound):  # the GpuQuota CRD is not installed: no quotas
         state.replace_quotas(api.list(GPUQUOTAS).items)
-    names = [str(n["metadata"]["name"]) for n in nodes]
+    # The nodes kube-scheduler's own filters could offer: its nodeSelector, as written
+    # (affinity, taints and the rest are kube-scheduler's to judge; its events say so).
+    selector = (obj.get("spec") or {}).get("nodeSelector") or {}
+    names = [str(n["metadata"]["name"]) for n in nodes
+             if all(((n["metadata"].get("labels") or {}).get(k) == v)
+                    for k, v in selector.items())]  # fmt: skip
     outcome = filter_pod(state, Placer(), ExtenderArgs(pod=obj, node_names=names))
     if outcome.spec_error:
         typer.echo(f"pod {key} is refused: {outcome.spec_error}")
@@ -436,6 +456,7 @@ def why(
     else:
         failed = {**outcome.failed, **outcome.unresolvable}
         typer.echo(f"pod {key} fits nowhere: {summarise(failed, len(names))}")
+        typer.echo(_preemption_plan(api, state, obj, outcome))
     events = api.list(EVENTS, ns, field_selector=f"involvedObject.name={name}").items
     recent = sorted(
         (e for e in events if e.get("type") == "Warning"),

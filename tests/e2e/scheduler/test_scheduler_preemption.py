@@ -14,6 +14,7 @@ from tessera.kube import NODES, PODS, Kind, NotFound, Obj
 from tessera.kube.kinds import EVENTS
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
+from tests.e2e.plugin import run
 from tests.e2e.scheduler.harness import Harness
 from tests.e2e.wait import wait_for
 
@@ -101,6 +102,9 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     # kube-scheduler's own preemption found no victim, as docs/scheduler.md says.
     failed = _failed(h, "urgent")
     assert any("expected at least one victim pod" in m for m in failed), failed
+    # kubectl tessera why says what preemption would do.
+    why = run(h.env.kubeconfig, "why", "urgent", "-n", NS).stdout
+    assert f"preemption: evicting {NS}/low-1 (priority 10) on {NODE} would make room" in why
     # The budget goes: the preemptor's next try (every 10 s while the pod waits) evicts
     # the least important pod (equal priority: the later name), and the urgent pod takes
     # its card when kube-scheduler tries it again on the deletion.
@@ -115,3 +119,4 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     wait_for("peer to be found unschedulable", lambda: _failed(h, "peer"), 60, 0.5)
     assert sorted(_bound(h)) == ["low-0", "urgent"]
     assert len(_events(h, "TesseraPreempting")) == 1
+    assert "preemption: none would help" in run(h.env.kubeconfig, "why", "peer", "-n", NS).stdout
