@@ -35,8 +35,7 @@ def holder(inv: NodeInventory, name: str, priority: int, card: int, memory: int 
     c = inv.cards[card]
     slices = (CardSlice(c.uuid, memory if memory else c.memory_mib, 10 if memory else 100),)
     a = Assignment(inv.name, (ContainerAssignment("main", slices, exclusive=memory is None),))
-    return Holder(f"team/{name}", f"uid-{name}", priority, request(name, 1, memory), a,
-                  evictable)  # fmt: skip
+    return Holder(f"uid-{name}", priority, request(name, 1, memory), a, evictable)
 
 
 def names(p: object) -> list[str]:

@@ -34,12 +34,18 @@ __all__ = ["Holder", "Preemption", "choose_preemption", "preemption_on_node"]
 class Holder:
     """A pod holding cards on the node, as the scheduler has it booked."""
 
-    key: str
     uid: str
     priority: int
     request: PodRequest
     assignment: Assignment
     evictable: bool = True  # False: being bound, or already being evicted: never a victim
+
+    @property
+    def key(self) -> str:
+        return self.request.key
+
+    def __str__(self) -> str:
+        return f"{self.key} (priority {self.priority})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +107,7 @@ def preemption_on_node(
         if _fit_only(state, pod):
             victims.remove(h)
         else:
-            state.release(h.request.key)
+            state.release(h.key)
     decision = _fits(state, pod, policy)
     if not victims or decision is None:
         return None  # it fits as things are: no one need go

@@ -276,8 +276,7 @@ class Preemptor:
                 )
                 prio = info.priority if info is not None else priority  # unknown: no victim
                 uid = info.uid if info is not None else ""
-                holders.append(Holder(key, uid, prio, booking.pod, booking.assignment,
-                                      evictable))  # fmt: skip
+                holders.append(Holder(uid, prio, booking.pod, booking.assignment, evictable))
             if any(h.evictable and h.priority < priority for h in holders):
                 out.append((cluster.node(node), holders))
                 if len(out) >= room:
@@ -312,7 +311,7 @@ class Preemptor:
                                f"evicted for {me} (priority {priority}), which needs cards "
                                f"on {found.node}")  # fmt: skip
         if evicted:
-            gone = [f"{v.key} (priority {v.priority})" for v in found.victims if v.key in evicted]
+            gone = [str(v) for v in found.victims if v.key in evicted]
             log.info("preempting on %s for %s: %s", found.node, me, ", ".join(gone))
             message = f"evicting on {found.node} for cards: {', '.join(gone)}"
             self.events.record(pod, "TesseraPreempting", message, "Normal")

@@ -157,7 +157,7 @@ def _preemption_plan(api: Any, state: Any, pod: Any, outcome: Any) -> str:
     found = planner.plan(pod, outcome.request, list(outcome.failed))
     if found is None:
         return "  preemption: none would help (no pod of lower priority holds cards it could use)"
-    victims = ", ".join(f"{v.key} (priority {v.priority})" for v in found.victims)
+    victims = ", ".join(map(str, found.victims))
     return f"  preemption: evicting {victims} on {found.node} would make room"
 
 
