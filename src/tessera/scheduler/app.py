@@ -199,11 +199,8 @@ class SchedulerApp:
 
     def start(self) -> None:
         self.events.start()
-        self.node_reflector.start()
-        self.pod_reflector.start()
-        self.quota_reflector.start()
-        self.slice_reflector.start()
-        self.claim_reflector.start()
+        for r in self._reflectors():
+            r.start()
         self.quota_writer.start()
         if self.config.preemption:
             self.preemptor.start()
@@ -215,11 +212,8 @@ class SchedulerApp:
             self.leader.start()
 
     def stop(self) -> None:
-        self.node_reflector.stop()
-        self.pod_reflector.stop()
-        self.quota_reflector.stop()
-        self.slice_reflector.stop()
-        self.claim_reflector.stop()
+        for r in self._reflectors():
+            r.stop()
         self.quota_writer.stop()
         self.preemptor.stop()
         if self.leader is not None:
