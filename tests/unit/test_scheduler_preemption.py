@@ -12,7 +12,8 @@ from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS
 from tessera.model.annotations import QUOTA_RETRY
-from tessera.scheduler.preemptor import Preemptor, _Under
+from tessera.scheduler.holds import Hold
+from tessera.scheduler.preemptor import Preemptor
 from tessera.scheduler.state import PodInfo, SchedulerState
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
@@ -152,11 +153,66 @@ def test_a_victim_in_a_long_grace_period_keeps_the_preemption_waiting() -> None:
     p = Preemptor(state, kube, EventRecorder(kube, "t", "t"), lambda: True, hold_s=60,
                   clock=lambda: now[0])  # fmt: skip
     state.pods["default/low"] = PodInfo("default/low", "u-low", "1", "a1", None, None)
-    p._under["default/urgent"] = _Under("u-urgent", frozenset({"default/low"}), until=160.0)
+    victims = frozenset({"default/low"})
+    state.holds.put(Hold("default/urgent", "u-urgent", 1000, "a1", victims, until=160.0))
     assert p._waiting("default/urgent", "u-urgent")  # evicted just now
     now[0] = 200.0
     state.pods["default/low"].terminating = True
     assert p._waiting("default/urgent", "u-urgent")  # past hold_s, but still terminating
     state.pods["default/low"].terminating = False
     assert not p._waiting("default/urgent", "u-urgent")  # never went: weigh again
-    assert "default/urgent" not in p._under
+    assert state.holds.get("default/urgent") is None
+
+
+def held_for_urgent(w: World) -> dict[str, Any]:
+    """Have ``urgent`` evict low-1 on a1 and wait until its victim is gone; the pod."""
+    urgent = w.create(prio_pod("urgent", 1000))
+    assert w.filter(urgent)["NodeNames"] == []
+    eventually(lambda: "default/low-1" not in w.app.state.pods)
+    eventually(lambda: (h := w.app.state.holds.get("default/urgent")) and h.freed_at)
+    return urgent
+
+
+def test_the_freed_card_is_held_for_the_preemptor_against_pods_as_or_less_important(
+    world: World,
+) -> None:
+    w = world
+    urgent = held_for_urgent(w)
+    # kube-scheduler may try other pods first (the urgent pod sits out its backoff): one
+    # of the victims' priority, and one as important as the preemptor, find a1 held.
+    for name, prio in (("late", 10), ("peer", 1000)):
+        out = w.filter(w.create(prio_pod(name, prio)))
+        assert out["NodeNames"] == []
+        assert out["FailedNodes"]["a1"].startswith("held for default/urgent (priority 1000)")
+    assert b"tessera_scheduler_preemption_holds 1.0" in w.app.metrics.exposition()
+    # A more important pod is not held off; the urgent pod still gets the card after it
+    # gives it back (here: its filter's reservation is dropped).
+    vip = w.create(prio_pod("vip", 2000))
+    assert w.filter(vip)["NodeNames"] == ["a1"]
+    w.app.state.release("default/vip")
+    assert w.schedule(urgent) == "a1"
+    confirmed(w)
+    eventually(lambda: w.app.state.holds.get("default/urgent") is None)  # placed: over
+    assert b"tessera_scheduler_preemption_holds 0.0" in w.app.metrics.exposition()
+    assert evictions(w) == ["default/low-1"]  # no churn: nobody evicted a second time
+
+
+def test_a_less_important_preemptor_weighs_no_victims_on_a_held_node(world: World) -> None:
+    w = world
+    held_for_urgent(w)
+    assert w.filter(w.create(prio_pod("mid", 500)))["NodeNames"] == []
+    w.app.preemptor.step()
+    assert evictions(w) == ["default/low-1"]  # low-0 stays: a1 is the urgent pod's
+
+
+@pytest.mark.parametrize("ending", ["deleted", "never-came-back"])
+def test_a_hold_ends_when_its_pod_is_deleted_or_does_not_come_back(
+    world: World, ending: str
+) -> None:
+    w = world
+    w.app.preemptor.keep_s = 0.3
+    held_for_urgent(w)
+    if ending == "deleted":
+        w.kube.delete(PODS, "urgent", "default")
+    eventually(lambda: w.app.state.holds.get("default/urgent") is None)
+    assert w.schedule(w.create(prio_pod("late", 10))) == "a1"

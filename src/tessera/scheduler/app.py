@@ -260,6 +260,7 @@ class SchedulerApp:
             self.metrics.cards_allocated.set(int((t.tenants > 0).sum()))
             self.metrics.nodes.set(len(self.state.cluster))
             self.metrics.reservations.set(len(self.state.reservations))
+            self.metrics.holds.set(len(self.state.holds))
             self.metrics.quotas.set(len(self.state.quota_book))
             problems = dict(self.state.problems)
         for kind, n in problems.items():
@@ -399,7 +400,8 @@ class SchedulerApp:
                 args.pod, "TesseraUnschedulable", summarise(why, len(args.node_names))
             )
             if self.config.preemption and out.request is not None:
-                self.preemptor.consider(args.pod, out.request, list(out.failed))
+                offered = [n for n in args.node_names if n in out.failed]  # in their order
+                self.preemptor.consider(args.pod, out.request, offered)
         return Response(200, encode_filter_result(out.node_names, out.failed, out.unresolvable))
 
     def _prioritize(self, body: bytes) -> Response:

@@ -25,7 +25,7 @@ from tessera.model.types import Assignment, PodRequest
 from tessera.placement.fit import filter_nodes
 from tessera.placement.place import place
 from tessera.scheduler.placer import Placer
-from tessera.scheduler.state import SchedulerState
+from tessera.scheduler.state import SchedulerState, pod_priority
 from tessera.scheduler.wire import ExtenderArgs
 
 __all__ = ["FilterOutcome", "filter_pod", "ordered_candidates"]
@@ -62,6 +62,12 @@ def ordered_candidates(snap: Snapshot, names: Sequence[str]) -> tuple[list[str] 
     unknown = [n for n in names if n not in rows]
     known = sorted(rows[n] for n in names if n in rows)
     return [snap.names[r] for r in known], unknown
+
+
+def _without_held(snap: Snapshot, names: list[str] | None, held: dict[str, str]) -> list[str]:
+    """``names`` (None: every node) less the ``held`` ones, in row order."""
+    offered = snap.names if names is None else names
+    return [n for n in offered if n and n not in held]
 
 
 def _unknown_reasons(state: SchedulerState, unknown: list[str]) -> dict[str, str]:
@@ -148,6 +154,14 @@ def filter_pod(
         snap = state.cluster.snapshot()
         names, unknown = ordered_candidates(snap, args.node_names)
         failed = _unknown_reasons(state, unknown)
+        # Nodes the preemptor holds for a pod at least as important stay out of reach
+        # (scheduler/holds.py); only offered ones are named.
+        held = state.holds.against(request.key, pod_priority(args.pod))
+        if held:
+            offered = set(args.node_names)
+            held = {n: why for n, why in held.items() if n in offered}
+            failed.update(held)
+            names = _without_held(snap, names, held)
         if not narrow:
             result = filter_nodes(snap, asked, names)
             failed.update(result.reasons)

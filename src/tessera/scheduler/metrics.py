@@ -13,6 +13,7 @@ tessera_scheduler_state_problems_total{kind}   inventories/assignments/quotas/sl
 tessera_scheduler_quota_nudges_total           waiting pods annotated after a quota rise
 tessera_scheduler_quotas                       GpuQuota objects in force
 tessera_scheduler_preemption_evictions_total   pods evicted for a higher-priority pod's cards
+tessera_scheduler_preemption_holds             nodes held for a preempting pod not yet placed
 =============================================  =====================================
 """
 
@@ -66,6 +67,11 @@ class Metrics:
         self.preemptions = Counter(
             "tessera_scheduler_preemption_evictions",
             "Lower-priority pods evicted for a higher-priority pod's cards",
+            registry=r,
+        )
+        self.holds = Gauge(
+            "tessera_scheduler_preemption_holds",
+            "Nodes held for a preempting pod that has not been placed yet",
             registry=r,
         )
         self._refreshers: list[Callable[[], None]] = []

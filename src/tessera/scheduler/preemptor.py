@@ -24,11 +24,10 @@ the leader only:
 5. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
    victim.
 
-The freed cards are not held for the preemptor. Once its victims are gone, the preemptor
-annotates it (``tessera.io/quota-retry``, the one change to a pod the scheduler may make)
-so kube-scheduler tries it again at once, ahead of lower-priority pods (its queue is
-ordered by priority). A lower-priority pod that takes them in between is itself a
-candidate for the next round.
+The node is held for the preemptor from the eviction on (``scheduler/holds.py``): no pod
+of its priority or lower is placed there until it is. Once its victims are gone, the
+preemptor annotates it (``tessera.io/quota-retry``, the one change to a pod the scheduler
+may make) so kube-scheduler tries it again at once.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from tessera.kube.errors import ApiError, Conflict, NotFound
 from tessera.kube.events import EventRecorder
@@ -48,20 +46,12 @@ from tessera.model.types import NodeInventory, PodRequest
 from tessera.placement.policies import make_policy
 from tessera.placement.preemption import Holder, Preemption, choose_preemption
 from tessera.scheduler.filter import without_models
+from tessera.scheduler.holds import Hold
 from tessera.scheduler.state import SchedulerState, pod_priority
 
 __all__ = ["Preemptor"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Under:
-    """A preemption under way: its victims, until they are gone or ``until``."""
-
-    uid: str
-    victims: frozenset[str]
-    until: float
 
 
 class Preemptor:
@@ -73,6 +63,7 @@ class Preemptor:
         leading: Callable[[], bool],
         *,
         hold_s: float = 60.0,
+        keep_s: float = 30.0,
         retry_s: float = 10.0,
         max_nodes: int = 100,
         clock: Callable[[], float] = time.monotonic,
@@ -82,7 +73,8 @@ class Preemptor:
         self.api = api
         self.events = events
         self.leading = leading
-        self.hold_s = hold_s
+        self.hold_s = hold_s  # a victim not seen going by then: the eviction did not take
+        self.keep_s = keep_s  # the node stays held this long after the victims went
         self.retry_s = retry_s
         self.max_nodes = max_nodes  # nodes weighed per preemption, as kube-scheduler caps it
         self.clock = clock
@@ -90,7 +82,6 @@ class Preemptor:
         self.policy = make_policy("binpack")  # its own: the placer is the filter's
         self._lock = threading.Lock()
         self._queue: dict[str, tuple[Obj, PodRequest, list[str]]] = {}
-        self._under: dict[str, _Under] = {}  # preemptor key -> what it is waiting for
         self._later: dict[str, tuple[float, Obj, PodRequest, list[str]]] = {}  # refused
         self._floor_value, self._floor_at = 0, float("-inf")
         self._wake = threading.Event()
@@ -138,7 +129,7 @@ class Preemptor:
                     queue.setdefault(key, (pod, request, nodes))
         if not self.leading():
             return []
-        self._nudge_when_freed()
+        self._follow_holds()
         done = []
         for pod, request, nodes in queue.values():
             found = self._preempt(pod, request, nodes)
@@ -154,7 +145,7 @@ class Preemptor:
             return None  # no pod holding cards is less important: the common case, cheap
         with self.state.lock:
             excluded = self.state.quota_exclusions(request)
-        candidates = self._candidates(nodes, priority)
+        candidates = self._candidates(nodes, request.key, priority)
         if not candidates:
             return None
         wanted = without_models(request, excluded) if excluded else request
@@ -177,28 +168,36 @@ class Preemptor:
                 self._later[request.key] = (self.clock() + self.retry_s, pod, request, nodes)
         if evicted:
             with self.state.lock:
-                self._under[request.key] = _Under(
-                    uid, frozenset(evicted), self.clock() + self.hold_s
-                )
+                until = self.clock() + self.hold_s
+                hold = Hold(request.key, uid, priority, found.node, frozenset(evicted), until)
+                self.state.holds.put(hold)
         return found
 
-    def _nudge_when_freed(self) -> None:
-        """Have kube-scheduler try a preemptor again once all its victims are gone.
+    def _follow_holds(self) -> None:
+        """End the holds whose pod is placed or gone, or that were kept long enough; nudge
+        the pods whose victims are all gone.
 
-        Their deletion may reach kube-scheduler while it is still failing the pod's last
-        attempt, and then nothing moves the pod out of its unschedulable queue for
-        minutes (seen on the real kube-scheduler). An update does: the same one-annotation
-        nudge as a quota's rise (``tessera.io/quota-retry``).
+        The nudge: the victims' deletion may reach kube-scheduler while it is still
+        failing the pod's last attempt, and then nothing moves the pod out of its
+        unschedulable queue for minutes (seen on the real kube-scheduler). An update does:
+        the same one-annotation nudge as a quota's rise (``tessera.io/quota-retry``).
         """
+        now = self.clock()
+        waiting = []
         with self.state.lock:
-            freed = [(k, u) for k, u in self._under.items()
-                     if not any(v in self.state.pods for v in u.victims)]  # fmt: skip
-            waiting = []
-            for key, under in freed:
-                del self._under[key]
-                info = self.state.pods.get(key)
-                if info is not None and info.uid == under.uid and not info.node_name:
-                    waiting.append(key)
+            for hold in self.state.holds:
+                info = self.state.pods.get(hold.key)
+                alive = [v for v in hold.victims if v in self.state.pods]
+                if info is None or info.uid != hold.uid or info.node_name:
+                    self.state.holds.drop(hold.key)  # gone, or placed
+                elif hold.freed_at is not None:
+                    if now >= hold.freed_at + self.keep_s:
+                        self.state.holds.drop(hold.key)
+                elif not alive:
+                    hold.freed_at = now
+                    waiting.append(hold.key)
+                elif not self._going(hold, now):
+                    self.state.holds.drop(hold.key)  # the eviction did not take
         nudge = {"metadata": {"annotations": {QUOTA_RETRY: f"{time.time():.3f}"}}}
         for key in waiting:
             ns, _, name = key.partition("/")
@@ -209,18 +208,22 @@ class Preemptor:
             except ApiError as exc:
                 log.warning("could not nudge %s after its preemption: %s", key, exc)
 
+    def _going(self, hold: Hold, now: float) -> bool:
+        """Whether the hold's victims are still on their way out (lock held): one is
+        terminating (its grace period may be long), or the eviction was less than
+        ``hold_s`` ago and the watch has not shown it terminating yet."""
+        alive = [i for i in (self.state.pods.get(v) for v in hold.victims) if i is not None]
+        return bool(alive) and (any(i.terminating for i in alive) or now < hold.until)
+
     def _waiting(self, key: str, uid: str) -> bool:
         """Whether an earlier preemption for this pod still waits for its victims (lock
-        held): while one is terminating (its grace period may be long), or for ``hold_s``
-        after the eviction while the watch has not shown it terminating yet."""
-        under = self._under.get(key)
-        if under is None:
+        held); one whose eviction did not take ends here, to be weighed again."""
+        hold = self.state.holds.get(key)
+        if hold is None or hold.freed_at is not None:
             return False
-        alive = [i for i in (self.state.pods.get(v) for v in under.victims) if i is not None]
-        still = any(i.terminating for i in alive) or self.clock() < under.until
-        if under.uid == uid and alive and still:
+        if hold.uid == uid and self._going(hold, self.clock()):
             return True
-        del self._under[key]
+        self.state.holds.drop(key)
         return False
 
     def _placed(self, key: str, uid: str) -> bool:
@@ -239,16 +242,19 @@ class Preemptor:
         return self._floor_value
 
     def _candidates(
-        self, nodes: list[str], priority: int, chunk: int = 200
+        self, nodes: list[str], key: str, priority: int, chunk: int = 200
     ) -> list[tuple[NodeInventory, list[Holder]]]:
         """Up to ``max_nodes`` of the offered nodes that hold a lower-priority pod, in the
-        order offered, with their holders. The lock is taken per ``chunk`` nodes, so a
-        scan of 5,000 nodes never holds the verbs for long. A holder being bound, being
-        evicted or already terminating is no victim."""
+        order offered, with their holders; not those held for a pod at least as important
+        as ``key``. The lock is taken per ``chunk`` nodes, so a scan of 5,000 nodes never
+        holds the verbs for long. A holder being bound, being evicted or already
+        terminating is no victim."""
         out: list[tuple[NodeInventory, list[Holder]]] = []
         for start in range(0, len(nodes), chunk):
             with self.state.lock:
-                out += self._scan(nodes[start : start + chunk], priority, self.max_nodes - len(out))
+                held = self.state.holds.against(key, priority)
+                some = [n for n in nodes[start : start + chunk] if n not in held]
+                out += self._scan(some, priority, self.max_nodes - len(out))
             if len(out) >= self.max_nodes:
                 break
         return out
@@ -256,7 +262,7 @@ class Preemptor:
     def _scan(
         self, nodes: list[str], priority: int, room: int
     ) -> list[tuple[NodeInventory, list[Holder]]]:
-        going = {v for u in self._under.values() for v in u.victims}
+        going = self.state.holds.victims()
         cluster = self.state.cluster
         out = []
         for node in nodes:

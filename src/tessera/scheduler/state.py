@@ -52,6 +52,7 @@ from tessera.model.types import (
 )
 from tessera.quota.book import QuotaBook
 from tessera.quota.usage import QuotaUsage, demand_on, holding, why_over
+from tessera.scheduler.holds import HoldBook
 from tessera.scheduler.reservations import Reservation, ReservationBook
 
 __all__ = ["PodInfo", "PodUpdate", "SchedulerState", "pod_priority"]
@@ -150,6 +151,7 @@ class SchedulerState:
         self.lock = threading.RLock()
         self.cluster = ClusterState()
         self.reservations = ReservationBook(reservation_ttl_s)
+        self.holds = HoldBook()  # nodes held for preempting pods (the preemptor's)
         self.doubt_s = doubt_s  # how long a bind of unknown outcome keeps its cards
         self.clock = clock
         self.pods: dict[str, PodInfo] = {}

@@ -105,9 +105,15 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     # kubectl tessera why says what preemption would do.
     why = run(h.env.kubeconfig, "why", "urgent", "-n", NS).stdout
     assert f"preemption: evicting {NS}/low-1 (priority 10) on {NODE} would make room" in why
+    # A low-priority pod waits too. kube-scheduler tries it again when the victim goes,
+    # and often first: it has failed fewer times, so its backoff is shorter.
+    h.admin.create(PODS, _pod("peer", "gpu-low"), NS)
+    wait_for("peer to be found unschedulable", lambda: _failed(h, "peer"), 60, 0.5)
     # The budget goes: the preemptor's next try (every 10 s while the pod waits) evicts
     # the least important pod (equal priority: the later name), and the urgent pod takes
-    # its card when kube-scheduler tries it again on the deletion.
+    # its card when kube-scheduler tries it again on the deletion. The node is held for
+    # it meanwhile, so the waiting low pod cannot take the card first (and be evicted in
+    # turn).
     h.admin.delete(BUDGETS, "keep-low", NS)
     wait_for("urgent bound", lambda: _bound(h).get("urgent") == NODE, 120, 0.5)
     assert sorted(_bound(h)) == ["low-0", "urgent"]
@@ -115,8 +121,7 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     assert preempting["message"] == f"evicting on {NODE} for cards: {NS}/low-1 (priority 10)"
     assert [e["involvedObject"]["name"] for e in _events(h, "TesseraPreempted")] == ["low-1"]
     # An equal-priority pod evicts no one: it waits.
-    h.admin.create(PODS, _pod("peer", "gpu-low"), NS)
-    wait_for("peer to be found unschedulable", lambda: _failed(h, "peer"), 60, 0.5)
+    wait_for("peer to be tried again", lambda: len(_failed(h, "peer")) >= 2, 60, 0.5)
     assert sorted(_bound(h)) == ["low-0", "urgent"]
     assert len(_events(h, "TesseraPreempting")) == 1
     assert "preemption: none would help" in run(h.env.kubeconfig, "why", "peer", "-n", NS).stdout

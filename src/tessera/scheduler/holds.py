@@ -1,0 +1,85 @@
+"""Nodes held for preempting pods: what the preemptor freed goes to the pod it freed it for.
+
+When the preemptor evicts pods on a node for a pod P, it holds the node for P: until P is
+placed (or the hold ends), ``filter`` keeps every other pod of P's priority or lower off
+that node, and the preemptor weighs no victims there for such pods. Without the hold, a
+lower-priority pod scheduled while P waits -- for its victims' grace periods, then for
+kube-scheduler's backoff -- takes the freed cards, and P preempts it in turn: churn that
+evicts two pods for one. It is kube-scheduler's nominated node, kept in the extender
+because kube-scheduler cannot see the cards (docs/scheduler.md, "GPU preemption").
+
+The hold covers the whole node, not just the cards P is to get: while the victims
+terminate, those cards are still booked to them, so there is nothing finer to hold. A
+more important pod is never held off: it may take the node, and P's preemption is then
+weighed again.
+
+A hold ends when P is bound, when P is gone, ``keep_s`` after the last victim went
+(kube-scheduler tries P again within its backoff, at most 10 s), or when a victim was
+never seen going (``until``: the eviction did not take; the preemption is weighed again).
+The book lives in the leader's memory; a new leader starts without holds, and the next
+failed filter for P weighs its preemption afresh.
+
+Not thread-safe on its own: the scheduler state's lock guards it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["Hold", "HoldBook"]
+
+
+@dataclass(slots=True)
+class Hold:
+    """``node`` held for the pod ``key`` (UID ``uid``) while ``victims`` go."""
+
+    key: str
+    uid: str
+    priority: int
+    node: str
+    victims: frozenset[str]
+    until: float  # no victim seen going by then: the eviction did not take
+    freed_at: float | None = None  # when the last victim went
+
+    def reason(self) -> str:
+        return (
+            f"held for {self.key} (priority {self.priority}), which preempted pods here "
+            "and has not been placed yet"
+        )
+
+
+class HoldBook:
+    def __init__(self) -> None:
+        self._by_key: dict[str, Hold] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __iter__(self) -> Iterator[Hold]:
+        return iter(list(self._by_key.values()))  # a copy: the caller may drop holds
+
+    def get(self, key: str) -> Hold | None:
+        return self._by_key.get(key)
+
+    def put(self, hold: Hold) -> None:
+        """Hold a node for ``hold.key``, in place of any earlier hold for it."""
+        self._by_key[hold.key] = hold
+
+    def drop(self, key: str) -> None:
+        self._by_key.pop(key, None)
+
+    def victims(self) -> set[str]:
+        """Every pod some hold waits to see go."""
+        return {v for h in self._by_key.values() for v in h.victims}
+
+    def against(self, key: str, priority: int) -> dict[str, str]:
+        """The nodes held against a pod ``key`` of ``priority``, each with why: those held
+        for another pod at least as important (empty, and cheap, when nothing is held)."""
+        if not self._by_key:
+            return {}
+        return {
+            h.node: h.reason()
+            for h in self._by_key.values()
+            if h.key != key and h.priority >= priority
+        }
