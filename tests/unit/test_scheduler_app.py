@@ -15,6 +15,7 @@ import pytest
 from tessera.kube import NODES, PODS, ApiError, Conflict
 from tessera.scheduler import http as http_server
 from tessera.scheduler.http import serve
+from tessera.scheduler.web import MapCache, _encode
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
 
@@ -219,6 +220,71 @@ def test_stop_does_not_wait_for_ever_on_a_bind_stuck_in_the_api(
         caller.join(10)
 
 
+def test_the_gpu_map_is_built_off_the_loop_so_filter_is_served_meanwhile() -> None:
+    """At scale the map takes seconds to build; the verbs must not wait for it."""
+    w = World([node_obj("n1", 2)], web=True)
+    building, release, builds = threading.Event(), threading.Event(), []
+
+    def slow_build() -> bytes:
+        builds.append(1)
+        building.set()
+        release.wait(30)
+        return b'{"nodes": []}'
+
+    w.app._map._build = slow_build
+    server = http_server.Server(w.app, "127.0.0.1", 0, shutdown_timeout_s=0.5)
+    server.start()
+    answers: list[bytes] = []
+
+    def load_map() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("GET", "/gpus.json")
+        answers.append(conn.getresponse().read())
+        conn.close()
+
+    readers = [threading.Thread(target=load_map) for _ in range(2)]
+    try:
+        readers[0].start()
+        assert building.wait(5)
+        readers[1].start()  # a second page load while the first map is being built
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        pod = w.create(pod_obj("p"))
+        conn.request("POST", "/filter", body=json.dumps({"Pod": pod, "NodeNames": ["n1"]}))
+        assert json.loads(conn.getresponse().read())["NodeNames"] == ["n1"]
+        conn.close()
+        release.set()
+        for r in readers:
+            r.join(10)
+        assert answers == [b'{"nodes": []}'] * 2
+        assert len(builds) == 1  # the second load waited for the first build and shared it
+    finally:
+        release.set()
+        server.stop()
+        w.close()
+
+
+def test_the_map_cache_builds_once_per_max_age() -> None:
+    now, builds = [0.0], []
+    cache = MapCache(lambda: builds.append(1) or str(len(builds)).encode(), 1.0, lambda: now[0])
+    assert cache.get() == b"1" and cache.get() == b"1"
+    now[0] = 0.99
+    assert cache.get() == b"1"
+    now[0] = 1.0
+    assert cache.get() == b"2"
+
+    def slow() -> bytes:  # a build of 0.5 s: the map is then kept 2.5 s
+        now[0] += 0.5
+        builds.append(1)
+        return str(len(builds)).encode()
+
+    cache = MapCache(slow, 1.0, lambda: now[0])
+    assert cache.get() == b"3"
+    now[0] += 2.4
+    assert cache.get() == b"3"
+    now[0] += 0.1
+    assert cache.get() == b"4"
+
+
 class _RecordingBinder:
     """A Binder that writes to the FakeKube from the loop, or raises ``error``."""
 
@@ -366,3 +432,10 @@ def test_the_gpu_map_page_is_off_by_default_and_shows_the_extenders_view() -> No
         assert b"gpus.json" in page.body and b'id="q"' in page.body
     finally:
         w.close()
+
+
+def test_the_map_is_the_same_json_encoded_an_item_at_a_time() -> None:
+    doc = {"nodes": [{"name": "n1", "cards": [{"a": 1}]}, {"name": "n2", "cards": []}],
+           "pending": [], "note": {"x": "y"}}  # fmt: skip
+    assert json.loads(_encode(doc)) == doc
+    assert _encode(doc) == json.dumps(doc, separators=(",", ":")).encode()

@@ -31,6 +31,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tessera.claims.devices import DRIVER
@@ -85,6 +86,14 @@ class Response:
     status: int
     body: bytes
     content_type: str = JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """An answer too slow to build on the event loop that serves the verbs (the GPU map):
+    the server runs ``work`` on a thread of its own."""
+
+    work: Callable[[], Response]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +180,7 @@ class SchedulerApp:
             self.state, assume_ttl_s=config.reservation_ttl_s, keep_objects=config.web
         )
         self.claims_book.on_release = lambda ns: self.quota_writer.raised({ns})
+        self._map = web.MapCache(lambda: web.map_body(self.state, self.claims_book))
         self.quota_writer.before_round = self.claims_book.expire
         self.slice_reflector = Reflector(
             api,
@@ -276,6 +286,8 @@ class SchedulerApp:
         out = self.dispatch(method, path, body)
         if isinstance(out, Response):
             return out
+        if isinstance(out, Offload):
+            return out.work()
         refused = self.fence(out)
         if refused is not None:
             return refused
@@ -285,7 +297,7 @@ class SchedulerApp:
             return self.bind_done(out, exc)
         return self.bind_done(out)
 
-    def dispatch(self, method: str, path: str, body: bytes) -> Response | BindWrite:
+    def dispatch(self, method: str, path: str, body: bytes) -> Response | BindWrite | Offload:
         route = path.split("?", 1)[0].rstrip("/") or "/"
         if method == "GET":
             if route == "/healthz":
@@ -301,8 +313,7 @@ class SchedulerApp:
             if self.config.web and route == "/gpus":
                 return Response(200, web.page(), "text/html; charset=utf-8")
             if self.config.web and route == "/gpus.json":
-                body = web.map_body(self.state, self.claims_book)
-                return Response(200, body, "application/json")
+                return Offload(lambda: Response(200, self._map.get(), "application/json"))
             return Response(404, b"not found", "text/plain")
         if method != "POST":
             return Response(405, b"method not allowed", "text/plain")

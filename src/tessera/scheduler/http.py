@@ -9,7 +9,9 @@ loop). The measurement is in docs/benchmarks.md.
 
 What runs where: everything -- filter, prioritize, the webhook, the probes, /metrics,
 and bind's decision -- is sub-millisecond CPU and runs on the loop itself, with no
-thread hop. The one thing that waits is bind's API write: the loop hands it to a
+thread hop. The GPU map (/gpus.json, ``--web``) takes up to seconds on a large cluster
+and is built on a thread of its own (``Offload``). The one thing that waits is bind's
+API write: the loop hands it to a
 ``Binder`` (kube/binder.py) and serves other requests until it ends. ``tessera
 scheduler`` gives an ``AioBinder`` (the write on this loop, through aiohttp's client);
 without one, a ``ThreadedBinder`` runs the app's ``KubeApi.bind`` on a thread pool.
@@ -26,11 +28,12 @@ import asyncio
 import logging
 import ssl
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from tessera.kube.binder import Binder, ThreadedBinder
-from tessera.scheduler.app import BindWrite, Response, SchedulerApp
+from tessera.scheduler.app import BindWrite, Offload, Response, SchedulerApp
 
 __all__ = ["MAX_BODY", "Server", "serve"]
 
@@ -54,6 +57,9 @@ class Server:
     ) -> None:
         self.app = app
         self.binder = binder if binder is not None else ThreadedBinder(app.api)
+        # One thread for the answers too slow for the loop (the GPU map): requests for
+        # them queue there, and filter and bind keep being served meanwhile.
+        self._offload = ThreadPoolExecutor(1, thread_name_prefix="tessera-offload")
         self._loop = asyncio.new_event_loop()
         web_app = web.Application(client_max_size=MAX_BODY)
         web_app.router.add_route("*", "/{tail:.*}", self._handle)
@@ -79,7 +85,12 @@ class Server:
         body = await request.read()
         path = request.raw_path
         out = self.app.dispatch(request.method, path, body)
-        r = out if isinstance(out, Response) else await self._write(out)
+        if isinstance(out, Response):
+            r = out
+        elif isinstance(out, Offload):
+            r = await self._loop.run_in_executor(self._offload, out.work)
+        else:
+            r = await self._write(out)
         log.debug("%s %s %s -> %d", request.remote, request.method, path, r.status)
         return web.Response(status=r.status, body=r.body, headers={"Content-Type": r.content_type})
 
@@ -99,6 +110,7 @@ class Server:
     async def _cleanup(self) -> None:
         await self._runner.cleanup()
         await self.binder.close()
+        self._offload.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
         """Close the socket and the open connections, then the binder and the loop."""
