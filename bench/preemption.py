@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _full import SLICES_PER_CARD, full_cluster
 from _machine import describe
 from _stats import pct
 from rich.console import Console
@@ -39,35 +40,18 @@ sys.path.insert(0, str(REPO / "src"))
 
 from tessera.kube import FakeKube  # noqa: E402
 from tessera.kube.events import EventRecorder  # noqa: E402
-from tessera.model.annotations import ASSIGNMENT, encode_assignment  # noqa: E402
-from tessera.model.clusterspec import make_cards  # noqa: E402
-from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
 from tessera.scheduler.filter import filter_pod  # noqa: E402
 from tessera.scheduler.placer import Placer  # noqa: E402
 from tessera.scheduler.preemptor import Preemptor  # noqa: E402
 from tessera.scheduler.state import SchedulerState  # noqa: E402
 from tessera.scheduler.wire import ExtenderArgs  # noqa: E402
-from tests.unit._scheduler_world import node_obj, pod_obj  # noqa: E402
-
-CARD_MIB = make_cards("x", 1, "A100")[0].memory_mib
-SLICES_PER_CARD = CARD_MIB // 8000  # as many 8,000 MiB slices as a card holds
+from tests.unit._scheduler_world import pod_obj  # noqa: E402
 
 
 def build(nodes: int) -> SchedulerState:
     state = SchedulerState()
-    state.replace_nodes([node_obj(f"n{i}", 8, cpu="512") for i in range(nodes)])
-    pods = []
-    for i in range(nodes):
-        name = f"n{i}"
-        for c in make_cards(name, 8, "A100"):
-            for s in range(SLICES_PER_CARD):
-                a = Assignment(name, (ContainerAssignment("main", (CardSlice(c.uuid, 8000, 10),)),))
-                p = pod_obj(f"{name}-{c.index}-{s}", gpu=1, memory=8000, cores=10,
-                            annotations={ASSIGNMENT: encode_assignment(a)})  # fmt: skip
-                meta, spec = p["metadata"], p["spec"]
-                meta["uid"], meta["resourceVersion"] = f"u-{meta['name']}", "1"
-                spec["nodeName"], spec["priority"] = name, 10
-                pods.append(p)
+    node_objs, pods = full_cluster(nodes)
+    state.replace_nodes(node_objs)
     state.replace_pods(pods)
     return state
 
@@ -108,15 +92,10 @@ def main() -> None:
 
     def decide(p: dict[str, Any]) -> Any:
         def once() -> Any:
-            priority = p["spec"]["priority"]
-            if priority <= preemptor._floor():
-                return None
-            candidates = preemptor._candidates(names, priority)
-            from tessera.placement.preemption import choose_preemption
-
-            found = choose_preemption(candidates, request, priority, preemptor.policy)
-            assert found is not None, "no preemption found"
-            assert len(found.victims) == SLICES_PER_CARD, [v.key for v in found.victims]
+            found = preemptor.plan(p, request, names)  # what the preemptor weighs
+            if p["spec"]["priority"] > 10:
+                assert found is not None, "no preemption found"
+                assert len(found.victims) == SLICES_PER_CARD, [v.key for v in found.victims]
             return found
 
         return once
