@@ -3,6 +3,11 @@ fit, on the node where they matter least (pure core)."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tessera.cluster.state import ClusterState
+from tessera.errors import PlacementError
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import (
     Assignment,
@@ -14,6 +19,7 @@ from tessera.model.types import (
     PodRequest,
 )
 from tessera.placement import make_policy
+from tessera.placement.place import place
 from tessera.placement.preemption import Holder, choose_preemption, preemption_on_node
 
 POLICY = make_policy("binpack")
@@ -87,3 +93,107 @@ def test_the_node_whose_victims_matter_least_is_chosen() -> None:
     got = choose_preemption(nodes, request("urgent"), 100, POLICY)
     assert got is not None and got.node == "b" and names(got) == ["b-low"]  # b before c: first
     assert choose_preemption(nodes, request("urgent"), 10, POLICY) is None
+
+
+def _reference(
+    inv: NodeInventory, holders: list[Holder], pod: PodRequest, priority: int
+) -> tuple[list[str], Assignment | None] | None:
+    """The reprieve with the placement core asked after every candidate given back: what
+    the witness shortcut of ``preemption_on_node`` must agree with."""
+
+    def fit(state: ClusterState) -> Assignment | None:
+        try:
+            return place(state.snapshot(), pod, POLICY).assignment
+        except PlacementError:
+            return None
+
+    state = ClusterState([inv])
+    candidates = []
+    for h in holders:
+        if h.evictable and h.priority < priority:
+            candidates.append(h)
+        else:
+            state.assign(h.request, h.assignment)
+    if not candidates or fit(state) is None:
+        return None
+    victims = sorted(candidates, key=lambda h: (h.priority, h.key))
+    for h in sorted(candidates, key=lambda h: (-h.priority, h.key)):
+        try:
+            state.assign(h.request, h.assignment)
+        except PlacementError:
+            continue
+        if fit(state) is not None:
+            victims.remove(h)
+        else:
+            state.release(h.key)
+    decision = fit(state)
+    if not victims or decision is None:
+        return None
+    return [v.key for v in victims], decision
+
+
+_ask = st.one_of(
+    st.tuples(
+        st.integers(1, 2), st.none(), st.sampled_from([0, 500, 2000, 3000])
+    ),  # whole cards, CPU
+    st.tuples(
+        st.just(1),
+        st.sampled_from([4000, 8000, 10000, 20000]),
+        st.sampled_from([0, 500, 2000, 3000]),
+    ),
+)
+
+
+def _request(name: str, ask: tuple[int, int | None, int]) -> PodRequest:
+    count, memory, cpu = ask
+    gpu = GpuRequest(count, exclusive=True) if memory is None else GpuRequest(
+        count, memory_mib=memory, cores_percent=10)  # fmt: skip
+    return PodRequest("team", name, (ContainerRequest("main", gpu),), cpu_milli=cpu)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    asks=st.lists(st.tuples(_ask, st.sampled_from([5, 10, 20, 100]), st.booleans()), max_size=14),
+    wanted=_ask,
+    cards=st.integers(1, 4),
+)
+def test_the_reprieve_shortcut_chooses_the_victims_asking_every_time_would(
+    asks: list[tuple[tuple[int, int | None, int], int, bool]],
+    wanted: tuple[int, int | None, int],
+    cards: int,
+) -> None:
+    inv = NodeInventory("n1", make_cards("n1", cards, "A100"), cpu_milli=6000,
+                        memory_mib=256 * 1024)  # fmt: skip
+    state, holders = ClusterState([inv]), []
+    for i, (ask, prio, evictable) in enumerate(asks):  # fill the node as a scheduler would
+        req = _request(f"h{i:02d}", ask)
+        try:
+            a = place(state.snapshot(), req, POLICY).assignment
+        except PlacementError:
+            continue
+        state.assign(req, a)
+        holders.append(Holder(f"uid-{i}", prio, req, a, evictable or prio >= 50))
+    pod = _request("urgent", wanted)
+    got = preemption_on_node(inv, holders, pod, 50, POLICY)
+    expected = _reference(inv, holders, pod, 50)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert ([v.key for v in got.victims], got.decision) == expected
+
+
+def test_a_pod_given_back_on_another_card_can_still_take_the_cpu_the_preemptor_needs() -> None:
+    inv = NodeInventory("n1", make_cards("n1", 2, "A100"), cpu_milli=4000, memory_mib=65536)
+    x, y = _request("x", (1, None, 0)), _request("y", (1, None, 2000))
+    holders = []
+    for req, prio in ((x, 10), (y, 20)):  # x on one card, y (more important) on the other
+        card = inv.cards[len(holders)]
+        whole = (CardSlice(card.uuid, card.memory_mib, 100),)
+        a = Assignment("n1", (ContainerAssignment("main", whole, exclusive=True),))
+        holders.append(Holder(f"uid-{req.name}", prio, req, a))
+    pod = _request("urgent", (1, None, 3000))
+    got = preemption_on_node(inv, holders, pod, 50, POLICY)
+    # y frees the CPU the urgent pod needs; x alone would free a card but not the CPU.
+    assert names(got) == ["y"]
+    assert ([v.key for v in got.victims], got.decision) == _reference(inv, holders, pod, 50)
