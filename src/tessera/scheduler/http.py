@@ -9,12 +9,12 @@ loop). The measurement is in docs/benchmarks.md.
 
 What runs where: everything -- filter, prioritize, the webhook, the probes, /metrics,
 and bind's decision -- is sub-millisecond CPU and runs on the loop itself, with no
-thread hop. The GPU map (/gpus.json, ``--web``) takes up to seconds on a large cluster
-and is built on a thread of its own (``Offload``). The one thing that waits is bind's
-API write: the loop hands it to a
-``Binder`` (kube/binder.py) and serves other requests until it ends. ``tessera
-scheduler`` gives an ``AioBinder`` (the write on this loop, through aiohttp's client);
-without one, a ``ThreadedBinder`` runs the app's ``KubeApi.bind`` on a thread pool.
+thread hop. The GPU map (/gpus.json, ``--web``) takes seconds on a large cluster and is
+built on a thread of its own (``Offload``). The one thing that waits is bind's API
+write: the loop hands it to a ``Binder`` (kube/binder.py) and serves other requests
+until it ends. ``tessera scheduler`` gives an ``AioBinder`` (the write on this loop,
+through aiohttp's client); without one, a ``ThreadedBinder`` runs the app's
+``KubeApi.bind`` on a thread pool.
 
 Bodies over ``MAX_BODY`` get 413 (aiohttp's ``client_max_size``). A connection idle
 for ``KEEPALIVE_S`` is closed; that is longer than Go's idle-connection timeout (90 s),

@@ -25,6 +25,9 @@ NODE = "preempt-0"
 NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 PRIORITY_CLASSES = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
 BUDGETS = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True)
+# Keeps an evicted pod terminating until the test lets it go (its cards stay its own).
+FINALIZER = "tessera.io/e2e-keep"
+UNFINALIZE = {"metadata": {"finalizers": None}}
 
 
 def _pod(name: str, priority_class: str) -> Obj:
@@ -55,6 +58,7 @@ def two_cards(harness: Harness) -> Iterator[Harness]:
     finally:
         for p in h.admin.list(PODS, NS).items:
             with contextlib.suppress(NotFound):
+                h.admin.merge_patch(PODS, p["metadata"]["name"], UNFINALIZE, NS)
                 h.admin.delete(PODS, p["metadata"]["name"], NS)
         for name in ("gpu-low", "gpu-high"):
             h.admin.delete(PRIORITY_CLASSES, name)
@@ -85,7 +89,10 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
 ) -> None:
     h = two_cards
     for name in ("low-0", "low-1"):
-        h.admin.create(PODS, _pod(name, "gpu-low"), NS)
+        pod = _pod(name, "gpu-low")
+        if name == "low-1":  # the victim-to-be
+            pod["metadata"]["finalizers"] = [FINALIZER]
+        h.admin.create(PODS, pod, NS)
     wait_for("both low pods bound", lambda: len(_bound(h)) == 2, 60, 0.2)
     # A budget that allows no disruption: the Eviction API refuses (429), nobody goes.
     selector = {"matchLabels": {"tier": "gpu-low"}}
@@ -105,23 +112,26 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     # kubectl tessera why says what preemption would do.
     why = run(h.env.kubeconfig, "why", "urgent", "-n", NS).stdout
     assert f"preemption: evicting {NS}/low-1 (priority 10) on {NODE} would make room" in why
-    # A low-priority pod waits too. kube-scheduler tries it again when the victim goes,
-    # and often first: it has failed fewer times, so its backoff is shorter.
-    h.admin.create(PODS, _pod("peer", "gpu-low"), NS)
-    wait_for("peer to be found unschedulable", lambda: _failed(h, "peer"), 60, 0.5)
     # The budget goes: the preemptor's next try (every 10 s while the pod waits) evicts
-    # the least important pod (equal priority: the later name), and the urgent pod takes
-    # its card when kube-scheduler tries it again on the deletion. The node is held for
-    # it meanwhile, so the waiting low pod cannot take the card first (and be evicted in
-    # turn).
+    # the least important pod (equal priority: the later name). Its finalizer keeps it
+    # terminating, on its card, until the test lets it go.
     h.admin.delete(BUDGETS, "keep-low", NS)
+    wait_for("low-1 to be evicted", lambda: h.admin.get(PODS, "low-1", NS)["metadata"]
+             .get("deletionTimestamp"), 60, 0.5)  # fmt: skip
+    # Meanwhile the node is held for the urgent pod: a low-priority pod that comes now is
+    # kept off it, in kube-scheduler's own words, so it cannot take the card that is about
+    # to be freed (and be evicted in turn).
+    h.admin.create(PODS, _pod("peer", "gpu-low"), NS)
+    held = f"held for {NS}/urgent (priority 1000)"
+    wait_for("peer to find the node held",
+             lambda: any(held in m for m in _failed(h, "peer")), 60, 0.5)  # fmt: skip
+    h.admin.merge_patch(PODS, "low-1", UNFINALIZE, NS)
     wait_for("urgent bound", lambda: _bound(h).get("urgent") == NODE, 120, 0.5)
     assert sorted(_bound(h)) == ["low-0", "urgent"]
     [preempting] = _events(h, "TesseraPreempting")
     assert preempting["message"] == f"evicting on {NODE} for cards: {NS}/low-1 (priority 10)"
     assert [e["involvedObject"]["name"] for e in _events(h, "TesseraPreempted")] == ["low-1"]
     # An equal-priority pod evicts no one: it waits.
-    wait_for("peer to be tried again", lambda: len(_failed(h, "peer")) >= 2, 60, 0.5)
     assert sorted(_bound(h)) == ["low-0", "urgent"]
     assert len(_events(h, "TesseraPreempting")) == 1
     assert "preemption: none would help" in run(h.env.kubeconfig, "why", "peer", "-n", NS).stdout
