@@ -125,7 +125,7 @@ from tessera.kube.kinds import (  # noqa: E402
 )
 from tessera.model.clusterspec import synthetic_nodes  # noqa: E402
 from tessera.testenv import TestEnv, ensure_binaries  # noqa: E402
-from tessera.testenv.chart import deployed, kube_scheduler_config  # noqa: E402
+from tessera.testenv.chart import deployed, install_gpuquota_crd, kube_scheduler_config  # noqa: E402
 from tessera.testenv.process import free_port  # noqa: E402
 
 PARKED = {"profiles": [{"schedulerName": "parked"}]}
@@ -641,17 +641,7 @@ class ClaimsQuotaHook:
     def __init__(self, env: TestEnv, api: KubeClient, work: Path) -> None:
         self.env, self.api, self.work = env, api, work
         self.serving = env.issue_serving_cert("tessera-webhook")
-        [crd] = deployed("gpuquota-crd.yaml")
-        crds = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                    "customresourcedefinitions", False)  # fmt: skip
-        api.create(crds, crd)
-        deadline = time.monotonic() + 60
-        while not any(c["type"] == "Established" and c["status"] == "True" for c in
-                      (api.get(crds, crd["metadata"]["name"]).get("status") or {})
-                      .get("conditions") or []):  # fmt: skip
-            if time.monotonic() > deadline:
-                raise SystemExit("the GpuQuota CRD was not served in 60 s")
-            time.sleep(0.2)
+        install_gpuquota_crd(api)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = free_port()
         self.webhook_port = free_port()

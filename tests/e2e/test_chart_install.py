@@ -19,7 +19,7 @@ from tessera.kube import Kind, NotFound
 from tessera.kube.client import KubeClient
 from tessera.model.clusterspec import synthetic_nodes
 from tessera.testenv import TestEnv
-from tessera.testenv.chart import CHART, helm_on, render
+from tessera.testenv.chart import CHART, CRDS, helm_on, render
 from tests.e2e.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -36,8 +36,6 @@ VALIDATING = Kind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfigura
 CLUSTERROLES = Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False)
 POLICIES = Kind("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",
                 "validatingadmissionpolicies", False)  # fmt: skip
-CRDS = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions",
-            False)  # fmt: skip
 
 
 def _helm(env: TestEnv, *args: str) -> str:

@@ -12,12 +12,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tessera.kube.kinds import Kind
+from tessera.kube.port import KubeApi
 from tessera.testenv.build import ensure_binaries
 
 __all__ = [
@@ -109,6 +112,25 @@ def deploy_drift() -> list[str]:
 def deployed(name: str) -> list[dict[str, Any]]:
     """The objects of deploy/``name`` (e.g. ``rbac.yaml``)."""
     return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+CRDS = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions",
+            namespaced=False)  # fmt: skip
+
+
+def install_gpuquota_crd(api: KubeApi, timeout_s: float = 60.0) -> None:
+    """deploy/gpuquota-crd.yaml as is; returns once the API server serves the type."""
+    [crd] = deployed("gpuquota-crd.yaml")
+    api.create(CRDS, crd)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = api.get(CRDS, crd["metadata"]["name"]).get("status") or {}
+        if any(c["type"] == "Established" and c["status"] == "True"
+               for c in status.get("conditions") or []):  # fmt: skip
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the GpuQuota CRD was not served within {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 def kube_scheduler_config() -> dict[str, Any]:

@@ -23,7 +23,7 @@ from tessera.kube.client import KubeClient
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tessera.testenv import TestEnv
-from tessera.testenv.chart import deployed, kube_scheduler_config
+from tessera.testenv.chart import deployed, install_gpuquota_crd, kube_scheduler_config
 from tests.e2e.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -266,18 +266,7 @@ class Harness:
 
     def install_crds(self) -> None:
         """deploy/gpuquota-crd.yaml as is; returns once the API server serves it."""
-        [crd] = deployed("gpuquota-crd.yaml")
-        self.apply(crd)
-        kind = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                    "customresourcedefinitions", False)  # fmt: skip
-
-        def established() -> bool:
-            conditions = (self.admin.get(kind, crd["metadata"]["name"]).get("status") or {}).get(
-                "conditions"
-            ) or []
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        wait_for("the GpuQuota CRD to be served", established, 60, 0.2)
+        install_gpuquota_crd(self.admin)
 
     def install_webhooks(self, port: int) -> None:
         """deploy/webhook.yaml with clientConfig pointed at the test's port and CA."""
