@@ -68,7 +68,7 @@ def load_maps(port: int, every: float, stop: threading.Event, times: list[float]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     while not stop.wait(every):
         t0 = time.perf_counter()
-        conn.request("GET", "/gpus.json")
+        conn.request("GET", "/gpus.json", headers={"Accept-Encoding": "gzip"})  # a browser
         resp = conn.getresponse()
         resp.read()
         assert resp.status == 200
@@ -116,8 +116,8 @@ def main() -> None:
         print(f"map loads, built on the loop, for {args.seconds:.0f} s ...", flush=True)
         dispatch = app.dispatch
 
-        def on_the_loop(method: str, path: str, body: bytes) -> Any:
-            out = dispatch(method, path, body)
+        def on_the_loop(method: str, path: str, body: bytes, *rest: str) -> Any:
+            out = dispatch(method, path, body, *rest)
             return out.work() if isinstance(out, Offload) else out
 
         app.dispatch = on_the_loop  # type: ignore[method-assign]

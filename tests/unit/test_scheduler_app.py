@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
 import json
 import threading
@@ -15,7 +16,7 @@ import pytest
 from tessera.kube import NODES, PODS, ApiError, Conflict
 from tessera.scheduler import http as http_server
 from tessera.scheduler.http import serve
-from tessera.scheduler.web import MapCache, _encode
+from tessera.scheduler.web import MapBody, MapCache, _encode, accepts_gzip
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
 
@@ -225,21 +226,23 @@ def test_the_gpu_map_is_built_off_the_loop_so_filter_is_served_meanwhile() -> No
     w = World([node_obj("n1", 2)], web=True)
     building, release, builds = threading.Event(), threading.Event(), []
 
-    def slow_build() -> bytes:
+    def slow_build() -> MapBody:
         builds.append(1)
         building.set()
         release.wait(30)
-        return b'{"nodes": []}'
+        return MapBody.of(b'{"nodes": []}')
 
     w.app._map._build = slow_build
     server = http_server.Server(w.app, "127.0.0.1", 0, shutdown_timeout_s=0.5)
     server.start()
     answers: list[bytes] = []
 
-    def load_map() -> None:
+    def load_map() -> None:  # as a browser: gzip accepted
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        conn.request("GET", "/gpus.json")
-        answers.append(conn.getresponse().read())
+        conn.request("GET", "/gpus.json", headers={"Accept-Encoding": "gzip, deflate"})
+        resp = conn.getresponse()
+        assert resp.getheader("Content-Encoding") == "gzip"
+        answers.append(gzip.decompress(resp.read()))
         conn.close()
 
     readers = [threading.Thread(target=load_map) for _ in range(2)]
@@ -265,24 +268,47 @@ def test_the_gpu_map_is_built_off_the_loop_so_filter_is_served_meanwhile() -> No
 
 def test_the_map_cache_builds_once_per_max_age() -> None:
     now, builds = [0.0], []
-    cache = MapCache(lambda: builds.append(1) or str(len(builds)).encode(), 1.0, lambda: now[0])
-    assert cache.get() == b"1" and cache.get() == b"1"
-    now[0] = 0.99
-    assert cache.get() == b"1"
-    now[0] = 1.0
-    assert cache.get() == b"2"
 
-    def slow() -> bytes:  # a build of 0.5 s: the map is then kept 2.5 s
-        now[0] += 0.5
+    def build(seconds: float = 0.0) -> MapBody:
+        now[0] += seconds
         builds.append(1)
-        return str(len(builds)).encode()
+        return MapBody.of(str(len(builds)).encode())
 
-    cache = MapCache(slow, 1.0, lambda: now[0])
-    assert cache.get() == b"3"
+    cache = MapCache(build, 1.0, lambda: now[0])
+    assert cache.get().json == b"1" and cache.get().json == b"1"
+    now[0] = 0.99
+    assert cache.get().json == b"1"
+    now[0] = 1.0
+    assert cache.get().json == b"2"
+    cache = MapCache(lambda: build(0.5), 1.0, lambda: now[0])  # kept 5 x 0.5 s
+    assert cache.get().json == b"3"
     now[0] += 2.4
-    assert cache.get() == b"3"
+    assert cache.get().json == b"3"
     now[0] += 0.1
-    assert cache.get() == b"4"
+    assert cache.get().json == b"4"
+
+
+def test_the_map_goes_gzip_encoded_to_a_client_that_accepts_it() -> None:
+    w = World([node_obj("n1", 2)], web=True)
+    try:
+        plain = w.app.handle("GET", "/gpus.json", b"")
+        assert plain.encoding == "" and json.loads(plain.body)["nodes"][0]["name"] == "n1"
+        packed = w.app.handle("GET", "/gpus.json", b"", "gzip, deflate, br")
+        assert packed.encoding == "gzip" and gzip.decompress(packed.body) == plain.body
+        assert len(packed.body) < len(plain.body)
+        assert w.app.handle("GET", "/gpus.json", b"", "gzip;q=0, br").encoding == ""
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize(
+    ("header", "ok"),
+    [("gzip", True), ("deflate, gzip;q=0.5", True), ("GZIP", True), ("x-gzip", True),
+     ("gzip;q=0", False), ("gzip; q=0.0", False), ("br", False), ("", False),
+     ("gzip;q=nope", False)],
+)  # fmt: skip
+def test_accept_encoding_is_read_with_its_weights(header: str, ok: bool) -> None:
+    assert accepts_gzip(header) is ok
 
 
 class _RecordingBinder:
@@ -353,8 +379,8 @@ def test_a_replica_that_loses_its_lease_before_the_write_writes_nothing(world: W
     server = serve(world.app, "127.0.0.1", 0, binder=binder)
     arrived = world.app.dispatch
 
-    def dispatch_then_lose_the_lease(method: str, path: str, body: bytes) -> Any:
-        out = arrived(method, path, body)
+    def dispatch_then_lose_the_lease(method: str, path: str, body: bytes, *rest: str) -> Any:
+        out = arrived(method, path, body, *rest)
         if path == "/bind":
             world.app.leading = lambda: False  # type: ignore[method-assign]
         return out

@@ -1,7 +1,8 @@
 """The scheduler process: state + reflectors + verbs + webhook + leader election.
 
-``SchedulerApp.handle(method, path, body)`` is the whole HTTP surface as a function of
-the request (the socket server in ``http.py`` only moves bytes), so tests drive it
+``SchedulerApp.handle(method, path, body, accept_encoding)`` is the whole HTTP surface as
+a function of the request (the socket server in ``http.py`` only moves bytes; the one
+header it passes on is Accept-Encoding, for the GPU map), so tests drive it
 without a socket. ``dispatch`` is the same, except that a bind comes back as a
 ``BindWrite`` -- decided and reserved, its one API write not yet done -- so the server
 can do that write without holding its event loop and then call ``bind_done``:
@@ -15,7 +16,8 @@ POST /validate-claims       AdmissionReview (resourceclaims/status) -> Admission
 GET  /healthz               200 while the process serves
 GET  /readyz                200 once nodes and pods are listed and this replica leads
 GET  /metrics               Prometheus text
-GET  /gpus, /gpus.json      the GPU map page and its data (only with config.web)
+GET  /gpus, /gpus.json      the GPU map page and its data (only with config.web; the data
+                            gzip-encoded for a client that accepts it)
 ==========================  ===========================================================
 
 A malformed body gets 400 with a message, an unknown path 404; nothing a client sends
@@ -86,6 +88,7 @@ class Response:
     status: int
     body: bytes
     content_type: str = JSON
+    encoding: str = ""  # Content-Encoding of ``body``, e.g. "gzip"; "" for none
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,7 @@ class SchedulerApp:
             self.state, assume_ttl_s=config.reservation_ttl_s, keep_objects=config.web
         )
         self.claims_book.on_release = lambda ns: self.quota_writer.raised({ns})
-        self._map = web.MapCache(lambda: web.map_body(self.state, self.claims_book))
+        self._map = web.MapCache(lambda: web.MapBody.of(web.map_body(self.state, self.claims_book)))
         self.quota_writer.before_round = self.claims_book.expire
         self.slice_reflector = Reflector(
             api,
@@ -281,9 +284,9 @@ class SchedulerApp:
 
     # --- HTTP surface ---------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, body: bytes) -> Response:
+    def handle(self, method: str, path: str, body: bytes, accept_encoding: str = "") -> Response:
         """Answer a request, doing a bind's API write in this thread."""
-        out = self.dispatch(method, path, body)
+        out = self.dispatch(method, path, body, accept_encoding)
         if isinstance(out, Response):
             return out
         if isinstance(out, Offload):
@@ -297,7 +300,9 @@ class SchedulerApp:
             return self.bind_done(out, exc)
         return self.bind_done(out)
 
-    def dispatch(self, method: str, path: str, body: bytes) -> Response | BindWrite | Offload:
+    def dispatch(
+        self, method: str, path: str, body: bytes, accept_encoding: str = ""
+    ) -> Response | BindWrite | Offload:
         route = path.split("?", 1)[0].rstrip("/") or "/"
         if method == "GET":
             if route == "/healthz":
@@ -313,7 +318,8 @@ class SchedulerApp:
             if self.config.web and route == "/gpus":
                 return Response(200, web.page(), "text/html; charset=utf-8")
             if self.config.web and route == "/gpus.json":
-                return Offload(lambda: Response(200, self._map.get(), "application/json"))
+                gzipped = web.accepts_gzip(accept_encoding)
+                return Offload(lambda: self._map_response(gzipped))
             return Response(404, b"not found", "text/plain")
         if method != "POST":
             return Response(405, b"method not allowed", "text/plain")
@@ -414,6 +420,12 @@ class SchedulerApp:
                 offered = [n for n in args.node_names if n in out.failed]  # in their order
                 self.preemptor.consider(args.pod, out.request, offered)
         return Response(200, encode_filter_result(out.node_names, out.failed, out.unresolvable))
+
+    def _map_response(self, gzipped: bool) -> Response:
+        body = self._map.get()
+        if gzipped:
+            return Response(200, body.gzip, JSON, "gzip")
+        return Response(200, body.json, JSON)
 
     def _prioritize(self, body: bytes) -> Response:
         args = decode_extender_args(body)

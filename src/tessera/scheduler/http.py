@@ -84,7 +84,9 @@ class Server:
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
         path = request.raw_path
-        out = self.app.dispatch(request.method, path, body)
+        out = self.app.dispatch(
+            request.method, path, body, request.headers.get("Accept-Encoding", "")
+        )
         if isinstance(out, Response):
             r = out
         elif isinstance(out, Offload):
@@ -92,7 +94,10 @@ class Server:
         else:
             r = await self._write(out)
         log.debug("%s %s %s -> %d", request.remote, request.method, path, r.status)
-        return web.Response(status=r.status, body=r.body, headers={"Content-Type": r.content_type})
+        headers = {"Content-Type": r.content_type}
+        if r.encoding:
+            headers["Content-Encoding"] = r.encoding
+        return web.Response(status=r.status, body=r.body, headers=headers)
 
     async def _write(self, write: BindWrite) -> Response:
         refused = self.app.fence(write)
