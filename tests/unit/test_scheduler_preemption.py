@@ -179,9 +179,13 @@ def test_the_freed_card_is_held_for_the_preemptor_against_pods_as_or_less_import
     w = world
     urgent = held_for_urgent(w)
     # kube-scheduler may try other pods first (the urgent pod sits out its backoff): one
-    # of the victims' priority, and one as important as the preemptor, find a1 held.
+    # of the victims' priority, and one as important as the preemptor, find a1 held. (The
+    # latter never preempts: once the hold is over it could evict low-0, rightly, and
+    # this test counts evictions.)
     for name, prio in (("late", 10), ("peer", 1000)):
-        out = w.filter(w.create(prio_pod(name, prio)))
+        pod = prio_pod(name, prio)
+        pod["spec"]["preemptionPolicy"] = "Never"
+        out = w.filter(w.create(pod))
         assert out["NodeNames"] == []
         assert out["FailedNodes"]["a1"].startswith("held for default/urgent (priority 1000)")
     assert b"tessera_scheduler_preemption_holds 1.0" in w.app.metrics.exposition()
