@@ -15,6 +15,7 @@ import pytest
 
 from tessera.kube import NODES, PODS, ApiError, Conflict
 from tessera.scheduler import http as http_server
+from tessera.scheduler.holds import Hold
 from tessera.scheduler.http import serve
 from tessera.scheduler.web import MapBody, MapCache, _encode, accepts_gzip
 from tests.unit._scheduler_world import World, node_obj, pod_obj
@@ -453,6 +454,16 @@ def test_the_gpu_map_page_is_off_by_default_and_shows_the_extenders_view() -> No
         assert bad["cards"] == [] and "inventory refused" in bad["problem"]
         assert doc["pending"] == [{"namespace": "default", "pod": "waits",
                                    "asks": "main: 1 card 1000000 MiB 0%"}]  # fmt: skip
+        assert n1["held"] == "" and bad["held"] == ""
+        with w.app.state.lock:  # a preemption holds n1 for the waiting pod (holds.py)
+            uid = w.app.state.pods["default/waits"].uid
+            w.app.state.holds.put(Hold("default/waits", uid, 1000, "n1", frozenset(), 0.0))
+
+        def held() -> str:  # once the last build is stale (a second)
+            doc = json.loads(w.app.handle("GET", "/gpus.json", b"").body)
+            return str(next(n["held"] for n in doc["nodes"] if n["name"] == "n1"))
+
+        assert eventually(held) == "held for default/waits (priority 1000)"
         page = w.app.handle("GET", "/gpus", b"")
         assert page.status == 200 and page.content_type.startswith("text/html")
         assert b"gpus.json" in page.body and b'id="q"' in page.body

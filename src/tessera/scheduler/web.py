@@ -1,7 +1,8 @@
 """The GPU map page (``--web``, off by default): /gpus and the data behind it, /gpus.json.
 
 The map is the extender's own view -- the inventories it holds, the assignments its pods'
-annotations say, its refused inventories, the GPU pods still waiting -- copied under the
+annotations say, its refused inventories, the GPU pods still waiting, the nodes it holds
+for preempting pods -- copied under the
 state lock (references only) and drawn by the same ``tessera.view.gpumap`` as ``kubectl
 tessera top``, outside the lock, so a page load never holds up a filter for long. The
 claims path (this driver's ResourceSlices and the claims allocated on them) comes from
@@ -42,6 +43,9 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         bad = dict(state.bad_nodes)
         pods = list(state.pods.values())
         observed = {k: h.assignment for k, h in state.observed.items()}
+        holds: dict[str, list[str]] = {}
+        for hold in state.holds:
+            holds.setdefault(hold.node, []).append(f"{hold.key} (priority {hold.priority})")
     held: dict[str, tuple[Assignment, str]] = {}
     pending = []
     for p in pods:
@@ -57,6 +61,7 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         pending=pending,
         slices=claims.slices() if claims else (),
         claims=claims.claims() if claims else (),
+        held_nodes={node: "held for " + ", ".join(sorted(keys)) for node, keys in holds.items()},
     )
 
 

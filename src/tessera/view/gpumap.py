@@ -86,6 +86,7 @@ class NodeView:
     name: str
     cards: tuple[CardView, ...] = ()
     problem: str = ""  # the inventory was refused: why
+    held: str = ""  # held for a preempting pod (the scheduler's map only): for whom
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +149,14 @@ def assemble(
     pod_problems: Iterable[tuple[str, str]] = (),
     slices: Iterable[Obj] = (),
     claims: Iterable[Obj] = (),
+    held_nodes: Mapping[str, str] | None = None,
 ) -> GpuMap:
     """The map from decoded parts: each node's cards, and per pod key the assignment it
     holds with its phase; with ``slices`` and ``claims``, the claims path's cards beside
-    the node's and each allocated claim a holder of its slice. A pod whose assignment
-    names cards its node does not have is kept as a problem, not drawn."""
+    the node's and each allocated claim a holder of its slice; ``held_nodes``: node ->
+    for whom the scheduler holds it. A pod whose assignment names cards its node does not
+    have is kept as a problem, not drawn."""
+    held_nodes = held_nodes or {}
     node_problems = node_problems or {}
     card_node: dict[str, str] = {}
     claim_cards, claim_holders, claim_problems = claims_path(slices, claims)
@@ -211,7 +215,7 @@ def assemble(
             )
             for c in sorted(invs[name].cards, key=lambda c: c.index)
         )
-        nodes.append(NodeView(name, cards))
+        nodes.append(NodeView(name, cards, held=held_nodes.get(name, "")))
     return GpuMap(
         tuple(nodes),
         tuple(sorted(pending, key=lambda p: (p.namespace, p.pod))),
@@ -370,7 +374,12 @@ def map_json(gmap: GpuMap) -> dict[str, Any]:
     """The whole map: nodes with their cards (or their problem), pending pods, problems."""
     return {
         "nodes": [
-            {"name": n.name, "problem": n.problem, "cards": [card_json(n, c) for c in n.cards]}
+            {
+                "name": n.name,
+                "problem": n.problem,
+                "held": n.held,
+                "cards": [card_json(n, c) for c in n.cards],
+            }
             for n in gmap.nodes
         ],
         "pending": [

@@ -6,7 +6,9 @@ PodDisruptionBudget can refuse it -- and the higher-priority pod takes the card.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from tessera.kube.kinds import EVENTS
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tests.e2e.plugin import run
+from tests.e2e.scheduler.browser import browser
 from tests.e2e.scheduler.harness import Harness
 from tests.e2e.wait import wait_for
 
@@ -85,7 +88,7 @@ def _bound(h: Harness) -> dict[str, str]:
 
 
 def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
-    two_cards: Harness,
+    two_cards: Harness, tmp_path: Path
 ) -> None:
     h = two_cards
     for name in ("low-0", "low-1"):
@@ -125,6 +128,18 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     held = f"held for {NS}/urgent (priority 1000)"
     wait_for("peer to find the node held",
              lambda: any(held in m for m in _failed(h, "peer")), 60, 0.5)  # fmt: skip
+    # The operator's GPU map says so too, on the node's row, in a real browser.
+    ext = h.extender
+    assert ext is not None
+
+    def map_says() -> str:
+        doc = json.loads(ext.get("/gpus.json")[1])
+        return str(next(n["held"] for n in doc["nodes"] if n["name"] == NODE))
+
+    wait_for("the GPU map to show the hold", lambda: map_says() == held, 30, 0.5)
+    page = browser(f"http://127.0.0.1:{ext.port}/gpus#q={NODE}", tmp_path)
+    [(_, _, shown)] = page.with_class("held")
+    assert shown == held
     h.admin.merge_patch(PODS, "low-1", UNFINALIZE, NS)
     wait_for("urgent bound", lambda: _bound(h).get("urgent") == NODE, 120, 0.5)
     assert sorted(_bound(h)) == ["low-0", "urgent"]
