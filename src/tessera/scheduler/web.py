@@ -2,11 +2,11 @@
 
 The map is the extender's own view -- the inventories it holds, the assignments its pods'
 annotations say, its refused inventories, the GPU pods still waiting, the nodes it holds
-for preempting pods -- copied under the
-state lock (references only) and drawn by the same ``tessera.view.gpumap`` as ``kubectl
-tessera top``, outside the lock, so a page load never holds up a filter for long. The
-claims path (this driver's ResourceSlices and the claims allocated on them) comes from
-the claims book (``claims_book``), as ``kubectl tessera top`` draws it.
+for preempting pods -- copied under the state lock (references only) and drawn by the
+same ``tessera.view.gpumap`` as ``kubectl tessera top``, outside the lock, so a page load
+never holds up a filter for long. The claims path (this driver's ResourceSlices and the
+claims allocated on them) comes from the claims book (``claims_book``), as ``kubectl
+tessera top`` draws it.
 
 Drawing the map takes a while on a large cluster (0.3 s at 1,000 full nodes and 40,000
 pods, 1.8 s at 5,000 and 200,000; bench/map_load.py), so the server builds it on a thread
@@ -43,9 +43,9 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         bad = dict(state.bad_nodes)
         pods = list(state.pods.values())
         observed = {k: h.assignment for k, h in state.observed.items()}
-        holds: dict[str, list[str]] = {}
+        held_for: dict[str, list[str]] = {}  # node -> the preempting pods it is held for
         for hold in state.holds:
-            holds.setdefault(hold.node, []).append(f"{hold.key} (priority {hold.priority})")
+            held_for.setdefault(hold.node, []).append(f"{hold.key} (priority {hold.priority})")
     held: dict[str, tuple[Assignment, str]] = {}
     pending = []
     for p in pods:
@@ -61,7 +61,7 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         pending=pending,
         slices=claims.slices() if claims else (),
         claims=claims.claims() if claims else (),
-        held_nodes={node: "held for " + ", ".join(sorted(keys)) for node, keys in holds.items()},
+        held_nodes={node: "held for " + ", ".join(sorted(pods)) for node, pods in held_for.items()},
     )
 
 
