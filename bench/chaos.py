@@ -18,10 +18,16 @@ and a validating webhook holds the Binding of one pod in twenty (named ``slow-``
 12 s, past kube-scheduler's 5 s httpTimeout, so binds are retried while their first
 write is still in flight.
 
+Every pod so far has a low PriorityClass. Once the bursts are in and the cluster is
+full, ``--urgent`` more pods of the same mix (named ``u-``) come with a high one, so GPU
+preemption runs under the same faults: victims evicted while the extender, which holds
+the freed nodes in its memory, is killed, and while kube-scheduler forgets its queue.
+
 Afterwards, from the API objects alone (the annotations say who holds which card): no
-card over its memory, cores or slots; no pod lost; every pod that fits is bound; no
-pod has two Bindings. Prints the counts. Nothing is asserted: a non-zero count is the
-finding.
+card over its memory, cores or slots; no pod lost (only low-priority pods may go, by
+eviction); every pod that fits is bound; no urgent pod waits that evicting low-priority
+pods would place (the placement core's own preemption rule, over every node); no pod has
+two Bindings. Prints the counts. Nothing is asserted: a non-zero count is the finding.
 """
 
 from __future__ import annotations
@@ -44,14 +50,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
-from tessera.kube import PODS, ApiError, Kind  # noqa: E402
+from tessera.cluster import ClusterState  # noqa: E402
+from tessera.kube import EVENTS, PODS, ApiError, Kind  # noqa: E402
+from tessera.placement.policies import make_policy  # noqa: E402
+from tessera.placement.preemption import Holder, choose_preemption  # noqa: E402
+from tessera.scheduler.state import pod_priority  # noqa: E402
 from tessera.testenv import TestEnv, ensure_binaries  # noqa: E402
 from tessera.testenv.process import free_port  # noqa: E402
-from tests.e2e.scheduler.checks import book_all, fits_now  # noqa: E402
+from tests.e2e.scheduler.checks import book_all, fits_now, request_of  # noqa: E402
 from tests.e2e.scheduler.harness import (  # noqa: E402
     Extender,
     Harness,
-    PodView,
     gpu_nodes,
     scheduler_config,
 )
@@ -64,6 +73,34 @@ from tests.e2e.scheduler.workload import mixed_pods  # noqa: E402
 
 NS = "chaos"
 NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
+PRIORITY_CLASSES = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
+LOW, HIGH = ("chaos-low", 10), ("chaos-high", 1000)
+
+
+def could_place(state: ClusterState, live: list[dict[str, Any]], pod: dict[str, Any]) -> bool:
+    """Whether a pending ``pod`` fits now, or, if urgent, would once lower-priority pods
+    were evicted: the rule the extender's preemptor follows, weighed over every node
+    rather than its first 100."""
+    if fits_now(state, pod):
+        return True
+    if pod_priority(pod) != HIGH[1]:
+        return False
+    priority = {f"{NS}/{p['metadata']['name']}": pod_priority(p) for p in live}
+    me = pod_priority(pod)
+    nodes = []
+    for name in state.node_names():
+        holders = []
+        for key in state.pods_on(name):
+            booking = state.booking(key)
+            assert booking is not None
+            holders.append(Holder("", priority.get(key, me), booking.pod, booking.assignment))
+        if any(h.priority < me for h in holders):
+            nodes.append((state.node(name), holders))
+    return choose_preemption(nodes, request_of(pod), me, make_policy("binpack")) is not None
+
+
+def names_of(pods: list[dict[str, Any]]) -> set[str]:
+    return {p["metadata"]["name"] for p in pods}
 
 
 def create_retrying(h: Harness, pod: dict[str, Any]) -> None:
@@ -95,6 +132,8 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=250)
     ap.add_argument("--every", type=float, default=8.0, help="seconds between faults")
     ap.add_argument("--faults", type=int, default=6, help="at least this many faults")
+    ap.add_argument("--urgent", type=int, default=100,
+                    help="high-priority pods created once the cluster is full")  # fmt: skip
     args = ap.parse_args()
     console = Console()
     say = lambda m: console.print(m, style="dim")  # noqa: E731
@@ -123,11 +162,16 @@ def main() -> None:
             h.ensure_default_service_account(NS)
             hook = slow_binding_webhook(h)
             hook.server.handle_error = lambda *_: None  # type: ignore[method-assign]
+            for name, value in (LOW, HIGH):
+                h.admin.create(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value})
             pods = mixed_pods(args.pods, h.nodes, seed=23, prefix="p")
             for i, p in enumerate(pods):
+                p["spec"]["priorityClassName"] = LOW[0]
                 if i % 20 == 7:
                     p["metadata"]["name"] = "slow-" + p["metadata"]["name"]
-            view = PodView(h.admin, NS)
+            urgent = mixed_pods(args.urgent, h.nodes, seed=29, prefix="u")
+            for p in urgent:
+                p["spec"]["priorityClassName"] = HIGH[0]
             ext = h.extender
 
             def chaos() -> None:
@@ -163,34 +207,45 @@ def main() -> None:
                     done = min(b + args.burst, len(pods))
                     say(f"  burst {b // args.burst + 1}: {done} pods created")
                     time.sleep(2.0)
-            # Faults go on until every pod that fits is bound and at least --faults were
-            # injected (or 15 minutes pass).
+                if urgent:
+                    list(pool.map(lambda p: create_retrying(h, p), urgent))
+                    say(f"  {len(urgent)} urgent pods created")
+            # Faults go on until every pod that fits (or, urgent, would fit by preemption)
+            # is bound and at least --faults were injected (or 15 minutes pass). Pods are
+            # read from the API server, not a watch: evicted pods leave no count behind.
             deadline = time.monotonic() + 900
             problems: list[str] = []
             while time.monotonic() < deadline:
-                live = view.all()
                 try:
+                    live = h.admin.list(PODS, NS).items
                     _state, problems = book_all(h.admin, live)
                 except ApiError:  # the API server is restarting: look again
                     time.sleep(1.0)
                     continue
-                waiting = [p for p in live if not p["spec"].get("nodeName") and fits_now(_state, p)]
-                if len(live) >= len(pods) and not waiting and len(faults) >= args.faults:
+                pending = [p for p in live if not p["spec"].get("nodeName")]
+                waiting = [p for p in pending if could_place(_state, live, p)]
+                if not waiting and len(faults) >= args.faults:
                     break
                 time.sleep(3.0)
             stop.set()
             settled = time.monotonic() - started
             with faulting:  # a fault in progress finishes first
                 pass
-            live = view.all()
+            live = h.admin.list(PODS, NS).items
             state, problems = book_all(h.admin, live)
             bound = [p for p in live if p["spec"].get("nodeName")]
             waiting = [p for p in live if not p["spec"].get("nodeName")]
             fits = [p for p in waiting if fits_now(state, p)]
+            preemptable = [p for p in waiting if p not in fits and could_place(state, live, p)]
+            present = names_of(live)
+            gone_low = names_of(pods) - present
+            gone_high = names_of(urgent) - present
+            urgent_bound = sum(1 for p in bound if pod_priority(p) == HIGH[1])
+            preempted = [e for e in h.admin.list(EVENTS, NS).items
+                         if e.get("reason") == "TesseraPreempted"]  # fmt: skip
             twice = sorted(n for n, c in hook.seen.items() if c > 1 and n.startswith("slow-"))
             bound_names = {p["metadata"]["name"] for p in bound}
             slow_bound = sum(1 for n in bound_names if n.startswith("slow-"))
-            view.stop()
             h.admin.delete(WEBHOOKS, "chaos-slow-binding")
             hook.close()
         finally:
@@ -203,11 +258,15 @@ def main() -> None:
     t.add_column("count")
     t.add_column("value", justify="right")
     rows = [
-        ("pods created", len(pods)),
-        ("pods present at the end (lost: created - present)", len(live)),
-        ("bound", len(bound)),
+        ("pods created (low priority + urgent)", f"{len(pods)} + {len(urgent)}"),
+        ("pods present at the end", len(live)),
+        ("low-priority pods gone (evicted: nothing else deletes pods)", len(gone_low)),
+        ("TesseraPreempted events seen (best effort: an event may be lost)", len(preempted)),
+        ("urgent pods gone (should be 0)", len(gone_high)),
+        ("bound (of them urgent)", f"{len(bound)} ({urgent_bound})"),
         ("pending that cannot fit (rightly waiting)", len(waiting) - len(fits)),
         ("pending that fit now (should be 0)", len(fits)),
+        ("pending urgent pods that preemption would place (should be 0)", len(preemptable)),
         ("cards over memory / cores / slots, or bound without an assignment", len(problems)),
         ("card invariant violations (check_invariants)", len(state.check_invariants())),
         ("slow- pods bound", slow_bound),
