@@ -418,6 +418,7 @@ def why(
     from tessera.scheduler.reasons import summarise
     from tessera.scheduler.state import SchedulerState
     from tessera.scheduler.wire import ExtenderArgs
+    from tessera.view.eligible import ineligible
 
     conn = _Conn(kubeconfig, context)
     ns = conn.namespace(namespace)
@@ -435,12 +436,14 @@ def why(
                         != obj.get("metadata", {}).get("uid")])  # fmt: skip
     with contextlib.suppress(NotFound):  # the GpuQuota CRD is not installed: no quotas
         state.replace_quotas(api.list(GPUQUOTAS).items)
-    # The nodes kube-scheduler's own filters could offer: its nodeSelector, as written
-    # (affinity, taints and the rest are kube-scheduler's to judge; its events say so).
-    selector = (obj.get("spec") or {}).get("nodeSelector") or {}
+    # Only the nodes kube-scheduler's own filters would offer (view/eligible.py: cordons,
+    # nodeName, nodeSelector, required affinity, taints); the rest are its to judge.
+    left_out = ineligible(obj, nodes)
     names = [str(n["metadata"]["name"]) for n in nodes
-             if all(((n["metadata"].get("labels") or {}).get(k) == v)
-                    for k, v in selector.items())]  # fmt: skip
+             if n["metadata"]["name"] not in left_out]  # fmt: skip
+    if left_out:
+        head = f"kube-scheduler's own filters leave out {len(left_out)} of {len(nodes)} nodes"
+        typer.echo(summarise(left_out, head=head))
     outcome = filter_pod(state, Placer(), ExtenderArgs(pod=obj, node_names=names))
     if outcome.spec_error:
         typer.echo(f"pod {key} is refused: {outcome.spec_error}")
@@ -453,6 +456,8 @@ def why(
             "If it still waits, kube-scheduler has not tried it again yet, or something "
             "other than GPUs holds it (see its events below)."
         )
+    elif not names:
+        typer.echo(f"pod {key} fits nowhere: kube-scheduler's own filters offer it no node")
     else:
         failed = {**outcome.failed, **outcome.unresolvable}
         typer.echo(f"pod {key} fits nowhere: {summarise(failed, len(names))}")

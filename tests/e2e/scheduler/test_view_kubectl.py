@@ -130,6 +130,39 @@ def test_why_gives_the_grouped_reason_and_the_scheduler_events(
     assert "is placed: bound to" in r.stdout
 
 
+def test_why_weighs_only_the_nodes_kube_scheduler_would_offer(
+    placed: dict[str, Any], harness: Harness
+) -> None:
+    """A pod pinned by required node affinity to one node, which carries a GPU taint the
+    pod does not tolerate: kube-scheduler offers it no node, and `why` must not say it
+    fits (it did, weighing every node, before it read affinity and taints)."""
+    h, kc = harness, placed["kubeconfig"]
+    target = h.nodes[0].name
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    h.admin.merge_patch(NODES, target, {"spec": {"taints": [taint]}})
+    pinned = _pod("pinned", {"tessera.io/gpu-memory": "1000", "tessera.io/gpu-cores": "10"})
+    on_target = {"key": "kubernetes.io/hostname", "operator": "In", "values": [target]}
+    required = {"nodeSelectorTerms": [{"matchExpressions": [on_target]}]}
+    pinned["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    }
+    try:
+        h.admin.create(PODS, pinned, NS)
+        r = run(kc, "why", "pinned")
+        total = len(h.admin.list(NODES).items)
+        left_out = (
+            f"kube-scheduler's own filters leave out {total} of {total} nodes — {total - 1} "
+            "nodes: required node affinity does not match; 1 node: taint "
+            "nvidia.com/gpu=present:NoSchedule not tolerated"
+        )
+        assert left_out in r.stdout, r.stdout
+        assert "offer it no node" in r.stdout and "fits now:" not in r.stdout
+    finally:
+        with contextlib.suppress(NotFound):
+            h.admin.delete(PODS, "pinned", NS)
+        h.admin.merge_patch(NODES, target, {"spec": {"taints": None}})
+
+
 def test_quota_shows_use_against_the_limits(placed: dict[str, Any], harness: Harness) -> None:
     kc = placed["kubeconfig"]
     harness.admin.create(GPUQUOTAS, {

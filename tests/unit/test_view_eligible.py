@@ -1,0 +1,96 @@
+"""The nodes kube-scheduler's own filters would offer a pod: cordons, nodeName,
+nodeSelector, required node affinity and taints, as kube-scheduler reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tessera.view.eligible import ineligible
+
+
+def node(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+def pod(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p"}, "spec": spec}
+
+
+def affinity(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": list(terms)}}}  # fmt: skip
+
+
+def test_a_plain_pod_may_go_to_every_schedulable_untainted_node() -> None:
+    nodes = [node("a"), node("b", taints=[{"key": "k", "effect": "PreferNoSchedule"}])]
+    assert ineligible(pod(), nodes) == {}
+
+
+def test_a_cordoned_node_is_left_out_unless_the_pod_tolerates_the_cordon() -> None:
+    nodes = [node("a", unschedulable=True), node("b")]
+    assert ineligible(pod(), nodes) == {"a": "cordoned (unschedulable)"}
+    tolerant = pod(tolerations=[{"key": "node.kubernetes.io/unschedulable",
+                                 "operator": "Exists", "effect": "NoSchedule"}])  # fmt: skip
+    assert ineligible(tolerant, nodes) == {}
+
+
+def test_node_name_and_node_selector() -> None:
+    nodes = [node("a", {"pool": "gpu"}), node("b", {"pool": "cpu"})]
+    assert ineligible(pod(nodeName="a"), nodes) == {"b": "the pod names node a"}
+    assert ineligible(pod(nodeSelector={"pool": "gpu"}), nodes) == {
+        "b": "nodeSelector pool=gpu does not match"
+    }
+
+
+@pytest.mark.parametrize(
+    ("expr", "offered"),
+    [
+        ({"key": "zone", "operator": "In", "values": ["z1", "z2"]}, {"a", "b"}),
+        ({"key": "zone", "operator": "NotIn", "values": ["z1"]}, {"b", "c"}),  # no label: in
+        ({"key": "zone", "operator": "Exists"}, {"a", "b"}),
+        ({"key": "zone", "operator": "DoesNotExist"}, {"c"}),
+        ({"key": "gen", "operator": "Gt", "values": ["3"]}, {"b"}),
+        ({"key": "gen", "operator": "Lt", "values": ["4"]}, {"a"}),
+        ({"key": "gen", "operator": "Gt", "values": ["x"]}, set()),  # not an integer
+        ({"key": "zone", "operator": "Nope", "values": ["z1"]}, set()),
+    ],
+)
+def test_required_node_affinity_operators(expr: dict[str, Any], offered: set[str]) -> None:
+    nodes = [node("a", {"zone": "z1", "gen": "3"}), node("b", {"zone": "z2", "gen": "4"}),
+             node("c", {"gen": "x"})]  # fmt: skip
+    left_out = ineligible(pod(affinity=affinity({"matchExpressions": [expr]})), nodes)
+    assert {"a", "b", "c"} - left_out.keys() == offered
+    assert set(left_out.values()) <= {"required node affinity does not match"}
+
+
+def test_affinity_terms_are_ored_their_parts_anded_and_an_empty_term_matches_nothing() -> None:
+    nodes = [node("a", {"zone": "z1", "gpu": "a100"}), node("b", {"zone": "z1"}), node("c")]
+    both = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]},
+                                 {"key": "gpu", "operator": "Exists"}]}  # fmt: skip
+    named = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["c"]}]}
+    assert ineligible(pod(affinity=affinity(both, named)), nodes).keys() == {"b"}
+    assert ineligible(pod(affinity=affinity({})), nodes).keys() == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerated"),
+    [
+        ({"key": "nvidia.com/gpu", "operator": "Exists"}, True),
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, True),
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}, True),
+        ({"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"}, False),
+        ({"operator": "Exists"}, True),  # no key: every taint
+        ({"key": "other", "operator": "Exists"}, False),
+    ],
+)
+def test_a_gpu_taint_needs_a_matching_toleration(
+    toleration: dict[str, Any], tolerated: bool
+) -> None:
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    nodes = [node("gpu", taints=[taint])]
+    left_out = ineligible(pod(tolerations=[toleration]), nodes)
+    why = "taint nvidia.com/gpu=present:NoSchedule not tolerated"
+    assert left_out == ({} if tolerated else {"gpu": why})
