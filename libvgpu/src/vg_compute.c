@@ -13,8 +13,9 @@
  *      events (the drain) and charges the bucket with the union of the streams' spans:
  *      the window's GPU occupancy, timed by the GPU itself, so a late host wake-up is not
  *      charged. Without events (a driver that refuses them) the window is timed on the
- *      host around cuCtxSynchronize. Up to VG_WIN_STREAMS streams a window; work on more
- *      at once is not charged (said once on stderr).
+ *      host around cuCtxSynchronize. A window tracks VG_WIN_STREAMS streams; a launch on
+ *      one more closes it early (the drain) and opens the next, so no stream's work goes
+ *      uncharged however many the application spreads its launches over.
  *   2b. Stream capture (CUDA graphs): a launch into a capturing stream is not run, so it
  *      is neither gated nor timed -- no event, no sleep, nothing the capture would
  *      record or refuse; the graph's work is charged when cuGraphLaunch runs it. The
@@ -52,7 +53,10 @@
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 
-#define VG_WIN_STREAMS 16
+/* Streams a window tracks before it closes early: PyTorch's stream pool alone has 32 a
+ * priority, and each early close waits for the window's work. */
+#define VG_WIN_STREAMS 64
+#define VG_WIN_FULL (-2)
 
 typedef struct vg_win_stream {
     CUstream s;
@@ -69,7 +73,6 @@ typedef struct vg_window {
 } vg_window;
 
 static vg_window vg_win[VG_MAX_CARDS];
-static int vg_untracked_said; /* the log line below is written once a process */
 
 static struct {
     uint64_t last_read_ns;
@@ -139,13 +142,14 @@ int vg_capturing(CUstream s) {
 }
 
 /* Open the window if closed, and the slot of stream s in it (start event recorded on s
- * when s is new to the window); -1 when s cannot be tracked. w->mu held. */
+ * when s is new to the window); VG_WIN_FULL when s is new and the window has no slot
+ * left; -1 when s cannot be timed by events. w->mu held. */
 static int vg_window_slot(vg_window *w, CUstream s, uint64_t now) {
     if (w->start_ns == 0) w->start_ns = now;
     if (w->host_timed) return -1;
     for (int i = 0; i < w->n; i++)
         if (w->st[i].s == s) return i;
-    if (w->n == VG_WIN_STREAMS) return -1;
+    if (w->n == VG_WIN_STREAMS) return VG_WIN_FULL;
     vg_win_stream *ws = &w->st[w->n];
     if (ws->start == NULL && (VG_CALL(cuEventCreate, &ws->start, 0) != CUDA_SUCCESS ||
                               VG_CALL(cuEventCreate, &ws->end, 0) != CUDA_SUCCESS)) {
@@ -158,6 +162,8 @@ static int vg_window_slot(vg_window *w, CUstream s, uint64_t now) {
     ws->used = 0;
     return w->n++;
 }
+
+static void vg_window_close(vg_window *w, int card);
 
 static CUresult vg_launch_begin(vg_launch *l, CUstream s) {
     l->card = -1;
@@ -193,11 +199,9 @@ static CUresult vg_launch_begin(vg_launch *l, CUstream s) {
     vg_window *w = &vg_win[card];
     pthread_mutex_lock(&w->mu);
     l->slot = vg_window_slot(w, s, now);
-    if (l->slot < 0 && !w->host_timed && !vg_untracked_said) {
-        vg_untracked_said = 1;
-        vg_log("work on more than %d streams of one card inside %llu ms: the streams past "
-               "the first %d are not charged to the compute share",
-               VG_WIN_STREAMS, VG_WINDOW_NS / 1000000ull, VG_WIN_STREAMS);
+    if (l->slot == VG_WIN_FULL) {
+        vg_window_close(w, card);
+        l->slot = vg_window_slot(w, s, vg_now_ns());
     }
     pthread_mutex_unlock(&w->mu);
     l->gated = 1;
@@ -246,21 +250,12 @@ static int64_t vg_window_busy(vg_window *w) {
     return (int64_t)(busy * 1e6);
 }
 
-static void vg_launch_end(const vg_launch *l, CUresult launched) {
-    if (!l->gated) return;
-    vg_window *w = &vg_win[l->card];
-    pthread_mutex_lock(&w->mu);
-    if (l->slot >= 0 && l->slot < w->n && w->st[l->slot].s == l->s && launched == CUDA_SUCCESS &&
-        VG_CALL(cuEventRecord, w->st[l->slot].end, l->s) == CUDA_SUCCESS)
-        w->st[l->slot].used = 1;
+/* The drain: wait for the open window's work, charge the card's bucket with its GPU
+ * time, and close it. Its waits are "potentially unsafe" calls under another thread's
+ * capture in GLOBAL mode: this thread says RELAXED for their length (a driver without
+ * the call has no capture either). w->mu held, the window open. */
+static void vg_window_close(vg_window *w, int card) {
     uint64_t start = w->start_ns;
-    if (start == 0 || vg_now_ns() - start < VG_WINDOW_NS) {
-        pthread_mutex_unlock(&w->mu);
-        return;
-    }
-    /* The drain. Its waits are "potentially unsafe" calls under another thread's capture
-     * in GLOBAL mode: this thread says RELAXED for their length (a driver without the
-     * call has no capture either). */
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     int relaxed = VG_CALL(cuThreadExchangeStreamCaptureMode, &mode) == CUDA_SUCCESS;
     int64_t busy = w->host_timed ? -1 : vg_window_busy(w);
@@ -270,10 +265,20 @@ static void vg_launch_end(const vg_launch *l, CUresult launched) {
     if (busy < 0) busy = (int64_t)(end - start);
     w->start_ns = 0;
     w->n = 0;
-    vg_card_state *cs = &vg_g.region->hdr.cards[l->card];
+    vg_card_state *cs = &vg_g.region->hdr.cards[card];
     uint64_t charge = vg_union_charge(cs, start, end, (uint64_t)busy);
     vg_bucket_charge(cs, charge);
-    ADD(&vg_g.region->slots[vg_g.slot].cards[l->card].busy_ns, charge);
+    ADD(&vg_g.region->slots[vg_g.slot].cards[card].busy_ns, charge);
+}
+
+static void vg_launch_end(const vg_launch *l, CUresult launched) {
+    if (!l->gated) return;
+    vg_window *w = &vg_win[l->card];
+    pthread_mutex_lock(&w->mu);
+    if (l->slot >= 0 && l->slot < w->n && w->st[l->slot].s == l->s && launched == CUDA_SUCCESS &&
+        VG_CALL(cuEventRecord, w->st[l->slot].end, l->s) == CUDA_SUCCESS)
+        w->st[l->slot].used = 1;
+    if (w->start_ns != 0 && vg_now_ns() - w->start_ns >= VG_WINDOW_NS) vg_window_close(w, l->card);
     pthread_mutex_unlock(&w->mu);
 }
 

@@ -11,6 +11,8 @@
  */
 #include "vgt_drv.h"
 
+#define MAX_STREAMS 128
+
 int main(int argc, char **argv) {
     if (argc < 5) {
         fprintf(stderr, "usage: tool_loop DEV KERNEL_NS DURATION_MS REPORT_MS [START_DELAY_MS [STREAMS]]\n");
@@ -21,10 +23,13 @@ int main(int argc, char **argv) {
     uint64_t rep = strtoull(argv[4], NULL, 10) * 1000000ull;
     if (argc > 5) usleep((useconds_t)(strtoull(argv[5], NULL, 10) * 1000));
     int nstreams = argc > 6 ? atoi(argv[6]) : 0;
-    if (nstreams < 0 || nstreams > 8) nstreams = 0;
+    if (nstreams < 0 || nstreams > MAX_STREAMS) {
+        fprintf(stderr, "tool_loop: STREAMS must be 0..%d, got %s\n", MAX_STREAMS, argv[6]);
+        return 2;
+    }
     vgt_ctx(dev);
     CUfunction f = vgt_kernel(kns);
-    CUstream streams[8] = {NULL};
+    CUstream streams[MAX_STREAMS] = {NULL};
     for (int i = 0; i < nstreams; i++) CHECK_RC(cuStreamCreate(&streams[i], CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     uint64_t start = vgt_now_ns(), next = start + rep, end = start + dur, last = start;
     int pid = getpid();
