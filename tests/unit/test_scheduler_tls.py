@@ -1,33 +1,161 @@
-"""A generated serving certificate works: the webhook answers over TLS to a client that
-trusts only the generated CA, for the names it was generated for."""
+"""The webhook's serving certificate: a generated one works, and given files are served
+again when they change on disk (a renewal), without a restart and without ever serving a
+pair that does not match."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import ssl
+import time
 from pathlib import Path
 
+import pytest
+
 from tessera.scheduler.http import serve
-from tessera.scheduler.tls import generate_serving_cert, server_context
+from tessera.scheduler.metrics import Metrics
+from tessera.scheduler.tls import RECHECK_S, ReloadingContext, ServingCert, generate_serving_cert
 from tests.unit._scheduler_world import World, node_obj, pod_obj
+
+HOSTS = ["localhost", "127.0.0.1"]
+
+
+def _mutate(port: int, cafile: Path, host: str = "127.0.0.1") -> int:
+    client = ssl.create_default_context(cafile=str(cafile))
+    conn = http.client.HTTPSConnection(host, port, context=client, timeout=10)
+    try:
+        review = {"request": {"uid": "1", "operation": "CREATE", "object": pod_obj("p")}}
+        conn.request("POST", "/mutate", body=json.dumps(review).encode())
+        resp = conn.getresponse()
+        assert json.loads(resp.read())["response"]["allowed"]
+        return resp.status
+    finally:
+        conn.close()
+
+
+def _trusted_by(port: int, cafile: Path) -> bool:
+    try:
+        return _mutate(port, cafile) == 200
+    except ssl.SSLCertVerificationError:
+        return False
+
+
+class SecretVolume:
+    """A directory kept as kubelet keeps a mounted Secret: the files are symlinks into
+    ``..data``, and an update writes a new timestamped folder and swaps ``..data`` to it
+    in one rename."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.generation = 0
+        root.mkdir(parents=True)
+
+    def write(self, files: dict[str, bytes]) -> None:
+        self.generation += 1
+        folder = self.root / f"..2026_11_27_{self.generation}"
+        folder.mkdir()
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+            link = self.root / name
+            if not link.is_symlink():
+                link.symlink_to(Path("..data") / name)
+        tmp = self.root / "..data_tmp"
+        tmp.symlink_to(folder.name)
+        os.replace(tmp, self.root / "..data")
+
+    def serving(self) -> ServingCert:
+        return ServingCert(self.root / "tls.crt", self.root / "tls.key", self.root / "ca.crt")
+
+
+def _issued(tmp: Path, name: str) -> dict[str, bytes]:
+    """A fresh CA and serving certificate, as a renewal by a self-signed issuer makes."""
+    cert = generate_serving_cert(tmp / name, HOSTS)
+    return {
+        "tls.crt": cert.cert_file.read_bytes(),
+        "tls.key": cert.key_file.read_bytes(),
+        "ca.crt": cert.ca_pem(),
+    }
+
+
+def _ca(tmp: Path, name: str, files: dict[str, bytes]) -> Path:
+    path = tmp / f"{name}-ca.pem"
+    path.write_bytes(files["ca.crt"])
+    return path
 
 
 def test_webhook_over_generated_tls(tmp_path: Path) -> None:
-    cert = generate_serving_cert(tmp_path / "tls", ["localhost", "127.0.0.1"])
+    cert = generate_serving_cert(tmp_path / "tls", HOSTS)
     assert (tmp_path / "tls" / "tls.key").stat().st_mode & 0o077 == 0
     w = World([node_obj("n1", 1)])
-    server = serve(w.app, "127.0.0.1", 0, server_context(cert))
+    server = serve(w.app, "127.0.0.1", 0, ReloadingContext(cert).context)
     try:
-        client = ssl.create_default_context(cafile=str(cert.ca_file))
-        for host in ("127.0.0.1", "localhost"):
-            conn = http.client.HTTPSConnection(host, server.port, context=client, timeout=10)
-            review = {"request": {"uid": "1", "operation": "CREATE", "object": pod_obj("p")}}
-            conn.request("POST", "/mutate", body=json.dumps(review).encode())
-            resp = conn.getresponse()
-            assert resp.status == 200
-            assert json.loads(resp.read())["response"]["allowed"]
-            conn.close()
+        assert cert.ca_file is not None
+        for host in HOSTS:
+            assert _mutate(server.port, cert.ca_file, host) == 200
     finally:
         server.stop()
         w.close()
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path) -> None:
+    volume = SecretVolume(tmp_path / "mount")
+    first, second = _issued(tmp_path, "first"), _issued(tmp_path, "second")
+    volume.write(first)
+    w = World([node_obj("n1", 1)])
+    metrics = Metrics()
+    tls = ReloadingContext(volume.serving(), on_load=metrics.webhook_cert_loaded)
+    server = serve(w.app, "127.0.0.1", 0, tls.context, recheck_tls=tls.check)
+    try:
+        old_ca, new_ca = _ca(tmp_path, "first", first), _ca(tmp_path, "second", second)
+        assert _trusted_by(server.port, old_ca) and not _trusted_by(server.port, new_ca)
+        loaded_first = tls.not_after
+        volume.write(second)  # what kubelet does when cert-manager renews the Secret
+        deadline = time.monotonic() + RECHECK_S + 5
+        while not _trusted_by(server.port, new_ca):
+            assert time.monotonic() < deadline, "the renewed certificate was never served"
+            time.sleep(0.2)
+        assert not _trusted_by(server.port, old_ca)
+        assert metrics.webhook_cert_loads._value.get() == 2
+        assert metrics.webhook_cert_expiry._value.get() == tls.not_after >= loaded_first
+    finally:
+        server.stop()
+        w.close()
+
+
+def test_a_pair_that_does_not_match_is_never_served(tmp_path: Path) -> None:
+    volume = SecretVolume(tmp_path / "mount")
+    first, second = _issued(tmp_path, "first"), _issued(tmp_path, "second")
+    volume.write(first)
+    loads: list[float] = []
+    tls = ReloadingContext(volume.serving(), on_load=loads.append)
+    w = World([node_obj("n1", 1)])
+    server = serve(w.app, "127.0.0.1", 0, tls.context)  # checks made by hand below
+    try:
+        old_ca, new_ca = _ca(tmp_path, "first", first), _ca(tmp_path, "second", second)
+        # A rotation caught half done: the new certificate beside the old key.
+        volume.write({**second, "tls.key": first["tls.key"]})
+        assert tls.check() is False
+        assert _trusted_by(server.port, old_ca) and len(loads) == 1
+        # A file gone for a moment (a mount being replaced): nothing changes either.
+        (volume.root / "..data").unlink()
+        assert tls.check() is False
+        assert _trusted_by(server.port, old_ca)
+        # The rotation completes: the next check serves it.
+        volume.write(second)
+        assert tls.check() is True
+        assert _trusted_by(server.port, new_ca) and not _trusted_by(server.port, old_ca)
+        assert len(loads) == 2
+        assert tls.check() is False  # unchanged since: nothing loaded again
+        assert len(loads) == 2
+    finally:
+        server.stop()
+        w.close()
+
+
+def test_files_that_do_not_load_at_start_are_an_error(tmp_path: Path) -> None:
+    first, second = _issued(tmp_path, "first"), _issued(tmp_path, "second")
+    volume = SecretVolume(tmp_path / "mount")
+    volume.write({**first, "tls.key": second["tls.key"]})
+    with pytest.raises(ssl.SSLError):
+        ReloadingContext(volume.serving())

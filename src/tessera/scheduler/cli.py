@@ -34,7 +34,10 @@ def scheduler(
     webhook_port: Annotated[
         int, typer.Option(help="admission webhook (HTTPS); 0: no webhook")
     ] = 8443,
-    tls_cert: Annotated[Path | None, typer.Option(help="webhook serving certificate (PEM)")] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="webhook serving certificate (PEM); read again when it changes"),
+    ] = None,
     tls_key: Annotated[Path | None, typer.Option(help="its key (PEM)")] = None,
     tls_dir: Annotated[
         Path | None, typer.Option(help="generate a certificate here when none is given")
@@ -83,7 +86,7 @@ def scheduler(
     from tessera.scheduler.app import SchedulerApp
     from tessera.scheduler.config import SchedulerConfig
     from tessera.scheduler.http import serve
-    from tessera.scheduler.tls import ServingCert, generate_serving_cert, server_context
+    from tessera.scheduler.tls import ReloadingContext, ServingCert, generate_serving_cert
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -129,7 +132,8 @@ def scheduler(
             logging.getLogger("tessera.scheduler").info(
                 "webhook certificate generated in %s (caBundle: ca.crt)", directory
             )
-        servers.append(serve(app, host, webhook_port, server_context(cert), binder))
+        tls = ReloadingContext(cert, on_load=app.metrics.webhook_cert_loaded)
+        servers.append(serve(app, host, webhook_port, tls.context, binder, tls.check))
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -28,12 +28,14 @@ import asyncio
 import logging
 import ssl
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from tessera.kube.binder import Binder, ThreadedBinder
 from tessera.scheduler.app import BindWrite, Offload, Response, SchedulerApp
+from tessera.scheduler.tls import RECHECK_S
 
 __all__ = ["MAX_BODY", "Server", "serve"]
 
@@ -54,6 +56,7 @@ class Server:
         tls: ssl.SSLContext | None = None,
         binder: Binder | None = None,
         shutdown_timeout_s: float = 10.0,
+        recheck_tls: Callable[[], object] | None = None,
     ) -> None:
         self.app = app
         self.binder = binder if binder is not None else ThreadedBinder(app.api)
@@ -80,6 +83,16 @@ class Server:
         self._thread = threading.Thread(
             target=self._loop.run_forever, name=f"tessera-http-{self.port}", daemon=True
         )
+        if recheck_tls is not None:
+            # On this loop: it makes the handshakes with the context being reloaded.
+            self._loop.call_soon(self._recheck, recheck_tls)
+
+    def _recheck(self, recheck_tls: Callable[[], object]) -> None:
+        try:
+            recheck_tls()
+        except Exception:
+            log.exception("checking the serving certificate for a change")
+        self._loop.call_later(RECHECK_S, self._recheck, recheck_tls)
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -135,7 +148,8 @@ def serve(
     port: int,
     tls: ssl.SSLContext | None = None,
     binder: Binder | None = None,
+    recheck_tls: Callable[[], object] | None = None,
 ) -> Server:
-    server = Server(app, host, port, tls, binder)
+    server = Server(app, host, port, tls, binder, recheck_tls=recheck_tls)
     server.start()
     return server

@@ -74,7 +74,21 @@ class Metrics:
             "Nodes held for a preempting pod that has not been placed yet",
             registry=r,
         )
+        self.webhook_cert_expiry = Gauge(
+            "tessera_scheduler_webhook_cert_expiry_timestamp_seconds",
+            "When the webhook's serving certificate in use expires (unix seconds)",
+            registry=r,
+        )
+        self.webhook_cert_loads = Counter(
+            "tessera_scheduler_webhook_cert_loads",
+            "Webhook serving certificates loaded: one at start, one per renewal seen",
+            registry=r,
+        )
         self._refreshers: list[Callable[[], None]] = []
+
+    def webhook_cert_loaded(self, not_after: float) -> None:
+        self.webhook_cert_expiry.set(not_after)
+        self.webhook_cert_loads.inc()
 
     def on_scrape(self, refresh: Callable[[], None]) -> None:
         """Call ``refresh`` (which sets gauges) before each exposition."""

@@ -3,15 +3,26 @@
 A generated certificate is self-signed by a throw-away CA whose PEM is written beside
 it (``ca.crt``) so the operator -- or the e2e test -- can put it in the webhook
 configuration's ``caBundle``. Its SANs are the DNS names and IPs it is told to serve.
+
+Given files are read again when they change (``ReloadingContext``): cert-manager renews
+its certificates a third of their life before they expire, and with a self-signed
+issuer the webhook configurations' ``caBundle`` moves to the new certificate at once. A
+server still presenting the old one would fail every admission call until restarted.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import os
+import shutil
 import ssl
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from tessera.pki import (
@@ -24,7 +35,13 @@ from tessera.pki import (
     write_private,
 )
 
-__all__ = ["ServingCert", "generate_serving_cert", "server_context"]
+__all__ = ["ReloadingContext", "ServingCert", "generate_serving_cert"]
+
+log = logging.getLogger(__name__)
+
+# How often the files are looked at. kubelet updates a mounted Secret within about a
+# minute of its change; cert-manager renews weeks before expiry.
+RECHECK_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +75,80 @@ def generate_serving_cert(
     return out
 
 
-def server_context(cert: ServingCert) -> ssl.SSLContext:
+def _new_context() -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(str(cert.cert_file), str(cert.key_file))
     return ctx
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    # A mounted Secret changes by a symlink swap to a new file: a new inode.
+    st = os.stat(path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class ReloadingContext:
+    """The serving ``context``, loaded again from ``cert``'s files when they change.
+
+    ``check()`` (the server calls it every ``RECHECK_S`` on its own loop, the thread that
+    makes handshakes with the context) compares the files' identity, and when they
+    changed loads them into the live context: new connections get the new certificate,
+    open ones keep theirs. Both files are copied first and the pair is tried on a context
+    of its own, so a rotation caught half-written (a key that does not match its
+    certificate) never reaches the live context: it is refused with a warning, the old
+    pair keeps serving, and the next check tries again. ``on_load(not_after)`` is called
+    after every load, the first included, with the certificate's expiry (unix seconds).
+    """
+
+    def __init__(self, cert: ServingCert, on_load: Callable[[float], None] | None = None):
+        self.cert = cert
+        self.context = _new_context()
+        self._on_load = on_load
+        self._seen = self._stamps()
+        self._refused: tuple[tuple[int, int, int], ...] = ()
+        self.not_after = self._load()  # files that do not load at start: an error
+
+    def _stamps(self) -> tuple[tuple[int, int, int], ...]:
+        return (_stamp(self.cert.cert_file), _stamp(self.cert.key_file))
+
+    def check(self) -> bool:
+        """Load the files again if they changed; True when the new pair is now served."""
+        try:
+            stamps = self._stamps()
+        except OSError as exc:  # between a rotation's steps, or a mount gone
+            log.warning("webhook certificate files unreadable, serving the loaded one: %s", exc)
+            return False
+        if stamps == self._seen:
+            return False
+        try:
+            self.not_after = self._load()
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            if stamps != self._refused:  # said once for each version of the files
+                self._refused = stamps
+                log.warning(
+                    "webhook certificate %s changed but does not load (%s); serving the "
+                    "loaded one until it does",
+                    self.cert.cert_file,
+                    exc,
+                )
+            return False
+        self._seen = stamps
+        log.info(
+            "webhook certificate reloaded from %s, valid until %s",
+            self.cert.cert_file,
+            dt.datetime.fromtimestamp(self.not_after, dt.UTC).isoformat(),
+        )
+        return True
+
+    def _load(self) -> float:
+        with tempfile.TemporaryDirectory(prefix="tessera-tls-") as tmp:
+            crt, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+            shutil.copyfile(self.cert.cert_file, crt)
+            shutil.copyfile(self.cert.key_file, key)
+            _new_context().load_cert_chain(str(crt), str(key))  # the pair, tried alone
+            self.context.load_cert_chain(str(crt), str(key))
+            leaf = x509.load_pem_x509_certificate(crt.read_bytes())
+        not_after = leaf.not_valid_after_utc.timestamp()
+        if self._on_load is not None:
+            self._on_load(not_after)
+        return not_after
