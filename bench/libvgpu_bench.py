@@ -8,8 +8,8 @@ Builds libvgpu (make -C libvgpu all), then
    limits) and prints ns per call and the difference: libvgpu's own cost per intercepted call;
 2. runs ``tool_loop`` (a GPU-bound loop of 1 ms fake kernels) under fixed-share at
    10/30/50/70/90%, on the legacy stream and round-robin over 2 and over 48 non-blocking
-   streams (more than a measurement window tracks at once), and prints the achieved share (simulated GPU busy time / wall time) against
-   the target.
+   streams (more than a measurement window tracks at once), and prints the achieved
+   share (simulated GPU busy time / wall time) against the target.
 
 The GPU figures (real kernels, PyTorch, CuPy, nvidia-smi) are bench/gpu/run.sh's.
 Timings are printed, never asserted; record them in docs/benchmarks.md with the machine.
