@@ -197,3 +197,18 @@ def test_a_pod_given_back_on_another_card_can_still_take_the_cpu_the_preemptor_n
     # y frees the CPU the urgent pod needs; x alone would free a card but not the CPU.
     assert names(got) == ["y"]
     assert ([v.key for v in got.victims], got.decision) == _reference(inv, holders, pod, 50)
+
+
+def test_a_pod_on_a_card_out_of_service_does_not_stop_preemption_elsewhere_on_the_node() -> None:
+    """A node where a pod holds a cordoned card: that pod is booked as it is, the cordoned
+    card is not freed for the urgent pod, and the low-priority pod on another card goes."""
+    from dataclasses import replace
+
+    base = node(cards=3)
+    inv = replace(base, cards=(replace(base.cards[0], cordoned=True), *base.cards[1:]))
+    held = [holder(inv, "a-on-cordoned", 10, 0), holder(inv, "low", 10, 1),
+            holder(inv, "mid", 20, 2)]  # fmt: skip
+    got = preemption_on_node(inv, held, request("urgent"), 100, POLICY)
+    assert names(got) == ["low"]  # not the cordoned card's pod, though it ranks first
+    assert got is not None
+    assert [s.uuid for s in got.decision.containers[0].slices] == [inv.cards[1].uuid]

@@ -11,8 +11,10 @@ allows multiple allocations and has three consumable capacities (docs/protocol.m
 * ``slots``: containers' claims the agent can give this card to (``--slots-per-card``);
   every allocation takes exactly 1, so the scheduler keeps the per-card limit.
 
-A card that is not healthy carries the ``gpu.tessera.io/unhealthy`` NoSchedule taint:
-claims already on it keep their allocation, new claims do not get it.
+A card that is not healthy carries the ``gpu.tessera.io/unhealthy`` NoSchedule taint,
+and one an operator cordoned (the Node's ``tessera.io/cordoned-cards``) the
+``gpu.tessera.io/cordoned`` one: claims already on it keep their allocation, new claims
+do not get it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "CAPACITY_MEMORY",
     "CAPACITY_SLOTS",
     "CLAIMS_LABEL",
+    "CORDONED_TAINT",
     "DRIVER",
     "UNHEALTHY_TAINT",
     "claims_pool",
@@ -47,6 +50,7 @@ CAPACITY_MEMORY = "memory"
 CAPACITY_COMPUTE = "compute"
 CAPACITY_SLOTS = "slots"
 UNHEALTHY_TAINT = f"{DRIVER}/unhealthy"
+CORDONED_TAINT = f"{DRIVER}/cordoned"
 CLAIMS_LABEL = "tessera.io/claims-cards"  # on a Node: its cards offered to claims
 SLICE_API = "resource.k8s.io/v1"
 
@@ -134,8 +138,13 @@ def _device(card: Card, island: int, driver_version: str | None) -> dict[str, An
             },
         },
     }
-    if not card.healthy:
-        device["taints"] = [{"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"}]
+    taints = [
+        {"key": key, "value": "true", "effect": "NoSchedule"}
+        for key, on in ((UNHEALTHY_TAINT, not card.healthy), (CORDONED_TAINT, card.cordoned))
+        if on
+    ]
+    if taints:
+        device["taints"] = taints
     return device
 
 
@@ -231,10 +240,10 @@ def slice_cards(obj: Mapping[str, Any]) -> tuple[str, tuple[Card, ...]]:
             slots = int(_at(dev, where, "capacity", CAPACITY_SLOTS, "value"))
         except (TypeError, ValueError) as exc:
             raise SpecError(where, f"must be a device this driver publishes: {exc}") from None
-        sick = any(isinstance(t, Mapping) and t.get("key") == UNHEALTHY_TAINT
-                   for t in dev.get("taints") or [])  # fmt: skip
+        taints = {t.get("key") for t in dev.get("taints") or [] if isinstance(t, Mapping)}
         mib = memory_mib(memory, f"{where}.capacity.{CAPACITY_MEMORY}.value")
-        cards.append(Card(uuid, index, model, mib, healthy=not sick, slots=slots))
+        cards.append(Card(uuid, index, model, mib, healthy=UNHEALTHY_TAINT not in taints,
+                          slots=slots, cordoned=CORDONED_TAINT in taints))  # fmt: skip
     return node, tuple(sorted(cards, key=lambda c: c.index))
 
 

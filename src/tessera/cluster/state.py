@@ -176,14 +176,16 @@ class ClusterState:
 
     # ---- pods ----------------------------------------------------------------------
 
-    def assign(self, pod: PodRequest, assignment: Assignment) -> None:
+    def assign(self, pod: PodRequest, assignment: Assignment, *, placing: bool = True) -> None:
         """Book ``pod`` where ``assignment`` says.
 
         Raises PlacementError (reasons keyed by the node) and changes nothing when the
         booking would break an invariant: unknown node or card, a card on another node,
-        over a card's memory, cores or slots (containers), an exclusivity conflict, an
-        unhealthy card, a model or UUID the container refused, the wrong number of cards,
-        or the node's CPU or memory exceeded. A pod already booked raises SpecError.
+        over a card's memory, cores or slots (containers), an exclusivity conflict, a
+        model or UUID the container refused, the wrong number of cards, or the node's CPU
+        or memory exceeded; and, when ``placing`` (a new placement, not a pod already
+        running there), a card out of service (unhealthy or cordoned). A pod already
+        booked raises SpecError.
         """
         if pod.key in self._bookings:
             raise SpecError("pod", "already assigned; release it first", pod.key)
@@ -194,7 +196,7 @@ class ClusterState:
             footprint=assignment.footprint(),
             slots=assignment.slots(),
         )
-        problem = self._refuse(booking)
+        problem = self._refuse(booking, placing)
         if problem:
             raise PlacementError(
                 f"pod {pod.key} cannot be booked on {node}: {problem}", {node: problem}
@@ -314,7 +316,7 @@ class ClusterState:
             )
             self._card_at[card.uuid] = (inv.name, col)
             t.card_valid[row, col] = True
-            t.healthy[row, col] = card.healthy
+            t.healthy[row, col] = card.in_service  # what placement may use
             t.model[row, col] = self._model_id(card.model)
             t.card_mem[row, col] = t.free_mem[row, col] = card.memory_mib
             t.free_cores[row, col] = 100
@@ -357,7 +359,7 @@ class ClusterState:
             t.cpu_free[row] -= sign * pod.cpu_milli
             t.mem_free[row] -= sign * pod.memory_mib
 
-    def _refuse(self, booking: Booking) -> str:
+    def _refuse(self, booking: Booking, placing: bool) -> str:
         """Why ``booking`` would break an invariant; "" when it would not."""
         pod, assignment = booking.pod, booking.assignment
         node = assignment.node
@@ -398,8 +400,8 @@ class ClusterState:
         slots = booking.slots
         for uuid, (mem, cores, exclusive) in booking.footprint.items():
             col = self._card_at[uuid][1]
-            if not t.healthy[row, col]:
-                return f"card {uuid} is unhealthy"
+            if placing and not t.healthy[row, col]:
+                return f"card {uuid} is {'unhealthy' if not inv.cards[col].healthy else 'cordoned'}"
             if slots[uuid] > t.free_slots[row, col]:
                 return f"card {uuid} has {t.free_slots[row, col]} slot(s) free, needs {slots[uuid]}"
             if t.exclusive[row, col]:

@@ -9,7 +9,8 @@ are documented byte for byte in docs/protocol.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from tessera.errors import FormatError
@@ -26,6 +27,7 @@ from tessera.model.types import (
 __all__ = [
     "ASSIGNMENT",
     "COMPUTE_POLICY",
+    "CORDONED_CARDS",
     "GPU_MANAGER_CORE",
     "GPU_MANAGER_CORE_LIMIT",
     "GPU_MANAGER_MEMORY",
@@ -48,6 +50,9 @@ __all__ = [
     "decode_inventory",
     "encode_assignment",
     "encode_inventory",
+    "format_cordoned",
+    "parse_cordoned",
+    "with_cordons",
 ]
 
 PREFIX = "tessera.io/"
@@ -79,6 +84,9 @@ GPU_MANAGER_CORE_LIMIT = "tencent.com/vcuda-core-limit"  # annotation: utilisati
 # Written by Tessera.
 INVENTORY = PREFIX + "inventory"  # on each Node, by the node agent
 ASSIGNMENT = PREFIX + "assignment"  # on each placed Pod, by the extender's bind
+# Set by an operator (`kubectl tessera cordon`) on a Node: a comma list of the UUIDs of
+# cards that take no new tenant. Read by the extender and the node agent.
+CORDONED_CARDS = PREFIX + "cordoned-cards"
 # Set by the scheduler on a pending pod when a quota of its namespace goes up: the update
 # makes kube-scheduler try the pod again (scheduler/quota_writer.py). The value is the
 # time of the nudge (Unix seconds); nothing reads it.
@@ -204,6 +212,28 @@ def decode_inventory(node: str, text: str, cpu_milli: int, memory_mib: int) -> N
             )
         )
     return NodeInventory(name=node, cards=tuple(cards), cpu_milli=cpu_milli, memory_mib=memory_mib)
+
+
+def parse_cordoned(text: str | None) -> frozenset[str]:
+    """The card UUIDs a Node's ``tessera.io/cordoned-cards`` names. Items are trimmed and
+    empty ones skipped, so a hand-written ``a, b,`` reads as two; a UUID of no card on the
+    node takes nothing out."""
+    if not text:
+        return frozenset()
+    return frozenset(item.strip() for item in text.split(",") if item.strip())
+
+
+def format_cordoned(uuids: Iterable[str]) -> str:
+    """The annotation's value for ``uuids``: sorted, comma-separated, no spaces."""
+    return ",".join(sorted(set(uuids)))
+
+
+def with_cordons(inv: NodeInventory, cordoned: frozenset[str]) -> NodeInventory:
+    """``inv`` with the cards ``cordoned`` names marked (the others unmarked)."""
+    if not cordoned and not any(c.cordoned for c in inv.cards):
+        return inv
+    cards = tuple(replace(c, cordoned=c.uuid in cordoned) for c in inv.cards)
+    return replace(inv, cards=cards)
 
 
 # --- assignment (Pod) -------------------------------------------------------------

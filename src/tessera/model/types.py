@@ -49,6 +49,14 @@ class Card:
     nvlink_peers: tuple[int, ...] = ()  # indices of cards on the same node joined by NVLink
     healthy: bool = True
     slots: int = DEFAULT_SLOTS  # containers the node agent can give this card to, at most
+    # Taken out of service by an operator (the Node's tessera.io/cordoned-cards): no new
+    # tenant, the ones on it keep running. Not part of the inventory the agent writes.
+    cordoned: bool = False
+
+    @property
+    def in_service(self) -> bool:
+        """Whether new tenants may be placed on it."""
+        return self.healthy and not self.cordoned
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from tessera.model.types import DEFAULT_SLOTS, Card
 from tessera.node.allocation.allocator import Allocator
 from tessera.node.backstop import Backstop, BackstopMode
 from tessera.node.burst.tenants import AllocationTenants, CoordinatorHost
+from tessera.node.cards.cordons import NodeCordons
 from tessera.node.cards.health import APPLICATION_XIDS, HealthTracker
 from tessera.node.cards.inventory import InventoryPublisher
 from tessera.node.dra.prepare import ClaimPreparer
@@ -122,6 +123,8 @@ class Agent:
         self.slices: SlicePublisher | None = None
         self.dra: DraPluginServer | None = None
         self._slice_watch: Reflector | None = None
+        self.cordons: NodeCordons | None = None  # followed with the claims path only
+        self._cordon_watch: Reflector | None = None
         self.preparer: ClaimPreparer | None = None
         self._metrics_server: WSGIServer | None = None
         self._stop = threading.Event()
@@ -137,8 +140,14 @@ class Agent:
         assert self.facts is not None and self.tracker is not None
         from dataclasses import replace
 
+        cordoned = self.cordons.current() if self.cordons is not None else frozenset()
         return tuple(
-            replace(c, healthy=self.tracker.healthy(c.uuid), slots=self.cfg.slots_per_card)
+            replace(
+                c,
+                healthy=self.tracker.healthy(c.uuid),
+                slots=self.cfg.slots_per_card,
+                cordoned=c.uuid in cordoned,
+            )
             for c in self.facts.cards
         )
 
@@ -289,6 +298,9 @@ class Agent:
         )
         self.slices = SlicePublisher(self.kube, cfg.node, self.facts.driver_version)
         self._slice_watch = self.slices.watch()
+        # A cordoned card is tainted in the slice (the extender reads cordons itself).
+        self.cordons = NodeCordons(self.kube, cfg.node, on_change=self._publish)
+        self._cordon_watch = self.cordons.watch()
         self.dra = DraPluginServer(preparer, cfg.dra_plugin_dir, cfg.dra_registry_dir)
         self.dra.start()
         log.info("claims path on %s: cards %s", cfg.node, sorted(c.index for c in cards))
@@ -335,6 +347,9 @@ class Agent:
             self.dra.stop()
         if self._slice_watch is not None:
             self._slice_watch.stop()
+        if self._cordon_watch is not None:
+            self._cordon_watch.stop()
+            self._cordon_watch = None
 
     # --- loops -----------------------------------------------------------------------
 

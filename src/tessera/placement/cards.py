@@ -62,7 +62,7 @@ def assign_cards(snap: Snapshot, pod: PodRequest, node: str, picker: CardPicker)
             base_mem, base_cores = max(h.app_mem, h.init_mem), max(h.app_cores, h.init_cores)
             free_mem.append(cf.memory_mib - base_mem)
             free_cores.append(cf.cores_percent - base_cores)
-            if not card.healthy or cf.exclusive or not gpu.allows(card) or h.whole:
+            if not card.in_service or cf.exclusive or not gpu.allows(card) or h.whole:
                 continue
             # Slots the pod takes on the card, as Assignment.slots counts them.
             users = max(h.app_users + (not c.init), h.init_users + c.init)

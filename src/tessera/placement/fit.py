@@ -174,10 +174,25 @@ def _slot_reason(gpu: GpuRequest) -> str:
     return f"fewer than {gpu.count} cards with a free slot"
 
 
+def _service_reason(snap: Snapshot, row: int, *, need: int) -> str:
+    """Too few cards in service; the cordoned ones named apart from the unhealthy, since
+    an operator took them out on purpose."""
+    inv = snap.inventories[row]
+    assert inv is not None
+    cordoned = sum(1 for c in inv.cards if c.cordoned)
+    if not cordoned:
+        return "no healthy card" if need == 1 else f"fewer than {need} healthy cards"
+    what = "no card in service" if need == 1 else f"fewer than {need} cards in service"
+    return f"{what} ({cordoned} cordoned)"
+
+
 def _model_reason(snap: Snapshot, row: int, *, gpu: GpuRequest) -> str:
     inv = snap.inventories[row]
     assert inv is not None
-    models = sorted({c.model for c in inv.cards if c.healthy})
+    pinned = sorted(c.uuid for c in inv.cards if c.cordoned and c.uuid in gpu.uuids)
+    if pinned:
+        return f"card {','.join(pinned)} cordoned"
+    models = sorted({c.model for c in inv.cards if c.in_service})
     excluded = [m for m in models if m in gpu.models_exclude]
     if excluded and len(excluded) == len(models):
         return f"model {','.join(excluded)} excluded"
@@ -202,9 +217,9 @@ def reasons(snap: Snapshot, pod: PodRequest, rows: IntArray) -> dict[str, str]:
     checks: list[tuple[BoolArray, str | Callable[[int], str]]] = []
     if gpus:
         checks.append((np.any(t.card_valid[rows], axis=1), "no GPU on node"))
-        checks.append((healthy_count > 0, "no healthy card"))
+        checks.append((healthy_count > 0, partial(_service_reason, snap, need=1)))
     for g in gpus:
-        checks.append((healthy_count >= g.count, f"fewer than {g.count} healthy cards"))
+        checks.append((healthy_count >= g.count, partial(_service_reason, snap, need=g.count)))
         allowed = (allowed_cards(snap, rows, g) & healthy).sum(axis=1) >= g.count
         checks.append((allowed, partial(_model_reason, snap, gpu=g)))
     checks.append((t.cpu_free[rows] >= pod.cpu_milli, "insufficient cpu"))

@@ -90,7 +90,7 @@ def preemption_on_node(
             candidates.append(h)
             continue
         try:
-            state.assign(h.request, h.assignment)
+            state.assign(h.request, h.assignment, placing=False)  # already there
         except (PlacementError, SpecError):
             return None  # the node's bookings do not add up here: do not guess
         cpu_left -= h.request.cpu_milli
@@ -104,7 +104,7 @@ def preemption_on_node(
     victims = sorted(candidates, key=lambda h: (h.priority, h.key))
     for h in sorted(candidates, key=lambda h: (-h.priority, h.key)):  # most important first
         try:
-            state.assign(h.request, h.assignment)
+            state.assign(h.request, h.assignment, placing=False)  # already there
         except (PlacementError, SpecError):
             continue
         cpu, memory = cpu_left - h.request.cpu_milli, memory_left - h.request.memory_mib

@@ -177,6 +177,7 @@ class SchedulerApp:
             on_nudge=self.metrics.quota_nudges.inc,
         )
         self.state.quotas_handler.on_raise = self.quota_writer.raised
+        self.state.on_cards_back = self.quota_writer.cards_back
         # The claims path: counted against GpuQuotas (the claims webhook) and drawn on
         # the page. absent_ok: a cluster without resource.k8s.io/v1 has no claims path.
         self.claims_book = ClaimsBook(
@@ -271,6 +272,7 @@ class SchedulerApp:
         with self.state.lock:
             t = self.state.cluster.snapshot().tables
             self.metrics.cards_allocated.set(int((t.tenants > 0).sum()))
+            self.metrics.cards_cordoned.set(sum(self.state.cordoned_cards.values()))
             self.metrics.nodes.set(len(self.state.cluster))
             self.metrics.reservations.set(len(self.state.reservations))
             self.metrics.holds.set(len(self.state.holds))

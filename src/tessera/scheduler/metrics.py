@@ -5,15 +5,19 @@ tessera_scheduler_verb_seconds{verb}           histogram: handler time per verb
 tessera_scheduler_placements_total             pods bound with an assignment
 tessera_scheduler_failures_total{verb,reason}  refusals and errors, by short reason
 tessera_scheduler_cards_allocated              cards with at least one tenant
+tessera_scheduler_cards_cordoned               cards an operator took out of service
 tessera_scheduler_nodes                        GPU nodes in the state
 tessera_scheduler_reservations                 tentative bookings in flight
 tessera_scheduler_leader                       1 on the replica that leads
 tessera_scheduler_admissions_total{hook,result}  webhook answers, hook mutate/validate/claims
 tessera_scheduler_state_problems_total{kind}   inventories/assignments/quotas/slices: bad
 tessera_scheduler_quota_nudges_total           waiting pods annotated after a quota rise
+                                               or a card back in service
 tessera_scheduler_quotas                       GpuQuota objects in force
 tessera_scheduler_preemption_evictions_total   pods evicted for a higher-priority pod's cards
 tessera_scheduler_preemption_holds             nodes held for a preempting pod not yet placed
+tessera_scheduler_webhook_cert_expiry_timestamp_seconds  the serving certificate's end
+tessera_scheduler_webhook_cert_loads_total     serving certificates loaded (start, renewals)
 =============================================  =====================================
 """
 
@@ -46,6 +50,11 @@ class Metrics:
         self.cards_allocated = Gauge(
             "tessera_scheduler_cards_allocated", "Cards with at least one tenant", registry=r
         )
+        self.cards_cordoned = Gauge(
+            "tessera_scheduler_cards_cordoned",
+            "Cards taken out of service by an operator (tessera.io/cordoned-cards)",
+            registry=r,
+        )
         self.nodes = Gauge("tessera_scheduler_nodes", "GPU nodes in the state", registry=r)
         self.reservations = Gauge(
             "tessera_scheduler_reservations", "Tentative bookings in flight", registry=r
@@ -60,7 +69,8 @@ class Metrics:
         )  # fmt: skip
         self.quota_nudges = Counter(
             "tessera_scheduler_quota_nudges",
-            "Waiting pods annotated so kube-scheduler tries them again after a quota rise",
+            "Waiting pods annotated so kube-scheduler tries them again after a quota rise "
+            "or a card back in service",
             registry=r,
         )
         self.quotas = Gauge("tessera_scheduler_quotas", "GpuQuota objects in force", registry=r)

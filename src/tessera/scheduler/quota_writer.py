@@ -8,11 +8,13 @@ Both run on one thread, only while this replica leads, never under the state loc
   the ``status`` subresource when it changed.
 * **retry**: kube-scheduler keeps a pod the extender refused among its unschedulable
   pods until a cluster event moves it, or for minutes; a quota is not an object it
-  watches. When a quota of a namespace goes up (or away), every pod of the namespace
-  waiting unplaced gets the annotation ``tessera.io/quota-retry`` (a merge patch of that
-  one key, allowed to the scheduler's service account by deploy/admission-policy.yaml and
-  nothing else): an update to an unschedulable pod moves it back to the active queue.
-  Lowering a quota never evicts anything.
+  watches, and a change of a Node's annotations alone moves nothing (no plugin of its
+  own asks for that event). When a quota of a namespace goes up (or away), every pod of
+  the namespace waiting unplaced gets the annotation ``tessera.io/quota-retry`` (a merge
+  patch of that one key, allowed to the scheduler's service account by
+  deploy/admission-policy.yaml and nothing else): an update to an unschedulable pod
+  moves it back to the active queue. When a card comes back into service (healthy again,
+  or uncordoned), every waiting pod gets it. Lowering a quota never evicts anything.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class QuotaWriter:
         self.period_s = period_s
         self.clock = clock
         self._raised: set[str] = set()
+        self._everywhere = False  # a card came back: every waiting pod, any namespace
         self._written: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -91,6 +94,13 @@ class QuotaWriter:
         """Quotas of ``namespaces`` went up: nudge their waiting pods soon."""
         with self._lock:
             self._raised |= namespaces
+        self._wake.set()
+
+    def cards_back(self) -> None:
+        """A card came back into service: nudge every waiting pod soon (once per round,
+        however many cards came back meanwhile)."""
+        with self._lock:
+            self._everywhere = True
         self._wake.set()
 
     def start(self) -> None:
@@ -119,35 +129,41 @@ class QuotaWriter:
             self.before_round()
         with self._lock:
             raised, self._raised = self._raised, set()
-        for ns in sorted(raised):
-            self._nudge(ns)
+            everywhere, self._everywhere = self._everywhere, False
+        if everywhere:
+            self._nudge(None)
+        else:
+            for ns in sorted(raised):
+                self._nudge(ns)
         self._write_statuses()
 
-    def _nudge(self, namespace: str) -> None:
+    def _nudge(self, namespace: str | None) -> None:
+        """Annotate the pods of ``namespace`` (None: of every namespace) that wait."""
         with self.state.lock:
             waiting = [
-                info.key.partition("/")[2]
+                info.key.partition("/")
                 for info in self.state.pods.values()
-                if info.key.startswith(f"{namespace}/")
+                if (namespace is None or info.key.startswith(f"{namespace}/"))
                 and not info.node_name
                 and info.request is not None
                 and info.key not in self.state.reservations
             ]
         stamp = f"{self.clock():.3f}"
-        log.info("a quota of %s went up: %d waiting pods to try again", namespace, len(waiting))
-        for name in waiting:
+        if namespace is None:
+            log.info("a card came back into service: %d waiting pods to try again", len(waiting))
+        else:
+            log.info("a quota of %s went up: %d waiting pods to try again", namespace, len(waiting))
+        for ns, _, name in waiting:
             patch = {"metadata": {"annotations": {QUOTA_RETRY: stamp}}}
             try:
-                self.api.merge_patch(PODS, name, patch, namespace)
+                self.api.merge_patch(PODS, name, patch, ns)
                 self.nudged += 1
                 if self.on_nudge is not None:
                     self.on_nudge()
             except NotFound:
                 pass  # gone meanwhile
             except ApiError as exc:
-                log.warning(
-                    "pod %s/%s: cannot nudge it after a quota rise: %s", namespace, name, exc
-                )
+                log.warning("pod %s/%s: cannot nudge it to try again: %s", ns, name, exc)
 
     def _write_statuses(self) -> None:
         with self.state.lock:

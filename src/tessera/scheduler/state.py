@@ -156,8 +156,12 @@ class SchedulerState:
         self.clock = clock
         self.pods: dict[str, PodInfo] = {}
         self.observed: dict[str, _Held] = {}  # what each pod's annotation says
-        self._node_raw: dict[str, tuple[str, str, str]] = {}
+        self._node_raw: dict[str, tuple[str, str, str, str]] = {}
         self.bad_nodes: dict[str, str] = {}  # node -> why its inventory was refused
+        # Called (state lock held) when a node's card comes back into service: healthy
+        # again or uncordoned. kube-scheduler sees no event of its own for that.
+        self.on_cards_back: Callable[[], None] | None = None
+        self.cordoned_cards: dict[str, int] = {}  # node -> its cards cordoned, when any
         self.problems: Counter[str] = Counter()  # kind -> count, for metrics
         # Quotas: the GpuQuota objects by namespace, and what each namespace's pods hold
         # per card model (bound and reserved alike: kept by _settle).
@@ -206,16 +210,18 @@ class SchedulerState:
             return ""
         if want.assignment.node not in self.cluster:
             return "node not in the cluster state"  # booked when the node comes
+        # A pod seen bound holds its cards whether or not they are still in service.
+        placing = key in self.reservations
         try:
-            self.cluster.assign(want.request, want.assignment)
+            self.cluster.assign(want.request, want.assignment, placing=placing)
             return ""
         except (PlacementError, SpecError) as first:
-            if key in self.reservations:
+            if placing:
                 return str(first)  # the caller's decision no longer fits: it says so
             # An annotation whose pod spec no longer parses to it: book the assignment.
             fallback = request_from_assignment(key, want.assignment, want.request)
             try:
-                self.cluster.assign(fallback, want.assignment)
+                self.cluster.assign(fallback, want.assignment, placing=False)
                 return ""
             except (PlacementError, SpecError):
                 self.problems["conflicting-assignment"] += 1
@@ -366,9 +372,11 @@ class SchedulerState:
         if deleted:
             self._remove_node(name)
             return
-        text = _annotations(obj).get(keys.INVENTORY)
+        annotations = _annotations(obj)
+        text = annotations.get(keys.INVENTORY)
+        cordons = annotations.get(keys.CORDONED_CARDS)
         alloc = (obj.get("status") or {}).get("allocatable") or {}
-        raw = (str(text), str(alloc.get("cpu", "0")), str(alloc.get("memory", "0")))
+        raw = (str(text), str(alloc.get("cpu", "0")), str(alloc.get("memory", "0")), str(cordons))
         if self._node_raw.get(name) == raw and (name in self.cluster or name in self.bad_nodes):
             return  # a heartbeat: nothing Tessera reads changed
         self._node_raw[name] = raw
@@ -377,7 +385,7 @@ class SchedulerState:
             self._node_raw[name] = raw
             return
         try:
-            inv = _inventory(name, text, alloc)
+            inv = keys.with_cordons(_inventory(name, text, alloc), keys.parse_cordoned(cordons))
         except (FormatError, SpecError) as exc:
             self.problems["bad-inventory"] += 1
             log.warning("node %s: inventory refused: %s", name, exc)
@@ -386,8 +394,9 @@ class SchedulerState:
             self.bad_nodes[name] = str(exc)
             return
         self.bad_nodes.pop(name, None)
+        was = self.cluster.node(name) if name in self.cluster else None
         try:
-            if name in self.cluster:
+            if was is not None:
                 self.cluster.update_node(inv)
             else:
                 self.cluster.add_node(inv)
@@ -398,6 +407,15 @@ class SchedulerState:
             self._node_raw[name] = raw
             self.bad_nodes[name] = str(exc)
             return
+        cordoned = sum(c.cordoned for c in inv.cards)
+        if cordoned:
+            self.cordoned_cards[name] = cordoned
+        else:
+            self.cordoned_cards.pop(name, None)
+        if was is not None and self.on_cards_back is not None:
+            before = {c.uuid for c in was.cards if c.in_service}
+            if any(c.in_service and c.uuid not in before for c in inv.cards):
+                self.on_cards_back()  # pods refused for want of it may fit now
         for card in inv.cards:
             self._model_of[card.uuid] = card.model
             known = self._card_memory.get(card.model, 0)
@@ -412,6 +430,7 @@ class SchedulerState:
 
     def _remove_node(self, name: str) -> None:
         self._node_raw.pop(name, None)
+        self.cordoned_cards.pop(name, None)
         self.bad_nodes.pop(name, None)
         if name in self.cluster:
             self.cluster.remove_node(name)  # its bookings go; observed keeps them

@@ -71,6 +71,7 @@ class CardView:
     healthy: bool
     slots: int
     holders: tuple[Holder, ...] = ()
+    cordoned: bool = False
 
     @property
     def allocated_mib(self) -> int:
@@ -212,6 +213,7 @@ def assemble(
                 c.healthy,
                 c.slots,
                 tuple(sorted(holders.get(c.uuid, ()), key=lambda h: (h.pod_key, h.container))),
+                c.cordoned,
             )
             for c in sorted(invs[name].cards, key=lambda c: c.index)
         )
@@ -294,7 +296,9 @@ def build_map(
         if not name or text is None:
             continue  # not a Tessera GPU node
         try:
-            inventories.append(keys.decode_inventory(name, text, 0, 0))
+            inv = keys.decode_inventory(name, text, 0, 0)
+            cordons = keys.parse_cordoned(_annotation(obj, keys.CORDONED_CARDS))
+            inventories.append(keys.with_cordons(inv, cordons))
         except FormatError as exc:
             node_problems[name] = str(exc)
 
@@ -350,6 +354,7 @@ def card_json(node: NodeView, card: CardView) -> dict[str, Any]:
         "uuid": card.uuid,
         "model": card.model,
         "healthy": card.healthy,
+        "cordoned": card.cordoned,
         "memoryMiB": card.memory_mib,
         "allocatedMiB": card.allocated_mib,
         "allocatedCoresPercent": card.allocated_cores,

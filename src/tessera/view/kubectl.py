@@ -4,13 +4,17 @@
     kubectl tessera pod NAME [-n NS] [-o json|yaml]
     kubectl tessera why NAME [-n NS]
     kubectl tessera quota [-n NS | -A] [-o wide|json|yaml]
+    kubectl tessera cordon NODE CARD...       (CARD: a UUID or an index on the node)
+    kubectl tessera uncordon NODE [CARD...]   (no CARD: every card of the node)
 
 Installed as the ``kubectl-tessera`` executable (kubectl finds plugins on PATH). Reads
-only: Nodes, Pods, Events, GpuQuotas, and (for the cards on the claims path)
-ResourceSlices and ResourceClaims, through the user's kubeconfig, with kubectl's
-``--kubeconfig``, ``--context`` and ``-n`` habits. Live use (memory in use, achieved
-compute) comes from Prometheus when ``--prometheus URL`` is given (the node agents'
-exporter, docs/operations.md); without it the views show allocation only.
+Nodes, Pods, Events, GpuQuotas, and (for the cards on the claims path) ResourceSlices
+and ResourceClaims; ``cordon`` and ``uncordon`` patch one Node's
+``tessera.io/cordoned-cards`` annotation (view/cordon.py). All through the user's
+kubeconfig, with kubectl's ``--kubeconfig``, ``--context`` and ``-n`` habits. Live use
+(memory in use, achieved compute) comes from Prometheus when ``--prometheus URL`` is
+given (the node agents' exporter, docs/operations.md); without it the views show
+allocation only.
 """
 
 from __future__ import annotations
@@ -289,7 +293,7 @@ def top(
     if live:
         headers += ["USED", "ACHIEVED"]
     if wide:
-        headers += ["UUID", "HEALTH", "SLOTS", "POLICY"]
+        headers += ["UUID", "STATE", "SLOTS", "POLICY"]
     rows: list[list[object]] = []
     for n, c in picked:
         card = [n.name, c.index, c.model, f"{c.allocated_mib}/{_mib(c.memory_mib)}",
@@ -312,7 +316,10 @@ def top(
                     u = _use(live, h, c.uuid)
                     row += [_fmt_bytes(u.used_bytes), _fmt_pct(u.achieved_percent)]
             if wide:
-                row += [c.uuid, "ok" if c.healthy else "UNHEALTHY",
+                state = "ok" if c.healthy else "UNHEALTHY"
+                if c.cordoned:
+                    state = "cordoned" if c.healthy else "UNHEALTHY,cordoned"
+                row += [c.uuid, state,
                         f"{len(c.holders)}/{c.slots}", h.policy if h else ""]  # fmt: skip
             rows.append(row)
     if rows:
@@ -563,6 +570,74 @@ def quota(
             row.append(",".join(h.partition("/")[2] for h in r["holders"]) or "-")
         rows.append(row)
     _table(headers, rows)
+
+
+# --- cordon / uncordon ---------------------------------------------------------------
+
+
+def _change_cordons(node: str, cards: list[str], cordon: bool, kubeconfig: str | None,
+                    context: str | None) -> None:  # fmt: skip
+    from tessera.kube.errors import ApiError, NotFound
+    from tessera.kube.kinds import NODES, PODS
+    from tessera.view.cordon import CordonError, change_cordons, describe
+    from tessera.view.gpumap import build_map
+
+    api = _Conn(kubeconfig, context).client()
+    try:
+        done = change_cordons(api, node, cards, cordon)
+    except NotFound:
+        _fail(f'nodes "{node}" not found')
+    except CordonError as exc:
+        _fail(str(exc))
+    except ApiError as exc:  # 403: cordoning needs patch on nodes, as kubectl cordon does
+        _fail(f"node {node}: {exc.status} {exc.reason}: {exc.message}")
+    verb = "cordoned" if cordon else "uncordoned"
+    if done.changed:
+        typer.echo(f"node {node}: {describe(done.changed)} {verb}")
+    if done.unchanged:
+        typer.echo(f"node {node}: {describe(done.unchanged)} already {verb}")
+    if not done.changed and not done.unchanged:
+        typer.echo(f"node {node}: no card was cordoned")
+    if not cordon:
+        return
+    # Who still runs on the cards just taken out: they keep running until they end.
+    obj = api.get(NODES, node)
+    pods = api.list(PODS, field_selector=f"spec.nodeName={node}").items
+    slices, claims = _claims_path(api)
+    gmap = build_map([obj], pods, slices=slices, claims=claims)
+    named = {c.uuid for c in (*done.changed, *done.unchanged)}
+    for n in gmap.nodes:
+        for c in n.cards:
+            if c.uuid in named:
+                held = sorted({h.pod_key if h.pod else f"claim/{h.claim}" for h in c.holders})
+                typer.echo(f"  card {c.index}: " + (
+                    f"{len(held)} tenant(s) keep running: {', '.join(held)}" if held
+                    else "no tenants"))  # fmt: skip
+
+
+@app.command()
+def cordon(
+    node: Annotated[str, typer.Argument(help="The node's name.")],
+    cards: Annotated[list[str], typer.Argument(help="Cards to cordon: UUIDs or indices.")],
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Take cards out of service: no new tenant is placed on them (extender and claims),
+    the pods on them keep running. The rest of the node stays in service."""
+    _change_cordons(node, cards, True, kubeconfig, context)
+
+
+@app.command()
+def uncordon(
+    node: Annotated[str, typer.Argument(help="The node's name.")],
+    cards: Annotated[
+        list[str] | None, typer.Argument(help="Cards to put back: UUIDs or indices; none: all.")
+    ] = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Put cordoned cards back in service."""
+    _change_cordons(node, list(cards or []), False, kubeconfig, context)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tessera.claims.devices import CLAIMS_LABEL, DRIVER, slice_name
+from tessera.claims.devices import CLAIMS_LABEL, CORDONED_TAINT, DRIVER, slice_name
 from tessera.kube import GPUQUOTAS, NODES, PODS, Obj
 from tessera.kube.client import KubeClient
 from tessera.kube.errors import ApiError, NotFound
@@ -51,6 +51,7 @@ from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryPods
 from tessera.node.kube_source import KubeNode
 from tessera.testenv.chart import deployed
+from tessera.view.cordon import change_cordons
 from tests.e2e.plugin import run
 from tests.e2e.scheduler.browser import browser
 from tests.e2e.scheduler.checks import assignment_of, book_all
@@ -358,6 +359,55 @@ def test_kubectl_tessera_top_and_the_page_show_a_claim_beside_the_extender_cards
 def _events_of(h: Harness, ns: str, pod: str) -> list[str]:
     return [f"{e.get('reason')}: {e.get('message')}" for e in h.admin.list(EVENTS, ns).items
             if e["involvedObject"].get("name") == pod]  # fmt: skip
+
+
+def test_a_cordoned_claims_card_is_tainted_and_not_allocated_until_uncordoned(
+    world: World,
+) -> None:
+    """`kubectl tessera cordon`'s annotation on the claims path: the node's agent follows
+    its Node, taints the card in the ResourceSlice, and the real kube-scheduler allocates
+    a claim pinned to that card only once it is uncordoned."""
+    h, ns = world.h, "claims-cordon"
+    node = world.nodes[2]
+    card = next(c for c in node.cards if c.index == 5)
+    name = slice_name(node.name)
+    _apply(h, NAMESPACES, {"metadata": {"name": ns}})
+    h.ensure_default_service_account(ns)
+
+    def taints() -> set[str] | None:
+        devices = h.admin.get(RESOURCE_SLICES, name)["spec"]["devices"]
+        found = [d for d in devices if d["attributes"]["uuid"]["string"] == card.uuid]
+        return {t["key"] for t in found[0].get("taints") or []} if found else None
+
+    pinned = f'device.attributes["{DRIVER}"].uuid == "{card.uuid}"'
+    claim = {"metadata": {"name": "on-cordoned"}, "spec": {"devices": {"requests": [{
+        "name": "gpu", "exactly": {"deviceClassName": "gpu.tessera.io",
+                                   "selectors": [{"cel": {"expression": pinned}}],
+                                   "capacity": {"requests": {"memory": "1Gi"}}}}]}}}  # fmt: skip
+    pod = _claim_pod("on-cordoned", "unused")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "on-cordoned"}]
+    change_cordons(h.admin, node.name, ["5"], cordon=True)
+    try:
+        wait_for("the agent to taint the cordoned card in its slice",
+                 lambda: CORDONED_TAINT in (taints() or set()), 30, 0.2)  # fmt: skip
+        h.admin.create(RESOURCE_CLAIMS, claim, ns)
+        h.admin.create(PODS, pod, ns)
+        wait_for("the pinned claim's pod to be refused",
+                 lambda: unschedulable(h.admin.get(PODS, "on-cordoned", ns)), 60, 0.5)  # fmt: skip
+        assert not (h.admin.get(RESOURCE_CLAIMS, "on-cordoned", ns).get("status") or {}).get(
+            "allocation"
+        )
+    finally:
+        change_cordons(h.admin, node.name, [], cordon=False)
+    try:
+        wait_for("the taint gone", lambda: taints() == set(), 30, 0.2)
+        wait_for("the pod bound to the card's node once it is back", lambda: h.admin.get(
+            PODS, "on-cordoned", ns)["spec"].get("nodeName") == node.name, 60, 0.5)  # fmt: skip
+    finally:
+        with contextlib.suppress(NotFound):
+            h.admin.delete(PODS, "on-cordoned", ns)
+        with contextlib.suppress(NotFound):
+            h.admin.delete(RESOURCE_CLAIMS, "on-cordoned", ns)
 
 
 def test_a_gpuquota_caps_claims_and_extender_pods_together(world: World) -> None:

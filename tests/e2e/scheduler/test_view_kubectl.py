@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tessera.kube import GPUQUOTAS, NODES, PODS, Kind, NotFound
-from tessera.model.annotations import ASSIGNMENT, GPU_MODEL, INVENTORY
+from tessera.model.annotations import ASSIGNMENT, GPU_MODEL, GPU_UUID, INVENTORY
 from tests.e2e.plugin import rows, run
 from tests.e2e.scheduler.browser import browser
 from tests.e2e.scheduler.harness import Harness, unschedulable
@@ -96,7 +96,7 @@ def test_top_shows_each_pods_slice_on_its_card(placed: dict[str, Any]) -> None:
     assert f"{NS}/waits" in doc["pending"]
 
     wide = rows(run(kc, "top", "-n", NS, "-o", "wide").stdout)
-    assert {row["POD"]: row["HEALTH"] for row in wide} == {f"{NS}/train": "ok",
+    assert {row["POD"]: row["STATE"] for row in wide} == {f"{NS}/train": "ok",
                                                            f"{NS}/whole": "ok"}  # fmt: skip
     assert all(row["UUID"].startswith("GPU-") for row in wide)
 
@@ -161,6 +161,44 @@ def test_why_weighs_only_the_nodes_kube_scheduler_would_offer(
         with contextlib.suppress(NotFound):
             h.admin.delete(PODS, "pinned", NS)
         h.admin.merge_patch(NODES, target, {"spec": {"taints": None}})
+
+
+def test_a_cordoned_card_takes_no_new_tenant_until_uncordoned(
+    placed: dict[str, Any], harness: Harness
+) -> None:
+    """`kubectl tessera cordon` on the real control plane: the viewer role may not; an
+    admin cordons one card by index; a pod pinned to it waits with kube-scheduler's own
+    FailedScheduling naming the cordon, `why` and `top` say so; uncordoned, it binds."""
+    h, viewer, admin = harness, placed["kubeconfig"], harness.env.kubeconfig
+    target = h.nodes[1].name
+    card = next(c for c in h.nodes[1].cards if c.index == 3)
+    refused = run(viewer, "cordon", target, "3", ok=False)
+    assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
+    wrong = run(admin, "cordon", target, "9", ok=False)
+    assert wrong.returncode == 1 and f"node {target} has no card 9" in wrong.stderr
+    pin = _pod("pin-cordoned", {"tessera.io/gpu-memory": "1000", "tessera.io/gpu-cores": "10"},
+               {GPU_UUID: card.uuid})  # fmt: skip
+    try:
+        r = run(admin, "cordon", target, "3")
+        assert f"node {target}: card 3 ({card.uuid}) cordoned" in r.stdout, r.stdout
+        assert "card 3: no tenants" in r.stdout
+        h.admin.create(PODS, pin, NS)
+        wait_for("the pinned pod to be refused", lambda: unschedulable(
+            h.admin.get(PODS, "pin-cordoned", NS)), 60, 0.5)  # fmt: skip
+        why = run(viewer, "why", "pin-cordoned").stdout
+        assert f"card {card.uuid} cordoned" in why, why
+        assert "FailedScheduling" in why and "cordoned" in why.split("FailedScheduling")[1], why
+        doc = json.loads(run(viewer, "top", "-o", "json").stdout)
+        [shown] = [c for c in doc["cards"] if c["uuid"] == card.uuid]
+        assert shown["cordoned"] is True and shown["healthy"] is True
+        r = run(admin, "uncordon", target)
+        assert f"node {target}: card 3 ({card.uuid}) uncordoned" in r.stdout, r.stdout
+        wait_for("the pinned pod to be bound once the card is back", lambda: h.admin.get(
+            PODS, "pin-cordoned", NS)["spec"].get("nodeName") == target, 60, 0.5)  # fmt: skip
+    finally:
+        with contextlib.suppress(NotFound):
+            h.admin.delete(PODS, "pin-cordoned", NS)
+        run(admin, "uncordon", target)
 
 
 def test_quota_shows_use_against_the_limits(placed: dict[str, Any], harness: Harness) -> None:

@@ -60,7 +60,7 @@ class SlicePublisher:
 
     def _desired(self, cards: list[Card], generation: int) -> dict[str, Any]:
         if self.taints_served is False:
-            cards = [c for c in cards if c.healthy]
+            cards = [c for c in cards if c.in_service]
         uid = self._node_uid or ""
         return resource_slice(self.node, cards, generation, self.driver_version, uid)
 

@@ -1,0 +1,61 @@
+"""The cards an operator cordoned on this node, followed from the Node object.
+
+``kubectl tessera cordon`` writes the Node's ``tessera.io/cordoned-cards``; the extender
+reads it for the pods it places. The claims path has no extender: kube-scheduler
+allocates claims from the node's ResourceSlice, so the agent must taint a cordoned card
+there itself. This follows the one Node (a watch on ``metadata.name``, as kubelet keeps
+on its own Node) and calls ``on_change`` when the set changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from tessera.kube.kinds import NODES
+from tessera.kube.port import KubeApi, Obj, WatchEvent
+from tessera.kube.reflector import Reflector
+from tessera.model import annotations as keys
+
+__all__ = ["NodeCordons"]
+
+log = logging.getLogger(__name__)
+
+
+class NodeCordons:
+    def __init__(self, api: KubeApi, node: str, on_change: Callable[[], None]) -> None:
+        self.api = api
+        self.node = node
+        self._on_change = on_change
+        self._mu = threading.Lock()
+        self._uuids: frozenset[str] = frozenset()
+
+    def current(self) -> frozenset[str]:
+        with self._mu:
+            return self._uuids
+
+    def watch(self) -> Reflector:
+        """Start following the Node; the caller stops the returned reflector."""
+        reflector = Reflector(self.api, NODES, self, field_selector=f"metadata.name={self.node}")
+        reflector.start()
+        return reflector
+
+    # ReflectorHandler
+    def replace(self, items: list[Obj]) -> None:
+        self._seen(items[0] if items else None)
+
+    def apply(self, event: WatchEvent) -> None:
+        self._seen(None if event.type == "DELETED" else event.object)
+
+    def _seen(self, obj: Obj | None) -> None:
+        text = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(
+            keys.CORDONED_CARDS
+        )
+        uuids = keys.parse_cordoned(text if isinstance(text, str) else None)
+        with self._mu:
+            if uuids == self._uuids:
+                return
+            self._uuids = uuids
+        log.info("node %s: cordoned cards now %s", self.node, sorted(uuids) or "none")
+        self._on_change()

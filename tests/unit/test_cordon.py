@@ -1,0 +1,217 @@
+"""Cordoned cards: taken out of service by an operator, the node stays in.
+
+What placement, the extender's state, the claims path's slice, the agent's watch and
+``kubectl tessera cordon`` each do with ``tessera.io/cordoned-cards``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tessera.claims.devices import CORDONED_TAINT, UNHEALTHY_TAINT, resource_slice, slice_cards
+from tessera.kube import NODES, PODS, FakeKube, WatchEvent
+from tessera.kube.kinds import RESOURCE_SLICES
+from tessera.model import annotations as keys
+from tessera.model.clusterspec import card_uuid, make_cards
+from tessera.node.cards.cordons import NodeCordons
+from tessera.view.cordon import CordonError, change_cordons, resolve_cards
+from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._wait import eventually
+
+
+def _cordon(w: World, node: str, *indices: int) -> None:
+    value = keys.format_cordoned(card_uuid(node, i) for i in indices) or None
+    w.kube.merge_patch(NODES, node, {"metadata": {"annotations": {keys.CORDONED_CARDS: value}}})
+
+
+def _pod_annotations(w: World, name: str) -> dict[str, str]:
+    return dict(w.kube.get(PODS, name, "default")["metadata"].get("annotations") or {})
+
+
+def _in_service(w: World, node: str) -> int:
+    return sum(c.in_service for c in w.app.state.cluster.node(node).cards)
+
+
+def test_the_annotation_reads_as_operators_write_it() -> None:
+    assert keys.parse_cordoned(None) == frozenset()
+    assert keys.parse_cordoned("") == frozenset()
+    assert keys.parse_cordoned(" GPU-b, GPU-a,,") == {"GPU-a", "GPU-b"}
+    assert keys.format_cordoned(["GPU-b", "GPU-a", "GPU-b"]) == "GPU-a,GPU-b"
+    inv = keys.decode_inventory("n1", keys.encode_inventory(make_cards("n1", 2, "A100")), 1, 1)
+    marked = keys.with_cordons(inv, frozenset({card_uuid("n1", 1), "GPU-not-here"}))
+    assert [c.cordoned for c in marked.cards] == [False, True]
+    assert [c.in_service for c in marked.cards] == [True, False]
+    assert keys.with_cordons(marked, frozenset()).cards == inv.cards
+    # The agent's inventory never carries a cordon: it is the operator's annotation.
+    assert "cordon" not in keys.encode_inventory(marked.cards)
+
+
+def test_no_new_tenant_on_a_cordoned_card_and_the_reason_says_so() -> None:
+    w = World([node_obj("n1", 2), node_obj("n2", 1)])
+    try:
+        _cordon(w, "n1", 0)
+        _cordon(w, "n2", 0)
+        eventually(lambda: _in_service(w, "n1") == 1)
+        eventually(lambda: w.app.state.cordoned_cards == {"n1": 1, "n2": 1})
+        assert b"tessera_scheduler_cards_cordoned 2.0" in w.app.metrics.exposition()
+        # Whole cards: n1 has one left in service, n2 none.
+        out = w.filter(w.create(pod_obj("two", gpu=2)))
+        assert out["NodeNames"] == []
+        assert out["FailedNodes"]["n1"] == "fewer than 2 cards in service (1 cordoned)"
+        assert out["FailedNodes"]["n2"] == "no card in service (1 cordoned)"
+        one = w.create(pod_obj("one", gpu=1))
+        assert w.schedule(one) == "n1"
+        held = w.app.state.held("default/one")
+        assert held is not None
+        assert [s.uuid for c in held.containers for s in c.slices] == [card_uuid("n1", 1)]
+        # A pod pinned to the cordoned card is told which card and why.
+        pinned = pod_obj("pinned", gpu=1, memory=1000,
+                         annotations={keys.GPU_UUID: card_uuid("n1", 0)})  # fmt: skip
+        out = w.filter(w.create(pinned), ["n1"])
+        assert out["FailedNodes"]["n1"] == f"card {card_uuid('n1', 0)} cordoned"
+        # Uncordoned: the card takes tenants again, and the pods that wait are nudged,
+        # since kube-scheduler moves none on a change of a Node's annotations.
+        assert keys.QUOTA_RETRY not in _pod_annotations(w, "pinned")
+        eventually(lambda: "default/pinned" in w.app.state.pods)  # its watch event is in
+        _cordon(w, "n1")
+        eventually(lambda: keys.QUOTA_RETRY in _pod_annotations(w, "pinned"))
+        assert keys.QUOTA_RETRY in _pod_annotations(w, "two")  # every waiting pod
+        assert _in_service(w, "n1") == 2
+        assert w.filter(pinned, ["n1"])["NodeNames"] == ["n1"]
+    finally:
+        w.close()
+
+
+def _sicken(w: World, node: str, healthy: bool) -> None:
+    cards = tuple(replace(c, healthy=healthy) for c in make_cards(node, 1, "A100"))
+    text = keys.encode_inventory(cards)
+    w.kube.merge_patch(NODES, node, {"metadata": {"annotations": {keys.INVENTORY: text}}})
+
+
+@pytest.mark.parametrize("out_by", ["cordon", "health"])
+def test_pods_on_a_card_taken_out_under_them_stay_booked_through_a_restart(out_by: str) -> None:
+    w = World([node_obj("n1", 1)])
+    try:
+        a = w.create(pod_obj("a", gpu=1, memory=30000))
+        assert w.schedule(a) == "n1"
+        if out_by == "cordon":
+            _cordon(w, "n1", 0)
+        else:
+            _sicken(w, "n1", healthy=False)
+        eventually(lambda: _in_service(w, "n1") == 0)
+        assert w.app.state.cluster.booking("default/a") is not None
+        w.app.stop()
+        # A new extender lists the pod bound to a card that is out of service: it still
+        # holds the card (its memory must count when the card comes back), and that is
+        # no problem to report.
+        from tessera.scheduler.app import SchedulerApp
+        from tessera.scheduler.config import SchedulerConfig
+
+        w.app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
+        w.app.start()
+        assert w.app.wait_synced(5)
+        assert w.app.state.cluster.booking("default/a") is not None
+        assert w.app.state.problems["conflicting-assignment"] == 0
+        if out_by == "cordon":
+            _cordon(w, "n1")
+        else:
+            _sicken(w, "n1", healthy=True)
+        eventually(lambda: _in_service(w, "n1") == 1)
+        big = w.create(pod_obj("big", gpu=1, memory=20000))  # 30000 + 20000 > 40960
+        assert w.filter(big)["NodeNames"] == []
+        assert w.app.state.cluster.check_invariants() == []
+    finally:
+        w.close()
+
+
+def test_the_slice_taints_a_cordoned_card_and_reads_it_back() -> None:
+    cards = list(make_cards("n1", 3, "A100"))
+    cards[1] = replace(cards[1], cordoned=True)
+    cards[2] = replace(cards[2], cordoned=True, healthy=False)
+    obj = resource_slice("n1", cards, 1, "", "uid")
+    taints = [sorted(t["key"] for t in d.get("taints", [])) for d in obj["spec"]["devices"]]
+    assert taints == [[], [CORDONED_TAINT], sorted([CORDONED_TAINT, UNHEALTHY_TAINT])]
+    _, back = slice_cards(obj)
+    assert [(c.healthy, c.cordoned) for c in back] == [(True, False), (True, True), (False, True)]
+
+
+def test_the_agent_follows_its_node_and_says_when_the_set_changes() -> None:
+    calls: list[frozenset[str]] = []
+    cordons = NodeCordons(FakeKube(), "n1", on_change=lambda: calls.append(cordons.current()))
+    node = node_obj("n1", 2)
+    cordons.replace([node])
+    assert calls == []  # nothing cordoned, nothing changed
+    node["metadata"]["annotations"][keys.CORDONED_CARDS] = "GPU-x"
+    cordons.apply(WatchEvent("MODIFIED", node))
+    cordons.apply(WatchEvent("MODIFIED", node))  # a heartbeat: no second call
+    assert calls == [frozenset({"GPU-x"})]
+    cordons.apply(WatchEvent("DELETED", node))
+    assert calls == [frozenset({"GPU-x"}), frozenset()]
+
+
+class _Racing(FakeKube):
+    """A FakeKube whose first patch loses a race with another writer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def merge_patch(self, kind: Any, name: str, patch: Any, *args: Any, **kw: Any) -> Any:
+        if self.lost == 0:
+            self.lost += 1
+            other = {"metadata": {"annotations": {keys.CORDONED_CARDS: card_uuid("n1", 3)}}}
+            super().merge_patch(kind, name, other)
+        return super().merge_patch(kind, name, patch, *args, **kw)
+
+
+def test_cordon_by_index_or_uuid_keeps_a_concurrent_change() -> None:
+    kube = _Racing()
+    kube.create(NODES, node_obj("n1", 4))
+    done = change_cordons(kube, "n1", ["0", card_uuid("n1", 1)], cordon=True)
+    # The first write carried a stale resourceVersion and was refused; the retry read
+    # the other operator's card 3 and kept it.
+    assert kube.lost == 1
+    want = {card_uuid("n1", i) for i in (0, 1, 3)}
+    assert done.cordoned == want
+    node = kube.get(NODES, "n1")
+    assert keys.parse_cordoned(node["metadata"]["annotations"][keys.CORDONED_CARDS]) == want
+    assert [c.index for c in done.changed] == [0, 1]
+    again = change_cordons(kube, "n1", ["1"], cordon=True)
+    assert (again.changed, [c.index for c in again.unchanged]) == ((), [1])
+    change_cordons(kube, "n1", ["3"], cordon=False)
+    left = kube.get(NODES, "n1")["metadata"]["annotations"][keys.CORDONED_CARDS]
+    assert keys.parse_cordoned(left) == {card_uuid("n1", 0), card_uuid("n1", 1)}
+    change_cordons(kube, "n1", [], cordon=False)  # every card
+    assert keys.CORDONED_CARDS not in kube.get(NODES, "n1")["metadata"]["annotations"]
+
+
+def test_a_card_that_is_not_on_the_node_is_refused_with_the_ones_that_are() -> None:
+    node = node_obj("n1", 2)
+    with pytest.raises(CordonError, match=r"node n1 has no card 7, GPU-nope: give a UUID or an "
+                       r"index of its cards: 0 \(GPU-.*\), 1 \(GPU-.*\)"):  # fmt: skip
+        resolve_cards(node, ["0", "7", "GPU-nope"])
+    plain = {"metadata": {"name": "cpu-node", "annotations": {}}}
+    with pytest.raises(CordonError, match="not a Tessera GPU node"):
+        resolve_cards(plain, ["0"])
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1", 2))
+    with pytest.raises(CordonError, match="name at least one card"):
+        change_cordons(kube, "n1", [], cordon=True)
+    assert keys.CORDONED_CARDS not in kube.get(NODES, "n1")["metadata"]["annotations"]
+
+
+def test_a_claims_card_is_named_from_the_nodes_resource_slice() -> None:
+    """On a node that offers cards 2-3 to claims, those are in its ResourceSlice, not in
+    the inventory annotation; both are the node's cards to cordon."""
+    cards = make_cards("n1", 4, "A100")
+    node = node_obj("n1", 2)
+    kube = FakeKube()
+    kube.create(NODES, node)
+    kube.create(RESOURCE_SLICES, resource_slice("n1", cards[2:], 1, "", "uid"))
+    done = change_cordons(kube, "n1", ["3", cards[0].uuid], cordon=True)
+    assert done.cordoned == {cards[0].uuid, cards[3].uuid}
+    with pytest.raises(CordonError, match=r"has no card 4: .*3 \(GPU-"):
+        change_cordons(kube, "n1", ["4"], cordon=True)
