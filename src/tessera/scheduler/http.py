@@ -84,7 +84,7 @@ class Server:
             target=self._loop.run_forever, name=f"tessera-http-{self.port}", daemon=True
         )
         if recheck_tls is not None:
-            # On this loop: it makes the handshakes with the context being reloaded.
+            # On this loop, beside the handshakes that pick up what it loads.
             self._loop.call_soon(self._recheck, recheck_tls)
 
     def _recheck(self, recheck_tls: Callable[[], object]) -> None:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import shutil
 import ssl
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,25 +86,34 @@ def _stamp(path: Path) -> tuple[int, int, int]:
 
 
 class ReloadingContext:
-    """The serving ``context``, loaded again from ``cert``'s files when they change.
+    """The serving ``context``, serving ``cert``'s files as they are on disk now.
 
-    ``check()`` (the server calls it every ``RECHECK_S`` on its own loop, the thread that
-    makes handshakes with the context) compares the files' identity, and when they
-    changed loads them into the live context: new connections get the new certificate,
-    open ones keep theirs. Both files are copied first and the pair is tried on a context
-    of its own, so a rotation caught half-written (a key that does not match its
-    certificate) never reaches the live context: it is refused with a warning, the old
-    pair keeps serving, and the next check tries again. ``on_load(not_after)`` is called
+    ``check()`` (the server calls it every ``RECHECK_S``) compares the files' identity,
+    and when they changed loads them into a context of their own: new connections get
+    the new certificate, open ones keep theirs. The live ``context`` hands each
+    handshake to the newest good context from its SNI callback (called for every
+    ClientHello, with a server name or without, as Go's client sends none for an IP).
+    So a load never touches a context in use: a rotation caught half-written (a key
+    that does not match its certificate, refused by OpenSSL) is refused with a warning,
+    the old pair keeps serving, and the next check tries again. Nothing is written to
+    disk (the chart's root filesystem is read-only). ``on_load(not_after)`` is called
     after every load, the first included, with the certificate's expiry (unix seconds).
     """
 
     def __init__(self, cert: ServingCert, on_load: Callable[[float], None] | None = None):
         self.cert = cert
-        self.context = _new_context()
         self._on_load = on_load
         self._seen = self._stamps()
         self._refused: tuple[tuple[int, int, int], ...] = ()
-        self.not_after = self._load()  # files that do not load at start: an error
+        # Files that do not load at start: an error, raised here.
+        self._current, self.not_after = self._load()
+        self._loaded(self.not_after)
+        self.context = _new_context()
+        self.context.load_cert_chain(str(cert.cert_file), str(cert.key_file))
+        self.context.sni_callback = self._pick
+
+    def _pick(self, conn: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+        conn.context = self._current
 
     def _stamps(self) -> tuple[tuple[int, int, int], ...]:
         return (_stamp(self.cert.cert_file), _stamp(self.cert.key_file))
@@ -121,7 +128,9 @@ class ReloadingContext:
         if stamps == self._seen:
             return False
         try:
-            self.not_after = self._load()
+            loaded, not_after = self._load()
+            if self._stamps() != stamps:
+                raise ValueError("the files changed while they were read")
         except (OSError, ssl.SSLError, ValueError) as exc:
             if stamps != self._refused:  # said once for each version of the files
                 self._refused = stamps
@@ -132,23 +141,21 @@ class ReloadingContext:
                     exc,
                 )
             return False
-        self._seen = stamps
+        self._current, self.not_after, self._seen = loaded, not_after, stamps
+        self._loaded(not_after)
         log.info(
             "webhook certificate reloaded from %s, valid until %s",
             self.cert.cert_file,
-            dt.datetime.fromtimestamp(self.not_after, dt.UTC).isoformat(),
+            dt.datetime.fromtimestamp(not_after, dt.UTC).isoformat(),
         )
         return True
 
-    def _load(self) -> float:
-        with tempfile.TemporaryDirectory(prefix="tessera-tls-") as tmp:
-            crt, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
-            shutil.copyfile(self.cert.cert_file, crt)
-            shutil.copyfile(self.cert.key_file, key)
-            _new_context().load_cert_chain(str(crt), str(key))  # the pair, tried alone
-            self.context.load_cert_chain(str(crt), str(key))
-            leaf = x509.load_pem_x509_certificate(crt.read_bytes())
-        not_after = leaf.not_valid_after_utc.timestamp()
+    def _load(self) -> tuple[ssl.SSLContext, float]:
+        ctx = _new_context()
+        ctx.load_cert_chain(str(self.cert.cert_file), str(self.cert.key_file))
+        leaf = x509.load_pem_x509_certificate(self.cert.cert_file.read_bytes())
+        return ctx, leaf.not_valid_after_utc.timestamp()
+
+    def _loaded(self, not_after: float) -> None:
         if self._on_load is not None:
             self._on_load(not_after)
-        return not_after
