@@ -13,11 +13,13 @@ import pytest
 
 from tessera.claims.devices import CORDONED_TAINT, UNHEALTHY_TAINT, resource_slice, slice_cards
 from tessera.kube import NODES, PODS, FakeKube, WatchEvent
+from tessera.kube.errors import ApiError
 from tessera.kube.kinds import RESOURCE_SLICES
 from tessera.model import annotations as keys
 from tessera.model.clusterspec import card_uuid, make_cards
+from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.node.cards.cordons import NodeCordons
-from tessera.view.cordon import CordonError, change_cordons, resolve_cards
+from tessera.view.cordon import CordonError, change_cordons, drain, resolve_cards, tenants
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
 
@@ -215,3 +217,56 @@ def test_a_claims_card_is_named_from_the_nodes_resource_slice() -> None:
     assert done.cordoned == {cards[0].uuid, cards[3].uuid}
     with pytest.raises(CordonError, match=r"has no card 4: .*3 \(GPU-"):
         change_cordons(kube, "n1", ["4"], cordon=True)
+
+
+def _bound(kube: FakeKube, name: str, node: str, card: int) -> None:
+    """A pod bound to ``node`` holding 1000 MiB of its card ``card``, as bind leaves it."""
+    assignment = Assignment(node, (ContainerAssignment(
+        "main", (CardSlice(card_uuid(node, card), 1000, 10),)),))  # fmt: skip
+    pod = pod_obj(name, gpu=1, memory=1000)
+    pod["metadata"]["annotations"][keys.ASSIGNMENT] = keys.encode_assignment(assignment)
+    pod["spec"]["nodeName"] = node
+    kube.create(PODS, pod, "default")
+
+
+def test_drain_evicts_the_cards_pods_retries_a_refusal_and_leaves_the_others() -> None:
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1", 2))
+    for name, card in (("a", 0), ("b", 0), ("other", 1)):
+        _bound(kube, name, "n1", card)
+    uuids = frozenset({card_uuid("n1", 0)})
+    assert [t.pod for t in tenants(kube, "n1", uuids)] == ["a", "b"]
+    kube.fail_next("evict", ApiError(429, "TooManyRequests", "Cannot evict pod as it would "
+                                     "violate the pod's disruption budget."))  # fmt: skip
+    said: list[str] = []
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    left = drain(kube, "n1", uuids, 60, said.append, clock=lambda: now[0], sleep=sleep)
+    assert left == []
+    assert said[0].startswith("default/a: eviction refused (429 TooManyRequests")
+    assert "default/b evicted" in said and "default/a evicted" in said
+    assert [c[1] for c in kube.calls if c[0] == "evict"] == ["default/a", "default/b", "default/a"]
+    assert now[0] >= 5  # the refused one was asked again only after retry_s
+    assert [p["metadata"]["name"] for p in kube.list(PODS, "default").items] == ["other"]
+
+
+def test_drain_gives_up_at_the_deadline_naming_who_is_left() -> None:
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1", 1))
+    _bound(kube, "stuck", "n1", 0)
+    for _ in range(20):  # a budget that never allows it
+        kube.fail_next("evict", ApiError(429, "TooManyRequests", "disruption budget"))
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    said: list[str] = []
+    left = drain(kube, "n1", frozenset({card_uuid("n1", 0)}), 12, said.append,
+                 clock=lambda: now[0], sleep=sleep)  # fmt: skip
+    assert [t.pod for t in left] == ["stuck"]
+    assert len([s for s in said if "refused" in s]) == 1  # said once, tried every 5 s
+    assert len([c for c in kube.calls if c[0] == "evict"]) == 3  # at 0, 6 and 12 s

@@ -1,4 +1,5 @@
-"""Cordoning cards: an operator takes single GPUs out of service, the node stays in.
+"""Cordoning and draining cards: an operator takes single GPUs out of service, the node
+stays in.
 
 A card in the Node's ``tessera.io/cordoned-cards`` takes no new tenant, from the extender
 (placement, preemption) or on the claims path (the node agent taints it in the node's
@@ -7,22 +8,29 @@ edit the annotation through these functions: the cards are named by UUID or by i
 the node, resolved against the node's inventory, and the write carries the Node's
 resourceVersion, so two operators editing the list at once do not lose each other's
 change (the loser reads again and retries).
+
+``kubectl tessera drain`` cordons, then empties the cards: every pod holding a slice of
+them (a container's, or through a DRA claim reserved for it) is evicted through the
+Eviction API, as ``kubectl drain`` does, so PodDisruptionBudgets and grace periods hold.
+A refused eviction (a budget) is retried until the deadline; the drain ends when no
+tenant is left on the cards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tessera.claims.devices import DRIVER, slice_cards, slice_name
 from tessera.errors import FormatError, SpecError
-from tessera.kube.errors import Conflict, NotFound
-from tessera.kube.kinds import NODES, RESOURCE_SLICES
+from tessera.kube.errors import ApiError, Conflict, NotFound
+from tessera.kube.kinds import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.kube.port import KubeApi, Obj
 from tessera.model import annotations as keys
 from tessera.model.types import Card
 
-__all__ = ["CordonChange", "change_cordons", "resolve_cards"]
+__all__ = ["CordonChange", "Tenant", "change_cordons", "drain", "resolve_cards", "tenants"]
 
 ATTEMPTS = 5  # reads and writes before giving up on a Node others keep changing
 
@@ -128,3 +136,103 @@ def change_cordons(api: KubeApi, node: str, named: Sequence[str], cordon: bool) 
 
 def describe(cards: Iterable[Card]) -> str:
     return ", ".join(f"card {c.index} ({c.uuid})" for c in sorted(cards, key=lambda c: c.index))
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    namespace: str
+    pod: str
+    uid: str
+    terminating: bool
+
+
+def tenants(api: KubeApi, node: str, uuids: frozenset[str]) -> list[Tenant]:
+    """The pods holding a slice of the cards ``uuids`` on ``node`` now: their own, or a
+    claim's reserved for them."""
+    from tessera.view.gpumap import build_map
+
+    obj = api.get(NODES, node)
+    pods = list(api.list(PODS, field_selector=f"spec.nodeName={node}").items)
+    slice_obj = _slice(api, node)
+    claims = _claims_of(api, pods) if slice_obj is not None else []
+    gmap = build_map([obj], pods, slices=[slice_obj] if slice_obj else [], claims=claims)
+    keys_held = {
+        f"{h.namespace}/{pod}"
+        for n in gmap.nodes
+        for c in n.cards
+        if c.uuid in uuids
+        for h in c.holders
+        for pod in h.pod.split(",")
+        if pod
+    }
+    out = []
+    for p in pods:
+        meta = p.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if key in keys_held and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            out.append(Tenant(str(meta["namespace"]), str(meta["name"]), str(meta.get("uid", "")),
+                              bool(meta.get("deletionTimestamp"))))  # fmt: skip
+    return sorted(out, key=lambda t: (t.namespace, t.pod))
+
+
+def _claims_of(api: KubeApi, pods: Iterable[Obj]) -> list[Obj]:
+    """The ResourceClaims the pods use (named in the spec, or made from a template and
+    named in the status): read one by one, not every claim of the cluster."""
+    out = []
+    for p in pods:
+        ns = str((p.get("metadata") or {}).get("namespace", ""))
+        named = {
+            c.get("resourceClaimName") for c in (p.get("spec") or {}).get("resourceClaims") or []
+        }
+        named |= {c.get("resourceClaimName")
+                  for c in (p.get("status") or {}).get("resourceClaimStatuses") or []}  # fmt: skip
+        for name in sorted(n for n in named if n):
+            try:
+                out.append(api.get(RESOURCE_CLAIMS, str(name), ns))
+            except NotFound:
+                continue
+    return out
+
+
+def drain(
+    api: KubeApi,
+    node: str,
+    uuids: frozenset[str],
+    timeout_s: float,
+    say: Callable[[str], None],
+    *,
+    poll_s: float = 2.0,
+    retry_s: float = 5.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Tenant]:
+    """Evict every pod holding the cards until none is left or ``timeout_s`` passes;
+    returns the tenants left (empty: drained). A refused eviction is tried again every
+    ``retry_s``; ``say`` reports each eviction and each refusal once."""
+    deadline = clock() + timeout_s
+    tried: dict[str, float] = {}  # pod key -> when its eviction was last asked for
+    refused: set[str] = set()
+    while True:
+        left = tenants(api, node, uuids)
+        if not left:
+            return []
+        now = clock()
+        for t in left:
+            key = f"{t.namespace}/{t.pod}"
+            if t.terminating or now - tried.get(key, -retry_s) < retry_s:
+                continue
+            tried[key] = now
+            try:
+                api.evict(t.namespace, t.pod, t.uid)
+            except NotFound:
+                continue  # gone meanwhile
+            except ApiError as exc:
+                if key not in refused:  # 429: a PodDisruptionBudget; said once
+                    refused.add(key)
+                    say(f"{key}: eviction refused ({exc.status} {exc.reason}: {exc.message}); "
+                        f"trying again every {retry_s:.0f} s")  # fmt: skip
+                continue
+            say(f"{key} evicted")
+        if clock() >= deadline:
+            return left
+        sleep(poll_s)

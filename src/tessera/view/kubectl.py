@@ -6,6 +6,7 @@
     kubectl tessera quota [-n NS | -A] [-o wide|json|yaml]
     kubectl tessera cordon NODE CARD...       (CARD: a UUID or an index on the node)
     kubectl tessera uncordon NODE [CARD...]   (no CARD: every card of the node)
+    kubectl tessera drain NODE CARD... [--timeout S]   (cordon, then evict the cards' pods)
 
 Installed as the ``kubectl-tessera`` executable (kubectl finds plugins on PATH). Reads
 Nodes, Pods, Events, GpuQuotas, and (for the cards on the claims path) ResourceSlices
@@ -576,7 +577,8 @@ def quota(
 
 
 def _change_cordons(node: str, cards: list[str], cordon: bool, kubeconfig: str | None,
-                    context: str | None) -> None:  # fmt: skip
+                    context: str | None) -> frozenset[str]:  # fmt: skip
+    """Cordon or uncordon, and say what changed; the UUIDs of the cards named."""
     from tessera.kube.errors import ApiError, NotFound
     from tessera.kube.kinds import NODES, PODS
     from tessera.view.cordon import CordonError, change_cordons, describe
@@ -598,14 +600,14 @@ def _change_cordons(node: str, cards: list[str], cordon: bool, kubeconfig: str |
         typer.echo(f"node {node}: {describe(done.unchanged)} already {verb}")
     if not done.changed and not done.unchanged:
         typer.echo(f"node {node}: no card was cordoned")
+    named = frozenset(c.uuid for c in (*done.changed, *done.unchanged))
     if not cordon:
-        return
+        return named
     # Who still runs on the cards just taken out: they keep running until they end.
     obj = api.get(NODES, node)
     pods = api.list(PODS, field_selector=f"spec.nodeName={node}").items
     slices, claims = _claims_path(api)
     gmap = build_map([obj], pods, slices=slices, claims=claims)
-    named = {c.uuid for c in (*done.changed, *done.unchanged)}
     for n in gmap.nodes:
         for c in n.cards:
             if c.uuid in named:
@@ -613,6 +615,7 @@ def _change_cordons(node: str, cards: list[str], cordon: bool, kubeconfig: str |
                 typer.echo(f"  card {c.index}: " + (
                     f"{len(held)} tenant(s) keep running: {', '.join(held)}" if held
                     else "no tenants"))  # fmt: skip
+    return named
 
 
 @app.command()
@@ -638,6 +641,30 @@ def uncordon(
 ) -> None:
     """Put cordoned cards back in service."""
     _change_cordons(node, list(cards or []), False, kubeconfig, context)
+
+
+@app.command()
+def drain(
+    node: Annotated[str, typer.Argument(help="The node's name.")],
+    cards: Annotated[list[str], typer.Argument(help="Cards to empty: UUIDs or indices.")],
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0, help="Seconds to wait for the cards to empty.")
+    ] = 300.0,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Cordon cards, then evict every pod holding them (the Eviction API: budgets and
+    grace periods hold) and wait until none is left. Exit 1 if some are at the timeout."""
+    from tessera.view.cordon import drain as drain_cards
+
+    uuids = _change_cordons(node, cards, True, kubeconfig, context)
+    api = _Conn(kubeconfig, context).client()
+    left = drain_cards(api, node, uuids, timeout, typer.echo)
+    if left:
+        pods = ", ".join(f"{t.namespace}/{t.pod}" + (" (terminating)" if t.terminating else "")
+                         for t in left)  # fmt: skip
+        _fail(f"node {node}: after {timeout:.0f} s, still on the cards: {pods}")
+    typer.echo(f"node {node}: drained; the cards stay cordoned (kubectl tessera uncordon)")
 
 
 def main() -> None:

@@ -201,6 +201,59 @@ def test_a_cordoned_card_takes_no_new_tenant_until_uncordoned(
         run(admin, "uncordon", target)
 
 
+def test_drain_evicts_a_cards_pods_through_the_eviction_api_and_its_budgets(
+    placed: dict[str, Any], harness: Harness
+) -> None:
+    """`kubectl tessera drain` on the real control plane: two pods share one card, a
+    PodDisruptionBudget protects one of them. The drain evicts the other, is refused
+    for the protected one until the timeout (exit 1, naming it), and once the budget is
+    gone a second drain empties the card; a pod on the node's next card stays."""
+    h, admin = harness, harness.env.kubeconfig
+    target = h.nodes[5].name
+    card, neighbour = h.nodes[5].cards[2], h.nodes[5].cards[3]
+    pdbs = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True)
+    slice_ = {"tessera.io/gpu-memory": "1000", "tessera.io/gpu-cores": "10"}
+    pods = {"drain-free": card.uuid, "drain-kept": card.uuid, "drain-next": neighbour.uuid}
+    for name, uuid in pods.items():
+        pod = _pod(name, slice_, {GPU_UUID: uuid})
+        pod["metadata"]["labels"] = {"e2e-drain": name}
+        h.admin.create(PODS, pod, NS)
+    kept = {"matchLabels": {"e2e-drain": "drain-kept"}}
+    budget = {"metadata": {"name": "keep-one"}, "spec": {"minAvailable": 1, "selector": kept}}
+    h.admin.create(pdbs, budget, NS)
+    try:
+        wait_for("the three pods bound", lambda: all(h.admin.get(PODS, n, NS)["spec"].get(
+            "nodeName") == target for n in pods), 60, 0.5)  # fmt: skip
+        wait_for("the budget to count its pod", lambda: (h.admin.get(pdbs, "keep-one", NS).get(
+            "status") or {}).get("currentHealthy") == 1, 60, 0.5)  # fmt: skip
+        r = run(admin, "drain", target, "2", "--timeout", "8", ok=False)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"{NS}/drain-free evicted" in r.stdout, r.stdout
+        assert f"{NS}/drain-kept: eviction refused (429" in r.stdout, r.stdout
+        assert f"still on the cards: {NS}/drain-kept" in r.stderr, r.stderr
+        h.admin.delete(pdbs, "keep-one", NS)
+        r = run(admin, "drain", target, "2", "--timeout", "60")
+        assert f"node {target}: drained" in r.stdout, r.stdout
+        assert h.admin.get(PODS, "drain-next", NS)["spec"]["nodeName"] == target  # untouched
+        gone = [n for n in ("drain-free", "drain-kept") if _exists(h, n)]
+        assert gone == [], gone
+    finally:
+        with contextlib.suppress(NotFound):
+            h.admin.delete(pdbs, "keep-one", NS)
+        for name in pods:
+            with contextlib.suppress(NotFound):
+                h.admin.delete(PODS, name, NS)
+        run(admin, "uncordon", target)
+
+
+def _exists(h: Harness, name: str) -> bool:
+    try:
+        h.admin.get(PODS, name, NS)
+    except NotFound:
+        return False
+    return True
+
+
 def test_quota_shows_use_against_the_limits(placed: dict[str, Any], harness: Harness) -> None:
     kc = placed["kubeconfig"]
     harness.admin.create(GPUQUOTAS, {
