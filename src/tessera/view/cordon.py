@@ -28,9 +28,19 @@ from tessera.kube.errors import ApiError, Conflict, NotFound
 from tessera.kube.kinds import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.kube.port import KubeApi, Obj
 from tessera.model import annotations as keys
+from tessera.model.podspec import TERMINAL_PHASES
 from tessera.model.types import Card
+from tessera.view.gpumap import GpuMap, build_map
 
-__all__ = ["CordonChange", "Tenant", "change_cordons", "drain", "resolve_cards", "tenants"]
+__all__ = [
+    "CordonChange",
+    "Tenant",
+    "change_cordons",
+    "drain",
+    "node_map",
+    "resolve_cards",
+    "tenants",
+]
 
 ATTEMPTS = 5  # reads and writes before giving up on a Node others keep changing
 
@@ -146,16 +156,20 @@ class Tenant:
     terminating: bool
 
 
-def tenants(api: KubeApi, node: str, uuids: frozenset[str]) -> list[Tenant]:
-    """The pods holding a slice of the cards ``uuids`` on ``node`` now: their own, or a
-    claim's reserved for them."""
-    from tessera.view.gpumap import build_map
-
+def node_map(api: KubeApi, node: str) -> tuple[GpuMap, list[Obj]]:
+    """One node's GPU map (its cards on both paths and who holds them) and its pods."""
     obj = api.get(NODES, node)
     pods = list(api.list(PODS, field_selector=f"spec.nodeName={node}").items)
     slice_obj = _slice(api, node)
     claims = _claims_of(api, pods) if slice_obj is not None else []
     gmap = build_map([obj], pods, slices=[slice_obj] if slice_obj else [], claims=claims)
+    return gmap, pods
+
+
+def tenants(api: KubeApi, node: str, uuids: frozenset[str]) -> list[Tenant]:
+    """The pods holding a slice of the cards ``uuids`` on ``node`` now: their own, or a
+    claim's reserved for them."""
+    gmap, pods = node_map(api, node)
     keys_held = {
         f"{h.namespace}/{pod}"
         for n in gmap.nodes
@@ -169,7 +183,7 @@ def tenants(api: KubeApi, node: str, uuids: frozenset[str]) -> list[Tenant]:
     for p in pods:
         meta = p.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        if key in keys_held and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if key in keys_held and (p.get("status") or {}).get("phase") not in TERMINAL_PHASES:
             out.append(Tenant(str(meta["namespace"]), str(meta["name"]), str(meta.get("uid", "")),
                               bool(meta.get("deletionTimestamp"))))  # fmt: skip
     return sorted(out, key=lambda t: (t.namespace, t.pod))

@@ -580,9 +580,7 @@ def _change_cordons(node: str, cards: list[str], cordon: bool, kubeconfig: str |
                     context: str | None) -> frozenset[str]:  # fmt: skip
     """Cordon or uncordon, and say what changed; the UUIDs of the cards named."""
     from tessera.kube.errors import ApiError, NotFound
-    from tessera.kube.kinds import NODES, PODS
-    from tessera.view.cordon import CordonError, change_cordons, describe
-    from tessera.view.gpumap import build_map
+    from tessera.view.cordon import CordonError, change_cordons, describe, node_map
 
     api = _Conn(kubeconfig, context).client()
     try:
@@ -604,10 +602,7 @@ def _change_cordons(node: str, cards: list[str], cordon: bool, kubeconfig: str |
     if not cordon:
         return named
     # Who still runs on the cards just taken out: they keep running until they end.
-    obj = api.get(NODES, node)
-    pods = api.list(PODS, field_selector=f"spec.nodeName={node}").items
-    slices, claims = _claims_path(api)
-    gmap = build_map([obj], pods, slices=slices, claims=claims)
+    gmap, _ = node_map(api, node)
     for n in gmap.nodes:
         for c in n.cards:
             if c.uuid in named:

@@ -28,20 +28,33 @@ NS = "view"
 NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 
 
-def _viewer_kubeconfig(h: Harness) -> Path:
-    """A kubeconfig holding the token of a service account bound to tessera-gpu-viewer."""
+def _role_kubeconfig(h: Harness, account: str, roles: list[str]) -> Path:
+    """A kubeconfig holding the token of a service account bound to the chart's
+    ClusterRoles ``roles`` (deploy/rbac.yaml)."""
     sa = Kind("v1", "ServiceAccount", "serviceaccounts", True)
-    h.admin.create(sa, {"metadata": {"name": "gpu-viewer"}}, "tessera-system")
+    h.admin.create(sa, {"metadata": {"name": account}}, "tessera-system")
     binding = Kind("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings",
                    False)  # fmt: skip
-    h.admin.create(binding, {
-        "metadata": {"name": "e2e-gpu-viewer"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "tessera-gpu-viewer"},
-        "subjects": [{"kind": "ServiceAccount", "name": "gpu-viewer",
-                      "namespace": "tessera-system"}],
-    })  # fmt: skip
-    return h.token_kubeconfig("gpu-viewer", "tessera-system", context_namespace=NS)
+    for role in roles:
+        h.admin.create(binding, {
+            "metadata": {"name": f"e2e-{account}-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account,
+                          "namespace": "tessera-system"}],
+        })  # fmt: skip
+    return h.token_kubeconfig(account, "tessera-system", context_namespace=NS)
+
+
+def _viewer_kubeconfig(h: Harness) -> Path:
+    """A kubeconfig of a service account bound to tessera-gpu-viewer only."""
+    return _role_kubeconfig(h, "gpu-viewer", ["tessera-gpu-viewer"])
+
+
+@pytest.fixture(scope="module")
+def operator(harness: Harness) -> Path:
+    """A kubeconfig of the people who take cards out: tessera-gpu-operator and -viewer."""
+    return _role_kubeconfig(harness, "gpu-operator", ["tessera-gpu-operator", "tessera-gpu-viewer"])
 
 
 @pytest.fixture(scope="module")
@@ -164,22 +177,22 @@ def test_why_weighs_only_the_nodes_kube_scheduler_would_offer(
 
 
 def test_a_cordoned_card_takes_no_new_tenant_until_uncordoned(
-    placed: dict[str, Any], harness: Harness
+    placed: dict[str, Any], harness: Harness, operator: Path
 ) -> None:
-    """`kubectl tessera cordon` on the real control plane: the viewer role may not; an
-    admin cordons one card by index; a pod pinned to it waits with kube-scheduler's own
+    """`kubectl tessera cordon` on the real control plane: the viewer role may not; the
+    operator role cordons one card by index; a pod pinned to it waits with kube-scheduler's own
     FailedScheduling naming the cordon, `why` and `top` say so; uncordoned, it binds."""
-    h, viewer, admin = harness, placed["kubeconfig"], harness.env.kubeconfig
+    h, viewer, op = harness, placed["kubeconfig"], operator
     target = h.nodes[1].name
     card = next(c for c in h.nodes[1].cards if c.index == 3)
     refused = run(viewer, "cordon", target, "3", ok=False)
     assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
-    wrong = run(admin, "cordon", target, "9", ok=False)
+    wrong = run(op, "cordon", target, "9", ok=False)
     assert wrong.returncode == 1 and f"node {target} has no card 9" in wrong.stderr
     pin = _pod("pin-cordoned", {"tessera.io/gpu-memory": "1000", "tessera.io/gpu-cores": "10"},
                {GPU_UUID: card.uuid})  # fmt: skip
     try:
-        r = run(admin, "cordon", target, "3")
+        r = run(op, "cordon", target, "3")
         assert f"node {target}: card 3 ({card.uuid}) cordoned" in r.stdout, r.stdout
         assert "card 3: no tenants" in r.stdout
         h.admin.create(PODS, pin, NS)
@@ -191,24 +204,24 @@ def test_a_cordoned_card_takes_no_new_tenant_until_uncordoned(
         doc = json.loads(run(viewer, "top", "-o", "json").stdout)
         [shown] = [c for c in doc["cards"] if c["uuid"] == card.uuid]
         assert shown["cordoned"] is True and shown["healthy"] is True
-        r = run(admin, "uncordon", target)
+        r = run(op, "uncordon", target)
         assert f"node {target}: card 3 ({card.uuid}) uncordoned" in r.stdout, r.stdout
         wait_for("the pinned pod to be bound once the card is back", lambda: h.admin.get(
             PODS, "pin-cordoned", NS)["spec"].get("nodeName") == target, 60, 0.5)  # fmt: skip
     finally:
         with contextlib.suppress(NotFound):
             h.admin.delete(PODS, "pin-cordoned", NS)
-        run(admin, "uncordon", target)
+        run(op, "uncordon", target)
 
 
 def test_drain_evicts_a_cards_pods_through_the_eviction_api_and_its_budgets(
-    placed: dict[str, Any], harness: Harness
+    placed: dict[str, Any], harness: Harness, operator: Path
 ) -> None:
     """`kubectl tessera drain` on the real control plane: two pods share one card, a
     PodDisruptionBudget protects one of them. The drain evicts the other, is refused
     for the protected one until the timeout (exit 1, naming it), and once the budget is
     gone a second drain empties the card; a pod on the node's next card stays."""
-    h, admin = harness, harness.env.kubeconfig
+    h, op = harness, operator
     target = h.nodes[5].name
     card, neighbour = h.nodes[5].cards[2], h.nodes[5].cards[3]
     pdbs = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True)
@@ -226,13 +239,13 @@ def test_drain_evicts_a_cards_pods_through_the_eviction_api_and_its_budgets(
             "nodeName") == target for n in pods), 60, 0.5)  # fmt: skip
         wait_for("the budget to count its pod", lambda: (h.admin.get(pdbs, "keep-one", NS).get(
             "status") or {}).get("currentHealthy") == 1, 60, 0.5)  # fmt: skip
-        r = run(admin, "drain", target, "2", "--timeout", "8", ok=False)
+        r = run(op, "drain", target, "2", "--timeout", "8", ok=False)
         assert r.returncode == 1, r.stdout + r.stderr
         assert f"{NS}/drain-free evicted" in r.stdout, r.stdout
         assert f"{NS}/drain-kept: eviction refused (429" in r.stdout, r.stdout
         assert f"still on the cards: {NS}/drain-kept" in r.stderr, r.stderr
         h.admin.delete(pdbs, "keep-one", NS)
-        r = run(admin, "drain", target, "2", "--timeout", "60")
+        r = run(op, "drain", target, "2", "--timeout", "60")
         assert f"node {target}: drained" in r.stdout, r.stdout
         assert h.admin.get(PODS, "drain-next", NS)["spec"]["nodeName"] == target  # untouched
         gone = [n for n in ("drain-free", "drain-kept") if _exists(h, n)]
@@ -243,7 +256,7 @@ def test_drain_evicts_a_cards_pods_through_the_eviction_api_and_its_budgets(
         for name in pods:
             with contextlib.suppress(NotFound):
                 h.admin.delete(PODS, name, NS)
-        run(admin, "uncordon", target)
+        run(op, "uncordon", target)
 
 
 def _exists(h: Harness, name: str) -> bool:
