@@ -4,6 +4,7 @@
     kubectl tessera pod NAME [-n NS] [-o json|yaml]
     kubectl tessera why NAME [-n NS]
     kubectl tessera quota [-n NS | -A] [-o wide|json|yaml]
+    kubectl tessera capacity [--model M] [-o json|yaml]   (per model: free, allocated, out)
     kubectl tessera cordon NODE CARD...       (CARD: a UUID or an index on the node)
     kubectl tessera uncordon NODE [CARD...]   (no CARD: every card of the node)
     kubectl tessera drain NODE CARD... [--timeout S]   (cordon, then evict the cards' pods)
@@ -571,6 +572,43 @@ def quota(
             row.append(",".join(h.partition("/")[2] for h in r["holders"]) or "-")
         rows.append(row)
     _table(headers, rows)
+
+
+# --- capacity ----------------------------------------------------------------------------
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+@app.command()
+def capacity(
+    model: Annotated[str | None, typer.Option(help="Only cards of this model.")] = None,
+    output: Out = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """What the cluster's cards can still take, per model: whole cards free (and how many
+    nodes have 1, 2, 4 or 8 of them, since a multi-card pod needs them on one node),
+    memory and compute allocated, cards unhealthy or cordoned."""
+    from tessera.view import capacity as cap
+
+    rows = cap.capacity(_load_map(_Conn(kubeconfig, context).client()), model)
+    if output in (Output.JSON, Output.YAML):
+        _emit({"models": [r.json() for r in rows]}, output)
+        return
+    blocks = "/".join(str(k) for k in cap.BLOCKS)
+    headers = ["MODEL", "NODES", "CARDS", "UNHEALTHY", "CORDONED", "FREE", "MOST-FREE",
+               f"NODES-FREE-{blocks}", "MEMORY", "COMPUTE"]  # fmt: skip
+    table = [
+        [r.model, r.nodes, r.cards, r.unhealthy, r.cordoned, r.free, r.most_free_on_a_node,
+         "/".join(str(r.nodes_with_free[k]) for k in cap.BLOCKS),
+         f"{r.allocated_mib // 1024}/{r.memory_mib // 1024}Gi "
+         f"{_pct(r.allocated_mib, r.memory_mib)}",
+         _pct(r.allocated_cores, r.cores_percent)]
+        for r in rows
+    ]  # fmt: skip
+    _table(headers, table)
 
 
 # --- cordon / uncordon ---------------------------------------------------------------

@@ -114,6 +114,21 @@ def test_top_shows_each_pods_slice_on_its_card(placed: dict[str, Any]) -> None:
     assert all(row["UUID"].startswith("GPU-") for row in wide)
 
 
+def test_capacity_sums_the_cards_per_model(placed: dict[str, Any]) -> None:
+    kc = placed["kubeconfig"]
+    cards = json.loads(run(kc, "top", "-o", "json").stdout)["cards"]
+    doc = json.loads(run(kc, "capacity", "-o", "json").stdout)
+    by_model = {m["model"]: m for m in doc["models"]}
+    assert by_model["all"]["cards"] == len(cards)
+    a100 = [c for c in cards if c["model"] == "A100"]
+    free = [c for c in a100 if c["healthy"] and not c["cordoned"] and not c["holders"]]
+    assert by_model["A100"]["cards"] == len(a100) and by_model["A100"]["freeCards"] == len(free)
+    assert by_model["A100"]["allocatedMiB"] == sum(c["allocatedMiB"] for c in a100)
+    assert by_model["A100"]["allocatedMiB"] >= 12000  # train's slice
+    table = {row["MODEL"]: row for row in rows(run(kc, "capacity").stdout)}
+    assert table["A100"]["FREE"] == str(len(free)) and table["all"]["CARDS"] == str(len(cards))
+
+
 def test_pod_shows_its_cards_and_limits(placed: dict[str, Any]) -> None:
     kc = placed["kubeconfig"]
     train = placed["pods"]["train"]
