@@ -21,6 +21,7 @@ import argparse
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -31,7 +32,11 @@ UUID0 = "GPU-face0000-0000-0000-0000-000000000000"
 
 
 def build() -> None:
-    subprocess.run(["make", "-C", str(LIBVGPU), "-j2", "all"], check=True, capture_output=True)
+    # With the ZIG `make libvgpu` passes: a plain cc build would replace the shipped
+    # build/libvgpu.so with one that needs the build machine's glibc, and make would
+    # then keep it for the image and the tests (it is newer than the sources).
+    zig = f"ZIG={sys.executable} -m ziglang"
+    subprocess.run(["make", "-C", str(LIBVGPU), "-j2", "all", zig], check=True, capture_output=True)
 
 
 def limits(directory: Path, cores: int, policy: str) -> Path:
