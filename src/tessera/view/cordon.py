@@ -5,7 +5,8 @@ A card in the Node's ``tessera.io/cordoned-cards`` takes no new tenant, from the
 (placement, preemption) or on the claims path (the node agent taints it in the node's
 ResourceSlice); the pods on it keep running. ``kubectl tessera cordon`` and ``uncordon``
 edit the annotation through these functions: the cards are named by UUID or by index on
-the node, resolved against the node's inventory, and the write carries the Node's
+the node, resolved against the node's inventory and its ResourceSlice (the claims
+path's cards are not in the inventory), and the write carries the Node's
 resourceVersion, so two operators editing the list at once do not lose each other's
 change (the loser reads again and retries).
 
@@ -36,6 +37,7 @@ __all__ = [
     "CordonChange",
     "Tenant",
     "change_cordons",
+    "describe",
     "drain",
     "node_map",
     "resolve_cards",
