@@ -270,3 +270,33 @@ def test_drain_gives_up_at_the_deadline_naming_who_is_left() -> None:
     assert [t.pod for t in left] == ["stuck"]
     assert len([s for s in said if "refused" in s]) == 1  # said once, tried every 5 s
     assert len([c for c in kube.calls if c[0] == "evict"]) == 3  # at 0, 6 and 12 s
+
+
+def test_a_nodes_first_inventory_nudges_the_waiting_pods_but_a_restart_does_not() -> None:
+    """The agent patches the inventory after kubelet registered the Node, and
+    kube-scheduler moves no pod on that annotation: waiting pods are nudged. An extender
+    that starts and lists nodes it never saw nudges no one."""
+    bare = node_obj("n2", 1)
+    inventory = bare["metadata"]["annotations"].pop(keys.INVENTORY)
+    w = World([node_obj("n1", 1), bare])
+    try:
+        eventually(lambda: "n1" in w.app.state.cluster)
+        waiting = w.create(pod_obj("wait", gpu=2))  # fits nowhere yet
+        assert w.filter(waiting)["NodeNames"] == []
+        eventually(lambda: "default/wait" in w.app.state.pods)
+        assert w.app.quota_writer.nudged == 0
+        w.kube.merge_patch(NODES, "n2", {"metadata": {"annotations": {keys.INVENTORY: inventory}}})
+        eventually(lambda: keys.QUOTA_RETRY in _pod_annotations(w, "wait"))
+        nudged = w.app.quota_writer.nudged
+        w.app.stop()
+        from tessera.scheduler.app import SchedulerApp
+        from tessera.scheduler.config import SchedulerConfig
+
+        w.app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
+        w.app.start()
+        assert w.app.wait_synced(5)
+        eventually(lambda: "default/wait" in w.app.state.pods)
+        w.app.quota_writer.step()  # a round now: nothing to nudge after a first list
+        assert w.app.quota_writer.nudged == 0 and nudged == 1
+    finally:
+        w.close()

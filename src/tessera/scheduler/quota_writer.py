@@ -13,8 +13,9 @@ Both run on one thread, only while this replica leads, never under the state loc
   the namespace waiting unplaced gets the annotation ``tessera.io/quota-retry`` (a merge
   patch of that one key, allowed to the scheduler's service account by
   deploy/admission-policy.yaml and nothing else): an update to an unschedulable pod
-  moves it back to the active queue. When a card comes back into service (healthy again,
-  or uncordoned), every waiting pod gets it. Lowering a quota never evicts anything.
+  moves it back to the active queue. When a card comes into service (healthy again,
+  uncordoned, or a node's first inventory), every waiting pod gets it. Lowering a quota
+  never evicts anything.
 """
 
 from __future__ import annotations

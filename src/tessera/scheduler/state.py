@@ -379,6 +379,7 @@ class SchedulerState:
         raw = (str(text), str(alloc.get("cpu", "0")), str(alloc.get("memory", "0")), str(cordons))
         if self._node_raw.get(name) == raw and (name in self.cluster or name in self.bad_nodes):
             return  # a heartbeat: nothing Tessera reads changed
+        seen = name in self._node_raw  # known before: with or without a usable inventory
         self._node_raw[name] = raw
         if not isinstance(text, str):
             self._remove_node(name)
@@ -412,10 +413,13 @@ class SchedulerState:
             self.cordoned_cards[name] = cordoned
         else:
             self.cordoned_cards.pop(name, None)
-        if was is not None and self.on_cards_back is not None:
-            before = {c.uuid for c in was.cards if c.in_service}
-            if any(c.in_service and c.uuid not in before for c in inv.cards):
-                self.on_cards_back()  # pods refused for want of it may fit now
+        # Cards that came into service on a node seen before: healthy again, uncordoned,
+        # or an inventory at last (the agent starts after kubelet registers the Node, and
+        # kube-scheduler moves no pod on the annotation). Not at the first list.
+        before = {c.uuid for c in was.cards if c.in_service} if was is not None else set()
+        back = seen and any(c.in_service and c.uuid not in before for c in inv.cards)
+        if back and self.on_cards_back is not None:
+            self.on_cards_back()  # pods refused for want of them may fit now
         for card in inv.cards:
             self._model_of[card.uuid] = card.model
             known = self._card_memory.get(card.model, 0)
