@@ -19,6 +19,8 @@ from tessera.model import annotations as keys
 from tessera.model.clusterspec import card_uuid, make_cards
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.node.cards.cordons import NodeCordons
+from tessera.scheduler.quota_writer import EVERYWHERE_EVERY_S, QuotaWriter
+from tessera.scheduler.state import SchedulerState
 from tessera.view.cordon import CordonError, change_cordons, drain, resolve_cards, tenants
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
@@ -300,3 +302,28 @@ def test_a_nodes_first_inventory_nudges_the_waiting_pods_but_a_restart_does_not(
         assert w.app.quota_writer.nudged == 0 and nudged == 1
     finally:
         w.close()
+
+
+def test_cards_coming_back_in_a_burst_nudge_each_waiting_pod_once_a_round() -> None:
+    """Fifty nodes joining at once must not patch every pending pod fifty times: the
+    rounds that nudge every waiting pod are EVERYWHERE_EVERY_S apart."""
+    kube = FakeKube()
+    state = SchedulerState()
+    for name in ("a", "b"):
+        pod = kube.create(PODS, pod_obj(name), "default")
+        state.apply_pod(pod)
+    now = [1000.0]
+    writer = QuotaWriter(state, kube, lambda: True, clock=lambda: now[0])
+    for _ in range(50):
+        writer.cards_back()
+    writer.step()
+    assert writer.nudged == 2
+    writer.cards_back()
+    now[0] += EVERYWHERE_EVERY_S - 1
+    writer.step()
+    assert writer.nudged == 2  # too soon: kept for a later round
+    now[0] += 1
+    writer.step()
+    assert writer.nudged == 4
+    writer.step()
+    assert writer.nudged == 4  # nothing new came into service

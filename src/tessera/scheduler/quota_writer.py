@@ -38,6 +38,10 @@ __all__ = ["QuotaWriter", "quota_status"]
 log = logging.getLogger(__name__)
 
 MAX_HOLDERS = 50  # pods and claims named per limit in the status; the counts are exact
+# Rounds that nudge every waiting pod (a card came into service) are this far apart at
+# least: when many nodes join at once, each would otherwise patch every pending pod.
+# kube-scheduler's own backoff tops out at 10 s, so a pod waits no longer than that.
+EVERYWHERE_EVERY_S = 10.0
 
 
 def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, Any] | None:
@@ -83,6 +87,7 @@ class QuotaWriter:
         self.clock = clock
         self._raised: set[str] = set()
         self._everywhere = False  # a card came back: every waiting pod, any namespace
+        self._everywhere_at = -EVERYWHERE_EVERY_S  # clock() of the last such round
         self._written: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -98,8 +103,8 @@ class QuotaWriter:
         self._wake.set()
 
     def cards_back(self) -> None:
-        """A card came back into service: nudge every waiting pod soon (once per round,
-        however many cards came back meanwhile)."""
+        """A card came into service: nudge every waiting pod soon, in one round however
+        many cards came meanwhile, and such rounds ``EVERYWHERE_EVERY_S`` apart."""
         with self._lock:
             self._everywhere = True
         self._wake.set()
@@ -128,9 +133,12 @@ class QuotaWriter:
             return
         if self.before_round is not None:
             self.before_round()
+        now = self.clock()
         with self._lock:
             raised, self._raised = self._raised, set()
-            everywhere, self._everywhere = self._everywhere, False
+            everywhere = self._everywhere and now - self._everywhere_at >= EVERYWHERE_EVERY_S
+            if everywhere:  # else it waits for a round after the interval
+                self._everywhere, self._everywhere_at = False, now
         if everywhere:
             self._nudge(None)
         else:
