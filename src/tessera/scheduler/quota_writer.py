@@ -86,7 +86,7 @@ class QuotaWriter:
         self.period_s = period_s
         self.clock = clock
         self._raised: set[str] = set()
-        self._everywhere = False  # a card came back: every waiting pod, any namespace
+        self._everywhere = False  # cards came into service: every waiting pod, any namespace
         self._everywhere_at = -EVERYWHERE_EVERY_S  # clock() of the last such round
         self._written: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
@@ -159,7 +159,7 @@ class QuotaWriter:
             ]
         stamp = f"{self.clock():.3f}"
         if namespace is None:
-            log.info("a card came back into service: %d waiting pods to try again", len(waiting))
+            log.info("cards came into service: %d waiting pods to try again", len(waiting))
         else:
             log.info("a quota of %s went up: %d waiting pods to try again", namespace, len(waiting))
         for ns, _, name in waiting:
