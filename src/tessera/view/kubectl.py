@@ -11,8 +11,9 @@
 
 Installed as the ``kubectl-tessera`` executable (kubectl finds plugins on PATH). Reads
 Nodes, Pods, Events, GpuQuotas, and (for the cards on the claims path) ResourceSlices
-and ResourceClaims; ``cordon`` and ``uncordon`` patch one Node's
-``tessera.io/cordoned-cards`` annotation (view/cordon.py). All through the user's
+and ResourceClaims; ``cordon``, ``uncordon`` and ``drain`` patch one Node's
+``tessera.io/cordoned-cards`` annotation, and ``drain`` evicts the pods on those cards
+(view/cordon.py). All through the user's
 kubeconfig, with kubectl's ``--kubeconfig``, ``--context`` and ``-n`` habits. Live use
 (memory in use, achieved compute) comes from Prometheus when ``--prometheus URL`` is
 given (the node agents' exporter, docs/operations.md); without it the views show
