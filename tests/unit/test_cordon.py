@@ -327,3 +327,24 @@ def test_cards_coming_back_in_a_burst_nudge_each_waiting_pod_once_a_round() -> N
     assert writer.nudged == 4
     writer.step()
     assert writer.nudged == 4  # nothing new came into service
+
+
+def test_uncordon_drops_a_uuid_no_card_shows_any_more() -> None:
+    """A card replaced (a new UUID after a repair), or left out of the slice by an API
+    server without device taints: its UUID stays in the list until uncordoned by name
+    or with the whole node. A UUID neither listed nor on the node is still refused."""
+    kube = FakeKube()
+    node = node_obj("n1", 2)
+    node["metadata"]["annotations"][keys.CORDONED_CARDS] = f"GPU-gone,{card_uuid('n1', 0)}"
+    kube.create(NODES, node)
+    done = change_cordons(kube, "n1", ["GPU-gone"], cordon=False)
+    assert (done.dropped, done.changed, done.cordoned) == (("GPU-gone",), (), {card_uuid("n1", 0)})
+    with pytest.raises(CordonError, match="has no card GPU-never"):
+        change_cordons(kube, "n1", ["GPU-never"], cordon=False)
+    patch = {
+        "metadata": {"annotations": {keys.CORDONED_CARDS: f"GPU-old,{card_uuid('n1', 0)}"}}
+    }
+    kube.merge_patch(NODES, "n1", patch)
+    every = change_cordons(kube, "n1", [], cordon=False)
+    assert every.dropped == ("GPU-old",) and [c.index for c in every.changed] == [0]
+    assert keys.CORDONED_CARDS not in kube.get(NODES, "n1")["metadata"]["annotations"]

@@ -57,6 +57,9 @@ class CordonChange:
     changed: tuple[Card, ...]  # the cards whose state this call changed
     unchanged: tuple[Card, ...]  # the cards named that already were in the asked state
     cordoned: frozenset[str]  # the node's cordoned UUIDs after the write
+    # UUIDs uncordoned that name no card the node shows: a card replaced, or left out of
+    # the slice by an API server without device taints
+    dropped: tuple[str, ...] = ()
 
 
 def _cards(node: Obj, slice_obj: Obj | None) -> tuple[Card, ...]:
@@ -119,13 +122,21 @@ def change_cordons(api: KubeApi, node: str, named: Sequence[str], cordon: bool) 
     for _ in range(ATTEMPTS):
         obj = api.get(NODES, node)
         meta = obj.get("metadata") or {}
-        cards = resolve_cards(obj, named, slice_obj) if named or cordon else _cards(obj, slice_obj)
+        before = keys.parse_cordoned((meta.get("annotations") or {}).get(keys.CORDONED_CARDS))
+        on_node = {c.uuid for c in _cards(obj, slice_obj)}
+        # Uncordoning takes any UUID the list holds, whether or not a card shows it.
+        dropped = () if cordon else tuple(sorted((set(named) & before) - on_node))
+        rest = [n for n in named if n not in dropped]
+        if named or cordon:
+            cards = resolve_cards(obj, rest, slice_obj) if rest else ()
+        else:
+            cards = _cards(obj, slice_obj)
         if cordon and not cards:
             raise CordonError("name at least one card to cordon")
-        before = keys.parse_cordoned((meta.get("annotations") or {}).get(keys.CORDONED_CARDS))
-        uuids = {c.uuid for c in cards}
+        uuids = {c.uuid for c in cards} | set(dropped)
         after = before | uuids if cordon else before - uuids
         if not named and not cordon:
+            dropped = tuple(sorted(before - on_node))
             after = frozenset()  # also the names of cards no longer on the node
         changed = tuple(c for c in cards if (c.uuid in before) != cordon)
         unchanged = tuple(c for c in cards if (c.uuid in before) == cordon)
@@ -142,7 +153,7 @@ def change_cordons(api: KubeApi, node: str, named: Sequence[str], cordon: bool) 
             api.merge_patch(NODES, node, patch)
         except Conflict:
             continue  # someone else changed the Node meanwhile: read it again
-        return CordonChange(node, changed, unchanged, frozenset(after))
+        return CordonChange(node, changed, unchanged, frozenset(after), dropped)
     raise CordonError(f"node {node} kept changing under {ATTEMPTS} attempts; try again")
 
 

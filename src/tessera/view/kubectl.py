@@ -635,7 +635,9 @@ def _change_cordons(node: str, cards: list[str], cordon: bool, kubeconfig: str |
         typer.echo(f"node {node}: {describe(done.changed)} {verb}")
     if done.unchanged:
         typer.echo(f"node {node}: {describe(done.unchanged)} already {verb}")
-    if not done.changed and not done.unchanged:
+    if done.dropped:
+        typer.echo(f"node {node}: {', '.join(done.dropped)} (no card the node shows) {verb}")
+    if not done.changed and not done.unchanged and not done.dropped:
         typer.echo(f"node {node}: no card was cordoned")
     named = frozenset(c.uuid for c in (*done.changed, *done.unchanged))
     if not cordon:
