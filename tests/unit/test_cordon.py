@@ -341,9 +341,7 @@ def test_uncordon_drops_a_uuid_no_card_shows_any_more() -> None:
     assert (done.dropped, done.changed, done.cordoned) == (("GPU-gone",), (), {card_uuid("n1", 0)})
     with pytest.raises(CordonError, match="has no card GPU-never"):
         change_cordons(kube, "n1", ["GPU-never"], cordon=False)
-    patch = {
-        "metadata": {"annotations": {keys.CORDONED_CARDS: f"GPU-old,{card_uuid('n1', 0)}"}}
-    }
+    patch = {"metadata": {"annotations": {keys.CORDONED_CARDS: f"GPU-old,{card_uuid('n1', 0)}"}}}
     kube.merge_patch(NODES, "n1", patch)
     every = change_cordons(kube, "n1", [], cordon=False)
     assert every.dropped == ("GPU-old",) and [c.index for c in every.changed] == [0]
