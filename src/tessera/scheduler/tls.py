@@ -105,11 +105,11 @@ class ReloadingContext:
         self._on_load = on_load
         self._seen = self._stamps()
         self._refused: tuple[tuple[int, int, int], ...] = ()
-        # Files that do not load at start: an error, raised here.
+        # Files that do not load at start: an error, raised here. The first context is
+        # the served one; its callback hands each handshake to the newest.
         self._current, self.not_after = self._load()
         self._loaded(self.not_after)
-        self.context = _new_context()
-        self.context.load_cert_chain(str(cert.cert_file), str(cert.key_file))
+        self.context = self._current
         self.context.sni_callback = self._pick
 
     def _pick(self, conn: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
