@@ -94,7 +94,11 @@ def resolve_cards(
     node: Obj, named: Sequence[str], slice_obj: Obj | None = None
 ) -> tuple[Card, ...]:
     """The node's cards that ``named`` gives, by UUID or by index; every name must match."""
-    cards = _cards(node, slice_obj)
+    name = str((node.get("metadata") or {}).get("name", ""))
+    return _pick(name, _cards(node, slice_obj), named)
+
+
+def _pick(node_name: str, cards: tuple[Card, ...], named: Sequence[str]) -> tuple[Card, ...]:
     by_uuid = {c.uuid: c for c in cards}
     by_index = {str(c.index): c for c in cards}
     out: list[Card] = []
@@ -106,7 +110,6 @@ def resolve_cards(
         elif card not in out:
             out.append(card)
     if unknown:
-        node_name = (node.get("metadata") or {}).get("name")
         known = ", ".join(f"{c.index} ({c.uuid})" for c in sorted(cards, key=lambda c: c.index))
         raise CordonError(
             f"node {node_name} has no card {', '.join(unknown)}: give a UUID or an index "
@@ -123,21 +126,19 @@ def change_cordons(api: KubeApi, node: str, named: Sequence[str], cordon: bool) 
         obj = api.get(NODES, node)
         meta = obj.get("metadata") or {}
         before = keys.parse_cordoned((meta.get("annotations") or {}).get(keys.CORDONED_CARDS))
-        on_node = {c.uuid for c in _cards(obj, slice_obj)}
-        # Uncordoning takes any UUID the list holds, whether or not a card shows it.
-        dropped = () if cordon else tuple(sorted((set(named) & before) - on_node))
-        rest = [n for n in named if n not in dropped]
-        if named or cordon:
-            cards = resolve_cards(obj, rest, slice_obj) if rest else ()
+        here = _cards(obj, slice_obj)
+        on_node = {c.uuid for c in here}
+        if not named and not cordon:  # every card, and the UUIDs no card shows any more
+            cards, dropped = here, tuple(sorted(before - on_node))
+            after: frozenset[str] = frozenset()
         else:
-            cards = _cards(obj, slice_obj)
-        if cordon and not cards:
-            raise CordonError("name at least one card to cordon")
-        uuids = {c.uuid for c in cards} | set(dropped)
-        after = before | uuids if cordon else before - uuids
-        if not named and not cordon:
-            dropped = tuple(sorted(before - on_node))
-            after = frozenset()  # also the names of cards no longer on the node
+            # Uncordoning takes any UUID the list holds, whether or not a card shows it.
+            dropped = () if cordon else tuple(sorted((set(named) & before) - on_node))
+            cards = _pick(node, here, [n for n in named if n not in dropped])
+            if cordon and not cards:
+                raise CordonError("name at least one card to cordon")
+            uuids = {c.uuid for c in cards} | set(dropped)
+            after = before | uuids if cordon else before - uuids
         changed = tuple(c for c in cards if (c.uuid in before) != cordon)
         unchanged = tuple(c for c in cards if (c.uuid in before) == cordon)
         if after == before:
