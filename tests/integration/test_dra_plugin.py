@@ -211,6 +211,10 @@ def test_a_sick_card_is_tainted_in_the_slice_and_comes_back(env: Env) -> None:
     spec = env.slice()["spec"]
     assert spec["devices"][0]["taints"][0]["key"] == UNHEALTHY_TAINT
     assert spec["pool"]["generation"] == gen + 1
+    # The server stamped the taint's timeAdded: the slice as written is the agent's own,
+    # so ten more health ticks write nothing and the taint keeps its time.
+    time.sleep(10 * 0.05)
+    assert env.slice()["spec"] == spec
     env.discovery.set_probe(U1, True)
     deadline = time.monotonic() + 5
     while "taints" in env.slice()["spec"]["devices"][0] and time.monotonic() < deadline:

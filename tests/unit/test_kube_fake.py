@@ -6,6 +6,8 @@ import pytest
 
 from tessera.kube import NODES, PODS, ApiError, Conflict, FakeKube, Gone, NotFound
 from tessera.kube.binder import bind_once
+from tessera.kube.fake import canonical_quantity
+from tessera.kube.kinds import RESOURCE_SLICES
 
 
 def _pod(name: str) -> dict:
@@ -101,3 +103,23 @@ def test_field_selector_filters_lists() -> None:
         p["metadata"]["name"] for p in kube.list(PODS, field_selector="spec.schedulerName!=x").items
     ]
     assert names == ["b"]
+
+
+def test_a_resource_slice_is_stored_as_the_api_server_stores_it() -> None:
+    kube = FakeKube()
+    capacity = {"memory": {"value": "40960Mi"}, "slots": {"value": "16"}}
+    taint = {"key": "k", "value": "true", "effect": "NoSchedule"}
+    device = {"name": "gpu-0", "capacity": capacity, "taints": [taint]}
+    out = kube.create(RESOURCE_SLICES, {"metadata": {"name": "s"}, "spec": {"devices": [device]}})
+    [stored] = out["spec"]["devices"]
+    assert stored["capacity"] == {"memory": {"value": "40Gi"}, "slots": {"value": "16"}}
+    assert stored["taints"][0]["timeAdded"].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("written", "stored"),
+    [("40960Mi", "40Gi"), ("1536Mi", "1536Mi"), ("1Mi", "1Mi"), ("1024Ki", "1Mi"),
+     ("100", "100"), ("0", "0"), ("1000", "1k"), ("2048", "2048"), ("0.5", "500m")],
+)  # fmt: skip
+def test_quantities_take_their_canonical_form(written: str, stored: str) -> None:
+    assert canonical_quantity(written) == stored

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from tessera.kube.errors import ApiError, Conflict, Gone, NotFound
 from tessera.kube.kinds import PODS, Kind
 from tessera.kube.port import ListResult, Obj, WatchEvent
+from tessera.model.quantity import parse_quantity
 
 __all__ = ["FakeKube"]
 
@@ -39,6 +40,38 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
+
+
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
+
+
+def canonical_quantity(text: str) -> str:
+    """A quantity as the API server stores it (apimachinery ``Quantity.String``), for the
+    integer and milli values Tessera writes: a binary suffix stays binary at the largest
+    unit that divides it (``40960Mi`` -> ``40Gi``), below 1024 it turns decimal, and a
+    decimal one takes the largest power of 1000 (``1000`` -> ``1k``)."""
+    q = parse_quantity(text, "quantity")
+    v = q.value
+    if v.denominator != 1:
+        milli = v * 1000
+        return f"{milli}m" if milli.denominator == 1 else text
+    n, unit = int(v), 0
+    if q.binary and abs(n) >= 1024:
+        while unit < 6 and n % 1024 == 0:
+            n, unit = n // 1024, unit + 1
+        return f"{n}{_BINARY_SUFFIXES[unit]}"
+    while unit < 6 and n != 0 and n % 1000 == 0:
+        n, unit = n // 1000, unit + 1
+    return f"{n}{_DECIMAL_SUFFIXES[unit]}"
+
+
+def _canonical_quantities(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _canonical_quantities(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical_quantities(v) for v in value]
+    return canonical_quantity(value) if isinstance(value, str) else value
 
 
 def _matches(obj: Obj, label_selector: str | None, field_selector: str | None) -> bool:
@@ -128,6 +161,21 @@ class FakeKube:
     def _record(self, kind: Kind, type_: str, obj: Obj) -> None:
         self._history.append((self._rv, kind.plural, type_, copy.deepcopy(obj)))
         self._lock.notify_all()
+
+    @staticmethod
+    def _default(kind: Kind, obj: Obj) -> None:
+        """What the server changes in a ResourceSlice that Tessera writes: a device taint
+        without ``timeAdded`` gets the time of the write, to the second (Kubernetes
+        pkg/apis/resource/v1/defaults.go), and capacity quantities are stored in
+        canonical form (``40960Mi`` as ``40Gi``)."""
+        if kind.plural != "resourceslices":
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for dev in (obj.get("spec") or {}).get("devices") or []:
+            for taint in dev.get("taints") or []:
+                taint.setdefault("timeAdded", now)
+            if "capacity" in dev:
+                dev["capacity"] = _canonical_quantities(dev["capacity"])
 
     def _stamp(self, obj: Obj) -> None:
         self._rv += 1
@@ -220,6 +268,7 @@ class FakeKube:
                 raise Conflict(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" exists')
             meta["uid"] = meta.get("uid") or str(uuid.uuid4())
             meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            self._default(kind, obj)
             self._stamp(obj)
             self._objects[key] = obj
             self._record(kind, "ADDED", obj)
@@ -254,6 +303,7 @@ class FakeKube:
             obj = copy.deepcopy(body)
             obj["metadata"]["uid"] = stored["metadata"]["uid"]
             obj["metadata"]["namespace"] = stored["metadata"].get("namespace")
+            self._default(kind, obj)
             self._stamp(obj)
             self._objects[key] = obj
             self._record(kind, "MODIFIED", obj)
@@ -282,6 +332,7 @@ class FakeKube:
                 patch = {"status": patch.get("status")} if "status" in patch else {}
             obj = merge_patch(stored, patch)
             obj["metadata"]["uid"] = stored["metadata"]["uid"]
+            self._default(kind, obj)
             self._stamp(obj)
             self._objects[key] = obj
             self._record(kind, "MODIFIED", obj)

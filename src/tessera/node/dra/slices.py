@@ -6,6 +6,12 @@ nothing. A watch on the slice (``watch``) takes in what others write: a slice ed
 deleted by hand differs from the cards, so the next publish (every health tick) writes
 the cards' slice back.
 
+"Differs" is meant as the API server means it: it stores quantities in canonical form
+(``40960Mi`` comes back as ``40Gi``) and stamps each device taint's ``timeAdded``, so the
+comparison reads quantities as numbers and leaves that time out, and a taint that stays
+keeps the time it first appeared. Comparing the text once made every agent write its
+slice, with a new pool generation, on every health tick.
+
 A card that turns unhealthy gets a NoSchedule device taint; an API server that does not
 serve device taints drops the field silently, so the publisher checks what it got back
 and, if the taints are gone, leaves the sick cards out of the slice instead.
@@ -20,10 +26,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from tessera.claims.devices import resource_slice, slice_name
+from tessera.errors import SpecError
 from tessera.kube.errors import NotFound
 from tessera.kube.kinds import NODES, RESOURCE_SLICES
 from tessera.kube.port import KubeApi, Obj, WatchEvent
 from tessera.kube.reflector import Reflector
+from tessera.model.quantity import parse_quantity
 from tessera.model.types import Card
 
 __all__ = ["SlicePublisher"]
@@ -33,6 +41,58 @@ log = logging.getLogger(__name__)
 
 def _devices(obj: dict[str, Any] | None) -> list[Any]:
     return list(((obj or {}).get("spec") or {}).get("devices") or [])
+
+
+def _canonical(devices: list[Any]) -> list[Any]:
+    """``devices`` as the API server means them: capacity quantities as exact numbers
+    (it stores ``40960Mi`` as ``40Gi``) and taints without the ``timeAdded`` it stamps."""
+
+    def numbers(value: Any, field: str) -> Any:
+        if isinstance(value, dict):
+            return {k: numbers(v, f"{field}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [numbers(v, field) for v in value]
+        return parse_quantity(value, field).value
+
+    out = []
+    for dev in devices:
+        dev = dict(dev)
+        if "capacity" in dev:
+            dev["capacity"] = numbers(dev["capacity"], "capacity")
+        if "taints" in dev:
+            dev["taints"] = [
+                {k: v for k, v in t.items() if k != "timeAdded"} for t in dev["taints"]
+            ]
+        out.append(dev)
+    return out
+
+
+def _same_devices(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    try:
+        return _canonical(_devices(a)) == _canonical(_devices(b))
+    except SpecError:
+        return False  # not a quantity: not what we write, so written over
+
+
+def _keep_taint_times(want: list[Any], current: list[Any]) -> None:
+    """Give each taint in ``want`` the ``timeAdded`` the API server stamped on the same
+    taint in ``current`` (same device, key and effect).
+
+    The server sets it when a taint arrives without one; a taint that stays keeps the
+    time it first appeared, and the slice as written compares equal to the cards again.
+    """
+    stamped: dict[tuple[str, str, str], Any] = {}
+    for dev in current:
+        for taint in dev.get("taints") or []:
+            if "timeAdded" in taint:
+                stamped[(dev.get("name"), taint.get("key"), taint.get("effect"))] = taint[
+                    "timeAdded"
+                ]
+    for dev in want:
+        for taint in dev.get("taints") or []:
+            when = stamped.get((dev.get("name"), taint.get("key"), taint.get("effect")))
+            if when is not None:
+                taint["timeAdded"] = when
 
 
 def _older(obj: Obj, than: Obj | None) -> bool:
@@ -58,11 +118,15 @@ class SlicePublisher:
         self._loaded = False
         self._node_uid: str | None = None  # the owner reference's; read once
 
-    def _desired(self, cards: list[Card], generation: int) -> dict[str, Any]:
+    def _desired(
+        self, cards: list[Card], generation: int, current: dict[str, Any] | None
+    ) -> dict[str, Any]:
         if self.taints_served is False:
             cards = [c for c in cards if c.in_service]
         uid = self._node_uid or ""
-        return resource_slice(self.node, cards, generation, self.driver_version, uid)
+        want = resource_slice(self.node, cards, generation, self.driver_version, uid)
+        _keep_taint_times(_devices(want), _devices(current))
+        return want
 
     def publish(self, cards: Iterable[Card]) -> bool:
         """Write the slice if it differs from ``cards``; True when written."""
@@ -75,19 +139,19 @@ class SlicePublisher:
                     self._current = None
                 self._loaded = True
             current = self._current
-            if current is not None and _devices(current) == _devices(self._desired(cards, 0)):
+            if current is not None and _same_devices(current, self._desired(cards, 0, current)):
                 return False  # every health tick comes here: no API call
             if self._node_uid is None:
                 self._node_uid = str(self.api.get(NODES, self.node)["metadata"]["uid"])
             pool = ((current or {}).get("spec") or {}).get("pool") or {}
             generation = int(pool.get("generation", 0))
-            want = self._desired(cards, generation + 1)
+            want = self._desired(cards, generation + 1, current)
             written = self._write(want, current)
             if self.taints_served is None and any("taints" in d for d in _devices(want)):
                 self.taints_served = any("taints" in d for d in _devices(written))
                 if not self.taints_served:
                     log.warning("the API server drops device taints: sick cards leave the slice")
-                    written = self._write(self._desired(cards, generation + 2), written)
+                    written = self._write(self._desired(cards, generation + 2, written), written)
             self._current = written
         log.info("ResourceSlice %s written (%d devices)", self.name, len(_devices(written)))
         return True

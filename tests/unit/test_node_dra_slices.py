@@ -1,0 +1,95 @@
+"""The node agent's ResourceSlice publisher against FakeKube, which stamps a device
+taint's ``timeAdded`` as the real API server does."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tessera.claims.devices import CORDONED_TAINT, UNHEALTHY_TAINT, slice_name
+from tessera.kube import NODES, FakeKube
+from tessera.kube.kinds import RESOURCE_SLICES
+from tessera.model.clusterspec import make_cards
+from tessera.node.dra.slices import SlicePublisher
+
+OLD = "2026-01-02T03:04:05Z"
+
+
+def _world() -> tuple[FakeKube, SlicePublisher]:
+    kube = FakeKube()
+    kube.create(NODES, {"metadata": {"name": "n1"}})
+    return kube, SlicePublisher(kube, "n1")
+
+
+def _taints(kube: FakeKube) -> dict[str, list[dict[str, str]]]:
+    devices = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"]
+    return {d["name"]: d["taints"] for d in devices if "taints" in d}
+
+
+def test_a_tainted_slice_as_the_server_stamped_it_is_not_written_again() -> None:
+    kube, pub = _world()
+    cards = list(make_cards("n1", 2, "A100"))
+    cards[0] = replace(cards[0], healthy=False)
+    assert pub.publish(cards)
+    [taint] = next(iter(_taints(kube).values()))
+    assert taint["key"] == UNHEALTHY_TAINT and taint["timeAdded"]  # the server's stamp
+    for _ in range(5):  # health ticks
+        assert not pub.publish(cards)
+    assert pub.writes == 1
+
+
+def test_a_taint_keeps_the_time_it_first_appeared_when_another_card_changes() -> None:
+    kube, pub = _world()
+    cards = list(make_cards("n1", 2, "A100"))
+    cards[0] = replace(cards[0], healthy=False)
+    pub.publish(cards)
+    # Pretend the taint is old, as it would be after a day: its time must survive.
+    obj = kube.get(RESOURCE_SLICES, slice_name("n1"))
+    obj["spec"]["devices"][0]["taints"][0]["timeAdded"] = OLD
+    pub.forget()  # read the slice again, as after a raced write
+    kube.replace(RESOURCE_SLICES, obj)
+    cards[1] = replace(cards[1], cordoned=True)
+    assert pub.publish(cards)
+    taints = _taints(kube)
+    first, second = (taints[d] for d in sorted(taints))
+    assert [(t["key"], t["timeAdded"]) for t in first] == [(UNHEALTHY_TAINT, OLD)]
+    assert [t["key"] for t in second] == [CORDONED_TAINT] and second[0]["timeAdded"] != OLD
+
+
+def test_a_taint_that_goes_and_comes_back_gets_a_new_time() -> None:
+    kube, pub = _world()
+    cards = list(make_cards("n1", 1, "A100"))
+    pub.publish([replace(cards[0], healthy=False)])
+    obj = kube.get(RESOURCE_SLICES, slice_name("n1"))
+    obj["spec"]["devices"][0]["taints"][0]["timeAdded"] = OLD
+    pub.forget()
+    kube.replace(RESOURCE_SLICES, obj)
+    assert pub.publish(cards)  # healthy again: the taint goes
+    assert _taints(kube) == {}
+    assert pub.publish([replace(cards[0], healthy=False)])
+    [[taint]] = _taints(kube).values()
+    assert taint["timeAdded"] != OLD
+
+
+def test_an_agent_restarted_with_the_same_cards_writes_nothing() -> None:
+    # The server stores 40960Mi as 40Gi: the slice read at start is still the cards'.
+    kube, pub = _world()
+    cards = list(make_cards("n1", 2, "A100"))
+    assert pub.publish(cards)
+    stored = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"][0]["capacity"]
+    assert stored["memory"]["value"] == f"{cards[0].memory_mib // 1024}Gi"
+    again = SlicePublisher(kube, "n1")
+    assert not again.publish(cards)
+    assert again.writes == 0
+
+
+def test_a_capacity_edited_by_hand_is_written_back() -> None:
+    kube, pub = _world()
+    cards = list(make_cards("n1", 1, "A100"))
+    pub.publish(cards)
+    obj = kube.get(RESOURCE_SLICES, slice_name("n1"))
+    obj["spec"]["devices"][0]["capacity"]["memory"]["value"] = "1000Gi"
+    kube.replace(RESOURCE_SLICES, obj)
+    pub.forget()
+    assert pub.publish(cards)
+    memory = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"][0]["capacity"]
+    assert memory["memory"]["value"] == f"{cards[0].memory_mib // 1024}Gi"
