@@ -4,6 +4,7 @@ import pytest
 
 from tessera.errors import FormatError
 from tessera.model import Assignment, Card, CardSlice, ComputePolicy, ContainerAssignment
+from tessera.model import annotations as keys
 from tessera.model.annotations import (
     decode_assignment,
     decode_inventory,
@@ -126,3 +127,31 @@ def test_footprint_takes_max_of_init_and_sum_of_apps() -> None:
     )
     assert a.footprint() == {"u": (5000, 50, False)}
     assert a.slots() == {"u": 2}  # max(2 app containers, 1 init container)
+
+
+def test_preempting_round_trips_with_sorted_victims() -> None:
+    text = keys.encode_preempting("a1", ["ns/b", "ns/a"])
+    assert text == '{"node":"a1","v":1,"victims":["ns/a","ns/b"]}'
+    assert keys.decode_preempting("ns/p", text) == keys.Preempting(
+        "a1", frozenset({"ns/a", "ns/b"})
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"v":1,"victims":["ns/a"]}', "field 'node'"),
+        ('{"node":"","v":1,"victims":["ns/a"]}', "field 'node' must not be empty"),
+        ('{"node":"a1","v":1,"victims":[]}', "field 'victims' must list pods as namespace/name"),
+        ('{"node":"a1","v":1,"victims":["a"]}', "field 'victims' must list pods as namespace/name"),
+        ('{"node":"a1","v":2,"victims":["ns/a"]}', "unknown version 2"),
+        ("[]", "must be a JSON object"),
+    ],
+)
+def test_a_malformed_preempting_names_the_pod_the_annotation_and_the_rule(
+    text: str, problem: str
+) -> None:
+    with pytest.raises(FormatError) as err:
+        keys.decode_preempting("ns/p", text)
+    assert str(err.value).startswith("pod ns/p: annotation tessera.io/preempting: ")
+    assert problem in str(err.value)

@@ -11,7 +11,15 @@ from tessera.kube import GPUQUOTAS, PODS, FakeKube
 from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS
-from tessera.model.annotations import QUOTA_RETRY
+from tessera.model.annotations import (
+    PREEMPTING,
+    QUOTA_RETRY,
+    Preempting,
+    decode_preempting,
+    encode_preempting,
+)
+from tessera.scheduler.app import SchedulerApp
+from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.preemptor import Preemptor
 from tessera.scheduler.state import PodInfo, SchedulerState
@@ -220,3 +228,56 @@ def test_a_hold_ends_when_its_pod_is_deleted_or_does_not_come_back(
         w.kube.delete(PODS, "urgent", "default")
     eventually(lambda: w.app.state.holds.get("default/urgent") is None)
     assert w.schedule(w.create(prio_pod("late", 10))) == "a1"
+
+
+def test_a_new_leader_keeps_holding_the_node_while_the_victims_terminate(world: World) -> None:
+    """A takeover (or a restart) while the victims sit out their grace period: the new
+    leader reads the preemption from the pod and neither evicts a second pod for it nor
+    lets a less important pod take the freed card."""
+    w = world
+    w.kube.graceful_evictions = True
+    urgent = w.create(prio_pod("urgent", 1000))
+    assert w.filter(urgent)["NodeNames"] == []
+    eventually(lambda: evictions(w) == ["default/low-1"])
+    eventually(lambda: w.app.state.pods["default/low-1"].terminating)
+    record = w.kube.get(PODS, "urgent", "default")["metadata"]["annotations"][PREEMPTING]
+    assert decode_preempting("default/urgent", record) == Preempting(
+        "a1", frozenset({"default/low-1"})
+    )
+    w.app.stop()
+    new = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
+    new.start()
+    try:
+        assert new.wait_synced(5)
+        w.app = new  # the world's verbs now reach the new leader
+        urgent = w.kube.get(PODS, "urgent", "default")
+        assert w.filter(urgent)["NodeNames"] == []  # low-1 still terminating
+        new.preemptor.step()
+        assert evictions(w) == ["default/low-1"]  # not low-0 as well
+        assert new.state.holds.get("default/urgent") is not None
+        w.kube.delete(PODS, "low-1", "default")  # its grace period is over
+        eventually(lambda: "default/low-1" not in new.state.pods)
+        late = prio_pod("late", 10)
+        late["spec"]["preemptionPolicy"] = "Never"
+        out = w.filter(w.create(late))
+        assert out["FailedNodes"]["a1"].startswith("held for default/urgent (priority 1000)")
+        assert w.schedule(urgent) == "a1"
+    finally:
+        new.stop()
+
+
+def test_a_new_leader_holds_nothing_for_a_preemption_whose_victims_are_gone() -> None:
+    state, kube = SchedulerState(), FakeKube()
+    p = Preemptor(state, kube, EventRecorder(kube, "t", "t"), lambda: True)
+    done = encode_preempting("a1", ["default/low"])  # low is not among the pods any more
+    state.pods["default/urgent"] = PodInfo("default/urgent", "u", "1", "", None, None,
+                                           priority=1000, preempting=done)  # fmt: skip
+    state.pods["default/bad"] = PodInfo("default/bad", "u2", "1", "", None, None,
+                                        preempting='{"v":1,"node":"a1"}')  # fmt: skip
+    p.step()
+    assert len(state.holds) == 0
+    state.pods["default/low"] = PodInfo("default/low", "u3", "1", "a1", None, None)
+    p._adopted = False  # as at the next takeover
+    p.step()
+    assert state.holds.get("default/urgent") is not None
+    assert state.holds.get("default/bad") is None  # malformed: warned about, skipped

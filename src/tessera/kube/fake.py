@@ -97,6 +97,7 @@ class FakeKube:
         self._objects: dict[_Key, Obj] = {}
         self._rv = 0
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
+        self.graceful_evictions = False  # evict: terminating until deleted (see evict)
         self._failures: dict[str, list[ApiError]] = {}
         self._lost_answers: dict[str, list[ApiError]] = {}
         self._closed = False
@@ -350,8 +351,10 @@ class FakeKube:
 
     def evict(self, namespace: str, name: str, uid: str) -> None:
         """As the API server: NotFound for no such pod, Conflict for another UID; then the
-        pod goes (at once: no kubelet here). PodDisruptionBudgets are not kept, so the
-        429 the API server gives while one forbids it comes only from ``fail_next``."""
+        pod goes: at once (no kubelet here), or, with ``graceful_evictions``, it only
+        turns terminating (``deletionTimestamp``) until the test deletes it, as in its
+        grace period. PodDisruptionBudgets are not kept, so the 429 the API server gives
+        while one forbids it comes only from ``fail_next``."""
         with self._lock:
             self.calls.append(("evict", f"{namespace}/{name}"))
             self._check_failure("evict")
@@ -361,6 +364,13 @@ class FakeKube:
                 raise NotFound(404, "NotFound", f'pods "{name}" not found')
             if stored["metadata"]["uid"] != uid:
                 raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+            if self.graceful_evictions:
+                if not stored["metadata"].get("deletionTimestamp"):
+                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    stored["metadata"]["deletionTimestamp"] = stamp
+                    self._stamp(stored)
+                    self._record(PODS, "MODIFIED", stored)
+                return
             del self._objects[key]
             self._stamp(stored)
             self._record(PODS, "DELETED", stored)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tessera.errors import FormatError
@@ -45,11 +45,15 @@ __all__ = [
     "HAMI_GPU_UUID_EXCLUDE",
     "INVENTORY",
     "PLACEMENT",
+    "PREEMPTING",
     "PREFIX",
+    "Preempting",
     "decode_assignment",
     "decode_inventory",
+    "decode_preempting",
     "encode_assignment",
     "encode_inventory",
+    "encode_preempting",
     "format_cordoned",
     "parse_cordoned",
     "with_cordons",
@@ -91,6 +95,9 @@ CORDONED_CARDS = PREFIX + "cordoned-cards"
 # makes kube-scheduler try the pod again (scheduler/quota_writer.py). The value is the
 # time of the nudge (Unix seconds); nothing reads it.
 QUOTA_RETRY = PREFIX + "quota-retry"
+# Set by the scheduler on a pending pod it preempted for: the node and the pods evicted
+# there. A new leader reads it back to keep holding the node (scheduler/holds.py).
+PREEMPTING = PREFIX + "preempting"
 
 VERSION = 1
 
@@ -307,3 +314,28 @@ def decode_assignment(pod: str, text: str) -> Assignment:
             )
         )
     return Assignment(node=node, containers=tuple(containers))
+
+
+@dataclass(frozen=True, slots=True)
+class Preempting:
+    """A pod's ``tessera.io/preempting``: pods (namespace/name) evicted on ``node`` for it."""
+
+    node: str
+    victims: frozenset[str]
+
+
+def encode_preempting(node: str, victims: Iterable[str]) -> str:
+    return _dumps({"node": node, "v": VERSION, "victims": sorted(victims)})
+
+
+def decode_preempting(pod: str, text: str) -> Preempting:
+    """Parse a pod's ``tessera.io/preempting``; ``pod`` (namespace/name) is for messages."""
+    what = f"pod {pod}: annotation {PREEMPTING}"
+    obj = _loads(what, text)
+    node = _field(what, obj, "node", str)
+    if not node:
+        raise FormatError(what, "field 'node' must not be empty")
+    victims = _field(what, obj, "victims", list)
+    if not victims or not all(isinstance(v, str) and "/" in v for v in victims):
+        raise FormatError(what, "field 'victims' must list pods as namespace/name")
+    return Preempting(node, frozenset(victims))

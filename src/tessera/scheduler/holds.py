@@ -16,8 +16,11 @@ weighed again.
 A hold ends when P is bound, when P is gone, ``keep_s`` after the last victim went
 (kube-scheduler tries P again within its backoff, at most 10 s), or when a victim was
 never seen going (``until``: the eviction did not take; the preemption is weighed again).
-The book lives in the leader's memory; a new leader starts without holds, and the next
-failed filter for P weighs its preemption afresh.
+The book lives in the leader's memory, and each preemption is also written on P
+(``tessera.io/preempting``: the node and the victims). A new leader, or the same one
+restarted, holds the node again from that annotation while any victim is still there;
+without it, it would see P still not fit while the victims terminate and evict a second
+set for it.
 
 Not thread-safe on its own: the scheduler state's lock guards it.
 """
@@ -56,6 +59,9 @@ class HoldBook:
     def __len__(self) -> int:
         return len(self._by_key)
 
+    def __contains__(self, key: str) -> bool:
+        return key in self._by_key
+
     def __iter__(self) -> Iterator[Hold]:
         return iter(list(self._by_key.values()))  # a copy: the caller may drop holds
 
@@ -68,6 +74,9 @@ class HoldBook:
 
     def drop(self, key: str) -> None:
         self._by_key.pop(key, None)
+
+    def clear(self) -> None:
+        self._by_key.clear()
 
     def victims(self) -> set[str]:
         """Every pod some hold waits to see go."""

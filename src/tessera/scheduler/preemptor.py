@@ -37,11 +37,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from tessera.errors import FormatError
 from tessera.kube.errors import ApiError, Conflict, NotFound
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
-from tessera.model.annotations import QUOTA_RETRY
+from tessera.model.annotations import PREEMPTING, QUOTA_RETRY, decode_preempting, encode_preempting
 from tessera.model.types import NodeInventory, PodRequest
 from tessera.placement.policies import make_policy
 from tessera.placement.preemption import Holder, Preemption, choose_preemption
@@ -84,6 +85,7 @@ class Preemptor:
         self._queue: dict[str, tuple[Obj, PodRequest, list[str]]] = {}
         self._later: dict[str, tuple[float, Obj, PodRequest, list[str]]] = {}  # refused
         self._floor_value, self._floor_at = 0, float("-inf")
+        self._adopted = False  # the holds of the leader before taken over
         self._wake = threading.Event()
         self._stop = threading.Event()
 
@@ -128,7 +130,15 @@ class Preemptor:
                 if info is not None and info.uid == request.uid and not info.node_name:
                     queue.setdefault(key, (pod, request, nodes))
         if not self.leading():
+            if self._adopted:
+                with self.state.lock:
+                    self.state.holds.clear()  # the new leader holds from the annotations
+                self._adopted = False
             return []
+        if not self._adopted:
+            with self.state.lock:
+                self._adopt_holds()
+            self._adopted = True
         self._follow_holds()
         done = []
         for pod, request, nodes in queue.values():
@@ -171,7 +181,40 @@ class Preemptor:
                 until = self.clock() + self.hold_s
                 hold = Hold(request.key, uid, priority, found.node, frozenset(evicted), until)
                 self.state.holds.put(hold)
+            self._record(request.key, uid, found.node, evicted)
         return found
+
+    def _record(self, key: str, uid: str, node: str, evicted: list[str]) -> None:
+        """Write the preemption on its pod (``tessera.io/preempting``), so a leader that
+        takes over keeps holding the node while the victims go."""
+        ns, _, name = key.partition("/")
+        patch = {"metadata": {"uid": uid, "annotations": {PREEMPTING: encode_preempting(
+            node, evicted)}}}  # fmt: skip
+        try:
+            self.api.merge_patch(PODS, name, patch, ns)
+        except NotFound:
+            pass  # gone meanwhile
+        except ApiError as exc:  # the hold holds here; only a takeover would lose it
+            log.warning("could not record %s's preemption on its pod: %s", key, exc)
+
+    def _adopt_holds(self) -> None:
+        """Hold again, as a new leader, the nodes an earlier one evicted pods on: from each
+        pending pod's ``tessera.io/preempting`` whose victims are not all gone (lock held).
+        Without it the new leader would see the preemptor still not fit while its victims
+        terminate, and evict a second set for it."""
+        until = self.clock() + self.hold_s
+        for info in list(self.state.pods.values()):
+            if info.node_name or info.preempting is None or info.key in self.state.holds:
+                continue
+            try:
+                record = decode_preempting(info.key, info.preempting)
+            except FormatError as exc:
+                log.warning("%s", exc)
+                continue
+            if any(v in self.state.pods for v in record.victims):
+                hold = Hold(info.key, info.uid, info.priority, record.node, record.victims, until)
+                self.state.holds.put(hold)
+                log.info("holding %s for %s, as the leader before did", record.node, info.key)
 
     def _follow_holds(self) -> None:
         """End the holds whose pod is placed or gone, or that were kept long enough; nudge

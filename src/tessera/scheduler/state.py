@@ -76,6 +76,7 @@ class PodInfo:
     assignment_text: str | None = None  # the annotation's bytes, to skip unchanged updates
     priority: int = 0  # spec.priority (GPU preemption picks lower ones)
     terminating: bool = False  # deletionTimestamp set: going already, no victim
+    preempting: str | None = None  # tessera.io/preempting's bytes (read at a takeover)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,11 @@ def pod_priority(obj: Obj | None) -> int:
 
 def _terminating(obj: Obj | None) -> bool:
     return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _preempting(obj: Obj | None) -> str | None:
+    raw = _annotations(obj or {}).get(keys.PREEMPTING)
+    return raw if isinstance(raw, str) else None
 
 
 def _annotations(obj: Obj) -> dict[str, Any]:
@@ -503,6 +509,7 @@ class SchedulerState:
             # A status update (kwok, kubelet) or a label: nothing Tessera reads changed.
             known.resource_version = upd.resource_version
             known.terminating = _terminating(upd.obj)
+            known.preempting = _preempting(upd.obj)
             return
         if not upd.decoded:
             self._decode(upd)  # it changed after all since prepare_pod looked
@@ -512,6 +519,7 @@ class SchedulerState:
         self.pods[key] = PodInfo(
             key, uid, upd.resource_version, node_name, upd.request, upd.assignment, text,
             priority=pod_priority(upd.obj), terminating=_terminating(upd.obj),
+            preempting=_preempting(upd.obj),
         )  # fmt: skip
         self._observe(upd)
         self._confirm(upd)

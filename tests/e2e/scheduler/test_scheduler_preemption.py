@@ -121,6 +121,15 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     h.admin.delete(BUDGETS, "keep-low", NS)
     wait_for("low-1 to be evicted", lambda: h.admin.get(PODS, "low-1", NS)["metadata"]
              .get("deletionTimestamp"), 60, 0.5)  # fmt: skip
+    # The preemption is written on the pod (through the chart's admission policy), so an
+    # extender restarted now -- a rollout, a takeover -- holds the node again and evicts
+    # no second pod while low-1 terminates.
+    record = h.admin.get(PODS, "urgent", NS)["metadata"]["annotations"]["tessera.io/preempting"]
+    assert json.loads(record) == {"node": NODE, "v": 1, "victims": [f"{NS}/low-1"]}
+    ext = h.extender
+    assert ext is not None
+    ext.stop()
+    ext.start()
     # Meanwhile the node is held for the urgent pod: a low-priority pod that comes now is
     # kept off it, in kube-scheduler's own words, so it cannot take the card that is about
     # to be freed (and be evicted in turn).
@@ -129,8 +138,6 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     wait_for("peer to find the node held",
              lambda: any(held in m for m in _failed(h, "peer")), 60, 0.5)  # fmt: skip
     # The operator's GPU map says so too, on the node's row, in a real browser.
-    ext = h.extender
-    assert ext is not None
 
     def map_says() -> str:
         doc = json.loads(ext.get("/gpus.json")[1])

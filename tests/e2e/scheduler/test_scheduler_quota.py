@@ -69,15 +69,15 @@ def test_the_crd_refuses_malformed_quotas_naming_field_and_rule(
     assert message in info.value.message, info.value.message
 
 
-def test_the_scheduler_account_may_change_only_the_retry_annotation(harness: Harness) -> None:
+def test_the_scheduler_account_may_change_only_its_two_annotations(harness: Harness) -> None:
     h = harness
     assert h.extender is not None
     sa = KubeClient.from_kubeconfig(str(h.extender.kubeconfig))
     pod = h.admin.create(PODS, _pod("nudge-probe", {"cpu": "10m"}), "default")
     name = pod["metadata"]["name"]
     try:
-        sa.merge_patch(PODS, name, {"metadata": {"annotations": {"tessera.io/quota-retry": "1"}}},
-                       "default")  # fmt: skip
+        for key in ("tessera.io/quota-retry", "tessera.io/preempting"):
+            sa.merge_patch(PODS, name, {"metadata": {"annotations": {key: "1"}}}, "default")
         for patch in (
             {"metadata": {"annotations": {"other": "x"}}},
             {"metadata": {"labels": {"app": "x"}}},
@@ -85,8 +85,9 @@ def test_the_scheduler_account_may_change_only_the_retry_annotation(harness: Har
         ):
             with pytest.raises(ApiError) as info:
                 sa.merge_patch(PODS, name, patch, "default")
-            assert "may change only metadata.annotations[tessera.io/quota-retry]" in (
-                info.value.message
+            assert (
+                "may change only metadata.annotations[tessera.io/quota-retry] and "
+                "metadata.annotations[tessera.io/preempting] of a pod" in info.value.message
             ), info.value.message
     finally:
         h.admin.delete(PODS, name, "default")
