@@ -314,11 +314,11 @@ def test_cards_coming_back_in_a_burst_nudge_each_waiting_pod_once_a_round() -> N
         state.apply_pod(pod)
     now = [1000.0]
     writer = QuotaWriter(state, kube, lambda: True, clock=lambda: now[0])
-    for _ in range(50):
-        writer.cards_back()
+    for i in range(50):
+        writer.cards_back(make_cards(f"n{i}", 8, "A100"))
     writer.step()
     assert writer.nudged == 2
-    writer.cards_back()
+    writer.cards_back(make_cards("n50", 1, "A100"))
     now[0] += EVERYWHERE_EVERY_S - 1
     writer.step()
     assert writer.nudged == 2  # too soon: kept for a later round
@@ -346,3 +346,39 @@ def test_uncordon_drops_a_uuid_no_card_shows_any_more() -> None:
     every = change_cordons(kube, "n1", [], cordon=False)
     assert every.dropped == ("GPU-old",) and [c.index for c in every.changed] == [0]
     assert keys.CORDONED_CARDS not in kube.get(NODES, "n1")["metadata"]["annotations"]
+
+
+def test_cards_coming_back_nudge_only_the_waiting_pods_that_could_use_them() -> None:
+    """A T4 coming back is no news to a pod that wants A100s, nor a 16 GiB card to one
+    that asks 30,000 MiB, nor a card to a pod pinned to another; each of those is
+    nudged when a card it could use comes back."""
+    kube, state = FakeKube(), SchedulerState()
+    t4 = card_uuid("t", 0)
+    pods = {
+        "any": pod_obj("any", gpu=1),
+        "a100": pod_obj("a100", gpu=1, annotations={keys.GPU_MODEL: "A100"}),
+        "big": pod_obj("big", gpu=1, memory=30_000),
+        "pinned": pod_obj("pinned", gpu=1, memory=1000, annotations={keys.GPU_UUID: t4}),
+        "pinned-elsewhere": pod_obj("pinned-elsewhere", gpu=1, memory=1000,
+                                    annotations={keys.GPU_UUID: card_uuid("x", 0)}),
+    }  # fmt: skip
+    for pod in pods.values():
+        state.apply_pod(kube.create(PODS, pod, "default"))
+    assert all(state.pods[f"default/{n}"].request is not None for n in pods)
+    now = [1000.0]
+    writer = QuotaWriter(state, kube, lambda: True, clock=lambda: now[0])
+
+    def nudged() -> set[str]:
+        return {n for n in pods if keys.QUOTA_RETRY in _annotations(kube, n)}
+
+    writer.cards_back(make_cards("t", 1, "T4"))  # 15,360 MiB
+    writer.step()
+    assert nudged() == {"any", "pinned"}
+    now[0] += EVERYWHERE_EVERY_S
+    writer.cards_back(make_cards("a", 1, "A100"))  # 40,960 MiB
+    writer.step()
+    assert nudged() == {"any", "pinned", "a100", "big"}  # never the pod pinned elsewhere
+
+
+def _annotations(kube: FakeKube, name: str) -> dict[str, str]:
+    return dict(kube.get(PODS, name, "default")["metadata"].get("annotations") or {})

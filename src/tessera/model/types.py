@@ -111,6 +111,13 @@ class GpuRequest:
         """Whether the model constraints admit cards of ``model``."""
         return (not self.models or model in self.models) and model not in self.models_exclude
 
+    def could_fit_on(self, model: str, card_memory_mib: int) -> bool:
+        """Whether an empty card of ``model`` and ``card_memory_mib`` could hold this
+        request's slice, its UUID constraints aside."""
+        return self.allows_model(model) and (
+            self.memory_mib is None or self.memory_mib <= card_memory_mib
+        )
+
     def allows(self, card: Card) -> bool:
         """Whether the model and UUID constraints admit ``card``."""
         if not self.allows_model(card.model):

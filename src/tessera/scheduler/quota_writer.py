@@ -13,9 +13,10 @@ Both run on one thread, only while this replica leads, never under the state loc
   the namespace waiting unplaced gets the annotation ``tessera.io/quota-retry`` (a merge
   patch of that one key, allowed to the scheduler's service account by
   deploy/admission-policy.yaml and nothing else): an update to an unschedulable pod
-  moves it back to the active queue. When a card comes into service (healthy again,
-  uncordoned, or a node's first inventory), every waiting pod gets it. Lowering a quota
-  never evicts anything.
+  moves it back to the active queue. When cards come into service (healthy again,
+  uncordoned, or a node's first inventory), every waiting pod that could use one of them
+  gets it: some GPU container of it admits the card's model (and UUID, if pinned) and
+  asks no more memory than the card has. Lowering a quota never evicts anything.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from tessera.kube.errors import ApiError, NotFound
 from tessera.kube.kinds import GPUQUOTAS, PODS
 from tessera.kube.port import KubeApi
 from tessera.model.annotations import QUOTA_RETRY
+from tessera.model.types import Card, PodRequest
 from tessera.quota.claims import CLAIM_HOLDER
 from tessera.scheduler.state import SchedulerState
 
@@ -38,8 +40,8 @@ __all__ = ["QuotaWriter", "quota_status"]
 log = logging.getLogger(__name__)
 
 MAX_HOLDERS = 50  # pods and claims named per limit in the status; the counts are exact
-# Rounds that nudge every waiting pod (a card came into service) are this far apart at
-# least: when many nodes join at once, each would otherwise patch every pending pod.
+# Rounds that nudge for cards come into service are this far apart at least: when many
+# nodes join at once, each would otherwise patch every pending pod.
 # kube-scheduler's own backoff tops out at 10 s, so a pod waits no longer than that.
 EVERYWHERE_EVERY_S = 10.0
 
@@ -69,6 +71,31 @@ def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, A
     return {"limits": limits}
 
 
+class _CardsBack:
+    """Cards come into service, grouped so that a pod is weighed against each kind of
+    card (model, memory) once, not against every card: thousands of waiting pods meet
+    hundreds of cards when a rack comes back."""
+
+    def __init__(self, cards: Iterable[Card]) -> None:
+        self.by_uuid = {c.uuid: c for c in cards}
+        self.kinds = {(c.model, c.memory_mib) for c in self.by_uuid.values()}
+
+    def of_use_to(self, pod: PodRequest) -> bool:
+        """Whether some GPU container of ``pod`` could take one of the cards, were it
+        empty. Never False when the cards could help; a UUID exclusion is not weighed,
+        which can only nudge a pod too many."""
+        for c in pod.gpu_containers():
+            gpu = c.gpu
+            assert gpu is not None
+            if gpu.uuids:
+                pinned = [self.by_uuid[u] for u in gpu.uuids if u in self.by_uuid]
+                if any(gpu.could_fit_on(card.model, card.memory_mib) for card in pinned):
+                    return True
+            elif any(gpu.could_fit_on(model, mib) for model, mib in self.kinds):
+                return True
+        return False
+
+
 class QuotaWriter:
     def __init__(
         self,
@@ -86,8 +113,8 @@ class QuotaWriter:
         self.period_s = period_s
         self.clock = clock
         self._raised: set[str] = set()
-        self._everywhere = False  # cards came into service: every waiting pod, any namespace
-        self._everywhere_at = -EVERYWHERE_EVERY_S  # clock() of the last such round
+        self._back: dict[str, Card] = {}  # came into service since the last such round
+        self._back_at = -EVERYWHERE_EVERY_S  # clock() of the last such round
         self._written: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -102,11 +129,12 @@ class QuotaWriter:
             self._raised |= namespaces
         self._wake.set()
 
-    def cards_back(self) -> None:
-        """A card came into service: nudge every waiting pod soon, in one round however
-        many cards came meanwhile, and such rounds ``EVERYWHERE_EVERY_S`` apart."""
+    def cards_back(self, cards: Iterable[Card]) -> None:
+        """``cards`` came into service: nudge the waiting pods that could use them soon, in
+        one round however many came meanwhile, and such rounds ``EVERYWHERE_EVERY_S``
+        apart."""
         with self._lock:
-            self._everywhere = True
+            self._back.update((c.uuid, c) for c in cards)
         self._wake.set()
 
     def start(self) -> None:
@@ -134,20 +162,20 @@ class QuotaWriter:
         if self.before_round is not None:
             self.before_round()
         now = self.clock()
+        back: dict[str, Card] = {}
         with self._lock:
             raised, self._raised = self._raised, set()
-            everywhere = self._everywhere and now - self._everywhere_at >= EVERYWHERE_EVERY_S
-            if everywhere:  # else it waits for a round after the interval
-                self._everywhere, self._everywhere_at = False, now
-        if everywhere:
-            self._nudge(None)
-        else:
-            for ns in sorted(raised):
-                self._nudge(ns)
+            if self._back and now - self._back_at >= EVERYWHERE_EVERY_S:
+                back, self._back, self._back_at = self._back, {}, now  # else a later round
+        if back:
+            self._nudge(None, _CardsBack(back.values()))
+        for ns in sorted(raised):
+            self._nudge(ns)
         self._write_statuses()
 
-    def _nudge(self, namespace: str | None) -> None:
-        """Annotate the pods of ``namespace`` (None: of every namespace) that wait."""
+    def _nudge(self, namespace: str | None, back: _CardsBack | None = None) -> None:
+        """Annotate the pods of ``namespace`` (None: of every namespace) that wait, and
+        could use one of ``back`` if given."""
         with self.state.lock:
             waiting = [
                 info.key.partition("/")
@@ -156,10 +184,12 @@ class QuotaWriter:
                 and not info.node_name
                 and info.request is not None
                 and info.key not in self.state.reservations
+                and (back is None or back.of_use_to(info.request))
             ]
         stamp = f"{self.clock():.3f}"
-        if namespace is None:
-            log.info("cards came into service: %d waiting pods to try again", len(waiting))
+        if back is not None:
+            log.info("cards came into service: %d waiting pods that could use them to try "
+                     "again", len(waiting))  # fmt: skip
         else:
             log.info("a quota of %s went up: %d waiting pods to try again", namespace, len(waiting))
         for ns, _, name in waiting:

@@ -45,6 +45,7 @@ from tessera.model.podspec import TERMINAL_PHASES, Compat, parse_pod
 from tessera.model.quantity import cpu_milli, memory_mib
 from tessera.model.types import (
     Assignment,
+    Card,
     ContainerRequest,
     GpuRequest,
     NodeInventory,
@@ -166,7 +167,7 @@ class SchedulerState:
         self.bad_nodes: dict[str, str] = {}  # node -> why its inventory was refused
         # Called (state lock held) when a node's card comes back into service: healthy
         # again or uncordoned. kube-scheduler sees no event of its own for that.
-        self.on_cards_back: Callable[[], None] | None = None
+        self.on_cards_back: Callable[[list[Card]], None] | None = None
         self.cordoned_cards: dict[str, int] = {}  # node -> its cards cordoned, when any
         self.problems: Counter[str] = Counter()  # kind -> count, for metrics
         # Quotas: the GpuQuota objects by namespace, and what each namespace's pods hold
@@ -423,9 +424,9 @@ class SchedulerState:
         # or an inventory at last (the agent starts after kubelet registers the Node, and
         # kube-scheduler moves no pod on the annotation). Not at the first list.
         before = {c.uuid for c in was.cards if c.in_service} if was is not None else set()
-        back = seen and any(c.in_service and c.uuid not in before for c in inv.cards)
+        back = [c for c in inv.cards if c.in_service and c.uuid not in before] if seen else []
         if back and self.on_cards_back is not None:
-            self.on_cards_back()  # pods refused for want of them may fit now
+            self.on_cards_back(back)  # pods refused for want of them may fit now
         for card in inv.cards:
             self._model_of[card.uuid] = card.model
             known = self._card_memory.get(card.model, 0)
