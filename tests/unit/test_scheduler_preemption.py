@@ -281,3 +281,16 @@ def test_a_new_leader_holds_nothing_for_a_preemption_whose_victims_are_gone() ->
     p.step()
     assert state.holds.get("default/urgent") is not None
     assert state.holds.get("default/bad") is None  # malformed: warned about, skipped
+
+
+def test_the_preemptor_acts_only_once_the_pods_are_listed() -> None:
+    # A takeover reads the holds from the pods: a partial list would lose some for good.
+    kube = FakeKube()
+    app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), kube)
+    assert app.leading() and not app.preemptor.leading()
+    app.start()
+    try:
+        assert app.wait_synced(5)
+        assert app.preemptor.leading()
+    finally:
+        app.stop()

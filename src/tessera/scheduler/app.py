@@ -203,8 +203,13 @@ class SchedulerApp:
             absent_ok=True,
             on_relist=relisted,
         )
+        # Not before the lists are in: a new leader takes over the holds from the pods.
         self.preemptor = Preemptor(
-            self.state, api, self.events, self.leading, on_evict=self.metrics.preemptions.inc
+            self.state,
+            api,
+            self.events,
+            lambda: self.leading() and self.synced(),
+            on_evict=self.metrics.preemptions.inc,
         )
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}
