@@ -348,6 +348,23 @@ def test_claims_kubelet_never_unprepares_are_swept_once_the_api_lets_them_go(env
     assert not spec_of("used").exists() and spec_of("kept").exists()
 
 
+def test_a_prepare_that_never_finished_is_swept_but_a_spec_keeps_its_folder(env: Env) -> None:
+    # The agent died between the folder and meta.json: kubelet's retry would write it
+    # again, but the pod went meanwhile and none comes. A folder whose meta.json no longer
+    # reads while its CDI spec is there may be in a container's use: it stays.
+    claims_dir = env.root / "state" / "claims"
+    (claims_dir / "u-half").mkdir(parents=True)
+    (claims_dir / "u-half" / "limits").write_text("half")
+    (claims_dir / "u-spec").mkdir()
+    (claims_dir / "u-spec" / "meta.json").write_text("{not json")
+    (env.root / "cdi").mkdir(exist_ok=True)
+    spec = env.root / "cdi" / "gpu.tessera.io-claim_u-spec.json"
+    spec.write_text("{}")
+    assert env.agent.sweep_claims(env.agent.cfg.cleanup_grace_s) == []  # young: in flight
+    assert env.agent.sweep_claims(0) == ["u-half"]
+    assert sorted(p.name for p in claims_dir.iterdir()) == ["u-spec"] and spec.exists()
+
+
 def test_an_agent_upgrade_keeps_the_library_a_prepared_claim_uses(env: Env) -> None:
     claim = _claim(env.kube, "kept", "gpu-1", memory="1Gi", compute="10")
     out = env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(claim)]))

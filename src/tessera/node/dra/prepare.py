@@ -231,7 +231,9 @@ class ClaimPreparer:
 
         Stay without a question to the API server: claims a live pod on this node uses
         (``in_use``: namespace and name), and folders younger than ``grace_s`` (a prepare
-        in flight) or unreadable. A claim the API server cannot answer for stays too."""
+        in flight). A claim the API server cannot answer for stays too. A folder with no
+        readable meta.json goes only if it has no CDI spec either: a prepare that never
+        finished (the spec is written last), which no container can be using."""
         removed: list[str] = []
         for uid in self.layout.claim_uids():
             ref = _meta_claim(self.layout.read_claim_meta(uid))
@@ -239,7 +241,14 @@ class ClaimPreparer:
                 age = now - self.layout.claim_dir(uid).stat().st_mtime
             except OSError:
                 continue  # unprepared meanwhile
-            if ref is None or age < grace_s or ref in in_use:
+            if age < grace_s or ref in in_use:
+                continue
+            if ref is None:
+                if not (self.cdi_dir / spec_file_name(uid)).exists():
+                    why = "no readable meta.json, no CDI spec"
+                    log.warning("claim %s: a prepare that never finished (%s); removing", uid, why)
+                    self.unprepare(uid)
+                    removed.append(uid)
                 continue
             namespace, name = ref
             try:
