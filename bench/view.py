@@ -63,7 +63,8 @@ class ListedApi:
         self.text = {NODES.plural: nodes, PODS.plural: pods}
 
     def list(self, kind: Kind, namespace: str | None = None, **_: Any) -> Any:
-        return type("L", (), {"items": json.loads(self.text[kind.plural])["items"]})
+        text = self.text.get(kind.plural, '{"items": []}')  # no claims path: none listed
+        return type("L", (), {"items": json.loads(text)["items"]})
 
 
 def main() -> None:
@@ -74,7 +75,7 @@ def main() -> None:
     args = ap.parse_args()
     nodes, pods = cluster(args.nodes, args.pods)
     api = ListedApi(nodes, pods)
-    kubectl._Conn.client = lambda self: api  # type: ignore[method-assign]
+    kubectl.common.Conn.client = lambda self: api  # type: ignore[method-assign]
     runner = CliRunner()
     ours: list[float] = []
     floor: list[float] = []

@@ -1,0 +1,38 @@
+"""``kubectl tessera``: the cluster's GPUs as an operator asks about them.
+
+    kubectl tessera top [-n NS] [--model M] [--sort-by node|free|memory|cores] [-o wide|json|yaml]
+    kubectl tessera pod NAME [-n NS] [-o json|yaml]
+    kubectl tessera why NAME [-n NS]
+    kubectl tessera quota [-n NS | -A] [-o wide|json|yaml]
+    kubectl tessera capacity [--model M] [-o json|yaml]   (per model: free, allocated, out)
+    kubectl tessera cordon NODE CARD...       (CARD: a UUID or an index on the node)
+    kubectl tessera uncordon NODE [CARD...]   (no CARD: every card of the node)
+    kubectl tessera drain NODE CARD... [--timeout S]   (cordon, then evict the cards' pods)
+
+Installed as the ``kubectl-tessera`` executable (kubectl finds plugins on PATH). Reads
+Nodes, Pods, Events, GpuQuotas, and (for the cards on the claims path) ResourceSlices
+and ResourceClaims; ``cordon``, ``uncordon`` and ``drain`` patch one Node's
+``tessera.io/cordoned-cards`` annotation, and ``drain`` evicts the pods on those cards
+(view/cordon.py). All through the user's
+kubeconfig, with kubectl's ``--kubeconfig``, ``--context`` and ``-n`` habits. Live use
+(memory in use, achieved compute) comes from Prometheus when ``--prometheus URL`` is
+given (the node agents' exporter, docs/operations.md); without it the views show
+allocation only.
+"""
+
+from __future__ import annotations
+
+from tessera.view.kubectl import capacity, cordon, quota, top, why
+from tessera.view.kubectl.common import app
+
+# In the order `kubectl tessera --help` lists them.
+for _command in (top.top, top.pod, why.why, quota.quota, capacity.capacity,
+                 cordon.cordon, cordon.uncordon, cordon.drain):  # fmt: skip
+    app.command()(_command)
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """The ``kubectl-tessera`` entry point."""
+    app(prog_name="kubectl tessera")

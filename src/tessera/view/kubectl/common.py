@@ -1,0 +1,152 @@
+"""What every ``kubectl tessera`` command shares: the Typer app, kubectl's options, the
+connection, and the output helpers."""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from tessera.view.gpumap import GpuMap
+
+app = typer.Typer(
+    name="kubectl tessera",
+    help="Tessera's view of the cluster's GPUs: who holds which card, and why a pod waits.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+class Output(enum.StrEnum):
+    WIDE = "wide"
+    JSON = "json"
+    YAML = "yaml"
+
+
+class SortBy(enum.StrEnum):
+    NODE = "node"
+    FREE = "free"  # most free memory first
+    MEMORY = "memory"  # most allocated memory first
+    CORES = "cores"  # most allocated compute first
+    USED = "used"  # most memory in use first (needs --prometheus)
+
+
+Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", help="Path of the kubeconfig.")]
+Context = Annotated[str | None, typer.Option("--context", help="kubeconfig context to use.")]
+Namespace = Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace.")]
+Out = Annotated[Output | None, typer.Option("--output", "-o", help="wide, json or yaml.")]
+Prom = Annotated[
+    str | None,
+    typer.Option("--prometheus", help="Prometheus base URL for live use (memory, compute)."),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Conn:
+    kubeconfig: str | None
+    context: str | None
+
+    def client(self) -> Any:
+        from tessera.kube.client import KubeClient
+
+        return KubeClient.from_kubeconfig(self.kubeconfig, self.context, pool_size=4)
+
+    def namespace(self, given: str | None) -> str:
+        """``-n``, else the context's namespace, else ``default`` (as kubectl does)."""
+        if given:
+            return given
+        from kubernetes import config as k8s_config
+
+        try:
+            contexts, active = k8s_config.list_kube_config_contexts(self.kubeconfig)  # type: ignore[no-untyped-call]
+        except Exception:  # in-cluster, or no kubeconfig: kubectl's default
+            return "default"
+        chosen = next((c for c in contexts if c["name"] == self.context), active)
+        return str((chosen or {}).get("context", {}).get("namespace") or "default")
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def get_pod(api: Any, name: str, namespace: str) -> dict[str, Any]:
+    """The pod, or exit 1 with kubectl's wording when it does not exist."""
+    from tessera.kube.errors import NotFound
+    from tessera.kube.kinds import PODS
+
+    try:
+        return dict(api.get(PODS, name, namespace))
+    except NotFound:
+        fail(f'pods "{name}" not found in namespace {namespace}')
+
+
+def load_map(api: Any) -> GpuMap:
+    from tessera.kube.kinds import NODES, PODS
+    from tessera.view.gpumap import build_map
+
+    slices, claims = claims_path(api)
+    return build_map(api.list(NODES).items, api.list(PODS).items, slices=slices, claims=claims)
+
+
+def claims_path(api: Any) -> tuple[list[Any], list[Any]]:
+    """Every ResourceSlice and ResourceClaim (the claims path), as listed now."""
+    from tessera.kube.errors import ApiError
+    from tessera.kube.kinds import RESOURCE_CLAIMS, RESOURCE_SLICES
+
+    def listed(kind: Any) -> list[Any]:
+        """The claims path's objects; none where the cluster has no resource.k8s.io/v1
+        (404) or the role may not list them (403), said once on stderr."""
+        try:
+            return list(api.list(kind).items)
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            typer.echo(f"note: cannot list {kind.plural} ({exc.status} {exc.reason}): "
+                       "cards on the claims path are not shown", err=True)  # fmt: skip
+            return []
+
+    slices = listed(RESOURCE_SLICES)
+    return slices, listed(RESOURCE_CLAIMS) if slices else []
+
+
+def slice_cards(slices: list[Any]) -> dict[str, dict[str, Any]]:
+    """Pool -> device name -> card, from this driver's readable slices."""
+    from tessera.claims.devices import DRIVER, slice_devices
+    from tessera.errors import SpecError
+
+    out: dict[str, dict[str, Any]] = {}
+    for obj in slices:
+        if (obj.get("spec") or {}).get("driver") != DRIVER:
+            continue
+        try:
+            pool, cards = slice_devices(obj)
+        except SpecError:
+            continue  # top names it among the claim problems
+        out[pool] = cards
+    return out
+
+
+def emit(obj: Any, output: Output) -> None:
+    if output is Output.JSON:
+        typer.echo(json.dumps(obj, indent=2, sort_keys=True))
+    else:
+        import yaml
+
+        typer.echo(yaml.safe_dump(obj, sort_keys=True), nl=False)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """kubectl's look: upper-case headers, columns padded by three spaces."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for r in cells:
+        typer.echo("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def mib(n: int) -> str:
+    return f"{n}Mi"  # exact: what the pod asked for, in the unit it asked in

@@ -1,0 +1,101 @@
+"""``kubectl tessera why``: why a pending pod fits nowhere, and what GPU preemption
+would do for it."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated, Any
+
+import typer
+
+from tessera.view.kubectl.common import (
+    Conn,
+    Context,
+    Kubeconfig,
+    Namespace,
+    get_pod,
+)
+
+
+def _preemption_plan(api: Any, state: Any, pod: Any, outcome: Any) -> str:
+    """What Tessera's preemption would evict for the pod now (scheduler/preemptor.py)."""
+    from tessera.kube.events import EventRecorder
+    from tessera.scheduler.preemptor import Preemptor
+
+    if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+        return "  preemption: none (preemptionPolicy: Never)"
+    planner = Preemptor(state, api, EventRecorder(api, "kubectl-tessera"), lambda: False)
+    found = planner.plan(pod, outcome.request, list(outcome.failed))
+    if found is None:
+        return "  preemption: none would help (no pod of lower priority holds cards it could use)"
+    victims = ", ".join(map(str, found.victims))
+    return f"  preemption: evicting {victims} on {found.node} would make room"
+
+
+def why(
+    name: Annotated[str, typer.Argument(help="The pending pod's name.")],
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Why a pod is not placed: the placement core's grouped reasons against the cluster
+    as it is now, and the scheduler's last recorded events for the pod."""
+    from tessera.kube.errors import NotFound
+    from tessera.kube.kinds import EVENTS, GPUQUOTAS, NODES, PODS
+    from tessera.scheduler.filter import filter_pod
+    from tessera.scheduler.placer import Placer
+    from tessera.scheduler.reasons import summarise
+    from tessera.scheduler.state import SchedulerState
+    from tessera.scheduler.wire import ExtenderArgs
+    from tessera.view.eligible import ineligible
+
+    conn = Conn(kubeconfig, context)
+    ns = conn.namespace(namespace)
+    api = conn.client()
+    obj = get_pod(api, name, ns)
+    key = f"{ns}/{name}"
+    bound = (obj.get("spec") or {}).get("nodeName")
+    if bound:
+        typer.echo(f"pod {key} is placed: bound to {bound} (kubectl tessera pod {name} -n {ns})")
+        return
+    nodes = api.list(NODES).items
+    state = SchedulerState()
+    state.replace_nodes(nodes)
+    state.replace_pods([p for p in api.list(PODS).items if p.get("metadata", {}).get("uid")
+                        != obj.get("metadata", {}).get("uid")])  # fmt: skip
+    with contextlib.suppress(NotFound):  # the GpuQuota CRD is not installed: no quotas
+        state.replace_quotas(api.list(GPUQUOTAS).items)
+    # Only the nodes kube-scheduler's own filters would offer (view/eligible.py: cordons,
+    # nodeName, nodeSelector, required affinity, taints); the rest are its to judge.
+    left_out = ineligible(obj, nodes)
+    names = [str(n["metadata"]["name"]) for n in nodes
+             if n["metadata"]["name"] not in left_out]  # fmt: skip
+    if left_out:
+        head = f"kube-scheduler's own filters leave out {len(left_out)} of {len(nodes)} nodes"
+        typer.echo(summarise(left_out, head=head))
+    outcome = filter_pod(state, Placer(), ExtenderArgs(pod=obj, node_names=names))
+    if outcome.spec_error:
+        typer.echo(f"pod {key} is refused: {outcome.spec_error}")
+    elif outcome.request is None:
+        typer.echo(f"pod {key} asks for no Tessera GPU resource; Tessera does not place it")
+    elif outcome.decision is not None:
+        cards = [s.uuid for c in outcome.decision.containers for s in c.slices]
+        typer.echo(
+            f"pod {key} fits now: node {outcome.decision.node}, cards {', '.join(cards)}. "
+            "If it still waits, kube-scheduler has not tried it again yet, or something "
+            "other than GPUs holds it (see its events below)."
+        )
+    elif not names:
+        typer.echo(f"pod {key} fits nowhere: kube-scheduler's own filters offer it no node")
+    else:
+        failed = {**outcome.failed, **outcome.unresolvable}
+        typer.echo(f"pod {key} fits nowhere: {summarise(failed, len(names))}")
+        typer.echo(_preemption_plan(api, state, obj, outcome))
+    events = api.list(EVENTS, ns, field_selector=f"involvedObject.name={name}").items
+    recent = sorted(
+        (e for e in events if e.get("type") == "Warning"),
+        key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+    )[-3:]
+    for e in recent:
+        when = e.get("lastTimestamp") or e.get("eventTime") or ""
+        typer.echo(f"  {when} {e.get('reason')}: {e.get('message')}")
