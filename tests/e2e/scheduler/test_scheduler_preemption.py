@@ -130,6 +130,10 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     assert ext is not None
     ext.stop()
     ext.start()
+    # why says the preemption is under way, not which pod it would evict next.
+    why = run(h.env.kubeconfig, "why", "urgent", "-n", NS).stdout
+    assert (f"preemption: under way on {NODE}, the node held for this pod; waiting for "
+            f"{NS}/low-1 (terminating) to go") in why, why  # fmt: skip
     # Meanwhile the node is held for the urgent pod: a low-priority pod that comes now is
     # kept off it, in kube-scheduler's own words, so it cannot take the card that is about
     # to be freed (and be evicted in turn).

@@ -1,5 +1,5 @@
 """``kubectl tessera why``: why a pending pod fits nowhere, and what GPU preemption
-would do for it."""
+would do (or is doing) for it."""
 
 from __future__ import annotations
 
@@ -24,12 +24,42 @@ def _preemption_plan(api: Any, state: Any, pod: Any, outcome: Any) -> str:
 
     if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
         return "  preemption: none (preemptionPolicy: Never)"
+    under_way = _preemption_under_way(state, pod)
+    if under_way:
+        return under_way
     planner = Preemptor(state, api, EventRecorder(api, "kubectl-tessera"), lambda: False)
     found = planner.plan(pod, outcome.request, list(outcome.failed))
     if found is None:
         return "  preemption: none would help (no pod of lower priority holds cards it could use)"
     victims = ", ".join(map(str, found.victims))
     return f"  preemption: evicting {victims} on {found.node} would make room"
+
+
+def _preemption_under_way(state: Any, pod: Any) -> str:
+    """The pod's own preemption while its victims are still there (its
+    ``tessera.io/preempting``), or "" when there is none or it is over."""
+    from tessera.errors import FormatError
+    from tessera.model.annotations import PREEMPTING, decode_preempting
+
+    meta = pod.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(PREEMPTING)
+    if not isinstance(text, str):
+        return ""
+    try:
+        record = decode_preempting(f"{meta.get('namespace')}/{meta.get('name')}", text)
+    except FormatError as exc:
+        return f"  preemption: {exc}"
+    left = [
+        f"{v} (terminating)" if state.pods[v].terminating else v
+        for v in sorted(record.victims)
+        if v in state.pods
+    ]
+    if not left:
+        return ""
+    return (
+        f"  preemption: under way on {record.node}, the node held for this pod; waiting "
+        f"for {', '.join(left)} to go"
+    )
 
 
 def why(
