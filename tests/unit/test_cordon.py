@@ -83,6 +83,8 @@ def test_no_new_tenant_on_a_cordoned_card_and_the_reason_says_so() -> None:
         _cordon(w, "n1")
         eventually(lambda: keys.QUOTA_RETRY in _pod_annotations(w, "pinned"))
         assert keys.QUOTA_RETRY in _pod_annotations(w, "two")  # every waiting pod
+        nudged = b'tessera_scheduler_quota_nudges_total{reason="cards-in-service"} 2.0'
+        assert nudged in w.app.metrics.exposition()
         assert _in_service(w, "n1") == 2
         assert w.filter(pinned, ["n1"])["NodeNames"] == ["n1"]
     finally:

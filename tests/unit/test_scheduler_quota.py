@@ -158,6 +158,8 @@ def test_raising_a_quota_nudges_waiting_pods_and_lowering_evicts_nothing() -> No
             lambda: QUOTA_RETRY in w.kube.get(PODS, "u1", "team-a")["metadata"]["annotations"]
         )
         assert w.app.quota_writer.nudged == 1  # the bound pod is not nudged
+        exposed = w.app.metrics.exposition()
+        assert b'tessera_scheduler_quota_nudges_total{reason="quota-raised"} 1.0' in exposed
         assert w.schedule(w.kube.get(PODS, "u1", "team-a"))
     finally:
         w.close()

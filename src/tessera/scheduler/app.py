@@ -174,7 +174,7 @@ class SchedulerApp:
             api,
             self.leading,
             period_s=config.quota_status_s,
-            on_nudge=self.metrics.quota_nudges.inc,
+            on_nudge=lambda reason: self.metrics.quota_nudges.labels(reason).inc(),
         )
         self.state.quotas_handler.on_raise = self.quota_writer.raised
         self.state.on_cards_back = self.quota_writer.cards_back

@@ -11,8 +11,8 @@ tessera_scheduler_reservations                 tentative bookings in flight
 tessera_scheduler_leader                       1 on the replica that leads
 tessera_scheduler_admissions_total{hook,result}  webhook answers, hook mutate/validate/claims
 tessera_scheduler_state_problems_total{kind}   inventories/assignments/quotas/slices: bad
-tessera_scheduler_quota_nudges_total           waiting pods annotated after a quota rise
-                                               or a card back in service
+tessera_scheduler_quota_nudges_total{reason}   waiting pods annotated to be tried again:
+                                               quota-raised, cards-in-service
 tessera_scheduler_quotas                       GpuQuota objects in force
 tessera_scheduler_preemption_evictions_total   pods evicted for a higher-priority pod's cards
 tessera_scheduler_preemption_holds             nodes held for a preempting pod not yet placed
@@ -70,9 +70,12 @@ class Metrics:
         self.quota_nudges = Counter(
             "tessera_scheduler_quota_nudges",
             "Waiting pods annotated so kube-scheduler tries them again after a quota rise "
-            "or a card back in service",
+            "or a card back in service, by reason (quota-raised, cards-in-service)",
+            ["reason"],
             registry=r,
         )
+        for reason in ("quota-raised", "cards-in-service"):
+            self.quota_nudges.labels(reason)  # exposed at 0 from the start, for rate()
         self.quotas = Gauge("tessera_scheduler_quotas", "GpuQuota objects in force", registry=r)
         self.preemptions = Counter(
             "tessera_scheduler_preemption_evictions",

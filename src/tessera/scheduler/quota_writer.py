@@ -104,7 +104,7 @@ class QuotaWriter:
         leading: Callable[[], bool],
         period_s: float = 5.0,
         clock: Callable[[], float] = time.time,
-        on_nudge: Callable[[], None] | None = None,
+        on_nudge: Callable[[str], None] | None = None,
         before_round: Callable[[], None] | None = None,
     ) -> None:
         self.state = state
@@ -187,6 +187,7 @@ class QuotaWriter:
                 and (back is None or back.of_use_to(info.request))
             ]
         stamp = f"{self.clock():.3f}"
+        reason = "quota-raised" if back is None else "cards-in-service"
         if back is not None:
             log.info("cards came into service: %d waiting pods that could use them to try "
                      "again", len(waiting))  # fmt: skip
@@ -198,7 +199,7 @@ class QuotaWriter:
                 self.api.merge_patch(PODS, name, patch, ns)
                 self.nudged += 1
                 if self.on_nudge is not None:
-                    self.on_nudge()
+                    self.on_nudge(reason)
             except NotFound:
                 pass  # gone meanwhile
             except ApiError as exc:
