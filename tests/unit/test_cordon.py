@@ -384,3 +384,14 @@ def test_cards_coming_back_nudge_only_the_waiting_pods_that_could_use_them() -> 
 
 def _annotations(kube: FakeKube, name: str) -> dict[str, str]:
     return dict(kube.get(PODS, name, "default")["metadata"].get("annotations") or {})
+
+
+def test_a_pod_both_a_raised_quota_and_cards_back_would_nudge_is_nudged_once() -> None:
+    kube, state = FakeKube(), SchedulerState()
+    state.apply_pod(kube.create(PODS, pod_obj("p"), "default"))
+    writer = QuotaWriter(state, kube, lambda: True, clock=lambda: 1000.0)
+    writer.raised({"default"})
+    writer.cards_back(make_cards("n1", 1, "A100"))
+    writer.step()
+    assert writer.nudged == 1
+    assert [c for c in kube.calls if c[0] == "merge_patch"] == [("merge_patch", "pods/p")]

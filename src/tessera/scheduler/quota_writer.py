@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from tessera.kube.errors import ApiError, NotFound
@@ -167,15 +167,19 @@ class QuotaWriter:
             raised, self._raised = self._raised, set()
             if self._back and now - self._back_at >= EVERYWHERE_EVERY_S:
                 back, self._back, self._back_at = self._back, {}, now  # else a later round
-        if back:
-            self._nudge(None, _CardsBack(back.values()))
+        done = self._nudge(None, _CardsBack(back.values())) if back else set()
         for ns in sorted(raised):
-            self._nudge(ns)
+            self._nudge(ns, skip=done)  # a pod is nudged once a round
         self._write_statuses()
 
-    def _nudge(self, namespace: str | None, back: _CardsBack | None = None) -> None:
+    def _nudge(
+        self,
+        namespace: str | None,
+        back: _CardsBack | None = None,
+        skip: Collection[str] = frozenset(),
+    ) -> set[str]:
         """Annotate the pods of ``namespace`` (None: of every namespace) that wait, and
-        could use one of ``back`` if given."""
+        could use one of ``back`` if given, but those in ``skip``; their keys."""
         with self.state.lock:
             waiting = [
                 info.key.partition("/")
@@ -184,6 +188,7 @@ class QuotaWriter:
                 and not info.node_name
                 and info.request is not None
                 and info.key not in self.state.reservations
+                and info.key not in skip
                 and (back is None or back.of_use_to(info.request))
             ]
         stamp = f"{self.clock():.3f}"
@@ -204,6 +209,7 @@ class QuotaWriter:
                 pass  # gone meanwhile
             except ApiError as exc:
                 log.warning("pod %s/%s: cannot nudge it to try again: %s", ns, name, exc)
+        return {f"{ns}/{name}" for ns, _, name in waiting}
 
     def _write_statuses(self) -> None:
         with self.state.lock:
