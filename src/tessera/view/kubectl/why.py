@@ -13,6 +13,7 @@ from tessera.view.kubectl.common import (
     Context,
     Kubeconfig,
     Namespace,
+    claims_path,
     get_pod,
 )
 
@@ -62,6 +63,27 @@ def _preemption_under_way(state: Any, pod: Any) -> str:
     )
 
 
+def _claims_lines(api: Any, pod: Any, nodes: list[Any], namespace: str) -> list[str]:
+    """Where each of the pod's claims stands, and the claims path's room for each request
+    (view/claim_wait.py)."""
+    from tessera.kube.errors import ApiError
+    from tessera.kube.kinds import PODS, RESOURCE_CLAIMS
+    from tessera.view.claim_wait import explain
+    from tessera.view.gpumap import build_map
+
+    slices, claims = claims_path(api)
+    if not slices:  # claims are listed only beside slices; the pod's own still say much
+        with contextlib.suppress(ApiError):
+            claims = list(api.list(RESOURCE_CLAIMS, namespace).items)
+    gmap = build_map(nodes, api.list(PODS).items, slices=slices, claims=claims)
+    mine = {
+        str(c["metadata"]["name"]): c
+        for c in claims
+        if c.get("metadata", {}).get("namespace") == namespace
+    }
+    return explain(pod, mine, slices, gmap)
+
+
 def why(
     name: Annotated[str, typer.Argument(help="The pending pod's name.")],
     namespace: Namespace = None,
@@ -106,6 +128,11 @@ def why(
     outcome = filter_pod(state, Placer(), ExtenderArgs(pod=obj, node_names=names))
     if outcome.spec_error:
         typer.echo(f"pod {key} is refused: {outcome.spec_error}")
+    elif outcome.request is None and (obj.get("spec") or {}).get("resourceClaims"):
+        typer.echo(f"pod {key} is on the claims path: kube-scheduler's own allocator places "
+                   "it, not Tessera's extender")  # fmt: skip
+        for line in _claims_lines(api, obj, nodes, ns):
+            typer.echo(line)
     elif outcome.request is None:
         typer.echo(f"pod {key} asks for no Tessera GPU resource; Tessera does not place it")
     elif outcome.decision is not None:

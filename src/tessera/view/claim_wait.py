@@ -1,0 +1,182 @@
+"""Why a pod on the claims path waits: its ResourceClaims, and the room the claims path's
+cards have for each request (pure; ``kubectl tessera why``).
+
+kube-scheduler's own allocator places these pods, not Tessera's extender, so this is a
+reading in the allocator's terms. A request of one of this driver's DeviceClasses needs
+``count`` cards of one node, each in service (healthy, not cordoned) with a free slot,
+the memory asked (the whole card when none is) and the compute asked. CEL selectors and
+constraints are not evaluated: they can only narrow what is counted, and the lines say
+how many were left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tessera.claims.devices import DRIVER, slice_cards
+from tessera.errors import SpecError
+from tessera.model.quantity import memory_mib, parse_quantity
+from tessera.model.types import Card
+from tessera.view.gpumap import GpuMap
+
+__all__ = ["Ask", "claim_asks", "explain", "pod_claims"]
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One request of a claim, in the terms that decide where it fits."""
+
+    request: str
+    device_class: str
+    count: int
+    memory_mib: int | None  # None: the whole card's (the slice's default)
+    compute: int
+    ignored: int  # CEL selectors and constraints not weighed here
+
+
+def _ours(device_class: str) -> bool:
+    return device_class == DRIVER or device_class.endswith("." + DRIVER)
+
+
+def pod_claims(pod: Obj) -> list[tuple[str, str | None]]:
+    """(the pod's name for each claim, the ResourceClaim's name or None when the
+    resourceclaim controller has not made it from its template yet)."""
+    made = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
+    }
+    out = []
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = str(ref.get("name") or "")
+        out.append((name, ref.get("resourceClaimName") or made.get(name)))
+    return out
+
+
+def claim_asks(claim: Obj) -> list[Ask]:
+    """The requests of ``claim`` for this driver's classes. Raises SpecError naming the
+    field for a capacity that is not a quantity."""
+    devices = (claim.get("spec") or {}).get("devices") or {}
+    constraints = len(devices.get("constraints") or [])
+    out = []
+    for i, req in enumerate(devices.get("requests") or []):
+        exactly = req.get("exactly") or {}
+        device_class = str(exactly.get("deviceClassName") or "")
+        if not _ours(device_class):
+            continue
+        where = f"spec.devices.requests[{i}].exactly.capacity.requests"
+        asked = (exactly.get("capacity") or {}).get("requests") or {}
+        mib = memory_mib(asked["memory"], f"{where}.memory") if "memory" in asked else None
+        compute = parse_quantity(asked.get("compute", "0"), f"{where}.compute").ceil()
+        count = int(exactly.get("count") or 1)
+        if exactly.get("allocationMode") == "All":
+            count = 0  # every matching card of a node: not weighed as a count
+        ignored = len(exactly.get("selectors") or []) + constraints
+        out.append(Ask(str(req.get("name") or ""), device_class, count, mib, compute, ignored))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Free:
+    node: str
+    card: Card
+    mib: int
+    cores: int
+    slots: int
+
+
+def _claims_cards(slices: Iterable[Obj], gmap: GpuMap) -> list[_Free]:
+    """Every card in service on the claims path, with what its claims leave free."""
+    out = []
+    for obj in slices:
+        if (obj.get("spec") or {}).get("driver") != DRIVER:
+            continue
+        try:
+            node, cards = slice_cards(obj)
+        except SpecError:
+            continue  # `top` names it among the claim problems
+        for card in cards:
+            seen = gmap.card(card.uuid)
+            if seen is None or not card.in_service:
+                continue
+            view = seen[1]
+            mib, cores = card.memory_mib - view.allocated_mib, 100 - view.allocated_cores
+            out.append(_Free(node, card, mib, cores, card.slots - len(view.holders)))
+    return out
+
+
+def _room(ask: Ask, free: list[_Free]) -> str:
+    fits = [
+        f
+        for f in free
+        if f.slots > 0
+        and f.cores >= ask.compute
+        and f.mib >= (ask.memory_mib if ask.memory_mib is not None else f.card.memory_mib)
+    ]
+    per_node: dict[str, int] = {}
+    for f in fits:
+        per_node[f.node] = per_node.get(f.node, 0) + 1
+    nodes = [n for n, k in per_node.items() if k >= max(ask.count, 1)]
+    if not nodes:
+        return "no node has room for it now"
+    best = max((f for f in fits if f.node in nodes), key=lambda f: (f.mib, f.node))
+    cards = sum(per_node[n] for n in nodes)
+    return (
+        f"room on {cards} card(s) of {len(nodes)} node(s) now (most free: {best.mib} MiB on "
+        f"{best.node} card {best.card.index})"
+    )
+
+
+def _describe(ask: Ask) -> str:
+    many = "every card" if ask.count == 0 else f"{ask.count} card(s)"
+    memory = "the whole card" if ask.memory_mib is None else f"{ask.memory_mib} MiB"
+    return f"{many} of {ask.device_class} with {memory} and {ask.compute} % compute"
+
+
+def explain(pod: Obj, claims: Mapping[str, Obj], slices: Iterable[Obj], gmap: GpuMap) -> list[str]:
+    """Lines saying where each of ``pod``'s claims stands; ``claims`` by name, in the
+    pod's namespace."""
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    free = _claims_cards(slices, gmap)
+    lines = []
+    for name, claim_name in pod_claims(pod):
+        if claim_name is None:
+            lines.append(f"  claim {name}: not made yet from its template (the resourceclaim "
+                         "controller makes it)")  # fmt: skip
+            continue
+        claim = claims.get(claim_name)
+        where = f"{namespace}/{claim_name}"
+        if claim is None:
+            lines.append(f"  claim {name} ({where}): no such ResourceClaim")
+            continue
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation:
+            results = (allocation.get("devices") or {}).get("results") or []
+            got = ", ".join(sorted({f"{r.get('pool')} {r.get('device')}" for r in results}))
+            lines.append(f"  claim {name} ({where}): allocated ({got})")
+            continue
+        try:
+            asks = claim_asks(claim)
+        except SpecError as exc:
+            lines.append(f"  claim {name} ({where}): {exc}")
+            continue
+        if not asks:
+            lines.append(f"  claim {name} ({where}): not allocated; it asks no class of "
+                         f"{DRIVER}")  # fmt: skip
+            continue
+        lines.append(f"  claim {name} ({where}): not allocated")
+        for ask in asks:
+            if not free:
+                room = "no card of the claims path is in service"
+            elif ask.count == 0:
+                room = "allocationMode All: not weighed here"
+            else:
+                room = _room(ask, free)
+            left = (
+                f"; {ask.ignored} selector(s) or constraint(s) not weighed" if ask.ignored else ""
+            )
+            lines.append(f"    request {ask.request}: {_describe(ask)}: {room}{left}")
+    return lines

@@ -1,0 +1,114 @@
+"""`kubectl tessera why` for a pod on the claims path: where each claim stands, and the
+room the claims path's cards have for each request."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from tessera.claims.devices import DRIVER, resource_slice
+from tessera.model.clusterspec import make_cards
+from tessera.view.claim_wait import Ask, claim_asks, explain
+from tessera.view.gpumap import build_map
+
+CARDS = make_cards("n1", 2, "A100")  # 40,960 MiB each, 16 slots
+
+
+def _pod(*claims: dict[str, Any], made: dict[str, str] | None = None) -> dict[str, Any]:
+    statuses = [{"name": k, "resourceClaimName": v} for k, v in (made or {}).items()]
+    return {"metadata": {"name": "p", "namespace": "team"},
+            "spec": {"resourceClaims": list(claims)},
+            "status": {"resourceClaimStatuses": statuses}}  # fmt: skip
+
+
+def _claim(name: str, memory: str | None = None, compute: str | None = None,
+           **exactly: Any) -> dict[str, Any]:  # fmt: skip
+    requests = {k: v for k, v in (("memory", memory), ("compute", compute)) if v is not None}
+    spec = {"deviceClassName": DRIVER, **exactly}
+    if requests:
+        spec["capacity"] = {"requests": requests}
+    return {"metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": spec}]}}}  # fmt: skip
+
+
+def _allocated(name: str, device: str, memory: str) -> dict[str, Any]:
+    result = {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device,
+              "consumedCapacity": {"memory": memory, "compute": "50", "slots": "1"}}  # fmt: skip
+    claim = _claim(name, memory, "50")
+    claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+    return claim
+
+
+def _lines(pod: dict[str, Any], claims: list[dict[str, Any]], cards: Any = CARDS) -> list[str]:
+    slices = [resource_slice("n1", cards, generation=1)]
+    gmap = build_map([], [], slices=slices, claims=claims)
+    return explain(pod, {c["metadata"]["name"]: c for c in claims}, slices, gmap)
+
+
+def test_a_request_is_read_in_the_terms_that_decide_where_it_fits() -> None:
+    pinned = {"cel": {"expression": f'device.attributes["{DRIVER}"].model == "A100"'}}
+    claim = _claim("c", "8Gi", "30", selectors=[pinned], count=2)
+    assert claim_asks(claim) == [Ask("gpu", DRIVER, 2, 8192, 30, 1)]
+    whole = _claim("w")
+    whole["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = f"burst-share.{DRIVER}"
+    assert claim_asks(whole) == [Ask("gpu", f"burst-share.{DRIVER}", 1, None, 0, 0)]
+    other = _claim("o")
+    other["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nic.example.com"
+    assert claim_asks(other) == []
+
+
+def test_room_counts_what_the_allocated_claims_leave_free() -> None:
+    # Card 0 holds 36 GiB and half its compute: an 8 GiB / 30 % slice fits only on card 1.
+    held = _allocated("held", "gpu-0", "36Gi")
+    want = _claim("want", "8Gi", "30")
+    lines = _lines(_pod({"name": "gpu", "resourceClaimName": "want"},
+                        {"name": "other", "resourceClaimName": "held"}), [held, want])  # fmt: skip
+    assert lines == [
+        "  claim gpu (team/want): not allocated",
+        f"    request gpu: 1 card(s) of {DRIVER} with 8192 MiB and 30 % compute: room on 1 "
+        "card(s) of 1 node(s) now (most free: 40960 MiB on n1 card 1)",
+        "  claim other (team/held): allocated (n1 gpu-0)",
+    ]
+
+
+def test_a_whole_card_or_two_cards_find_no_room_beside_a_slice() -> None:
+    held = _allocated("held", "gpu-0", "1Gi")
+    for claim, shape in ((_claim("whole"), "the whole card and 0 % compute"),
+                         (_claim("two", "1Gi", count=2), "1024 MiB and 0 % compute")):  # fmt: skip
+        name = claim["metadata"]["name"]
+        lines = _lines(_pod({"name": "gpu", "resourceClaimName": name}), [held, claim])
+        if name == "whole":  # card 1 is whole and free
+            assert lines[1].endswith("(most free: 40960 MiB on n1 card 1)"), lines
+        else:  # two cards of one node: card 0 has room for 1 GiB too
+            assert "room on 2 card(s) of 1 node(s)" in lines[1], lines
+        assert shape in lines[1]
+    full = [_allocated("a", "gpu-0", "1Gi"), _allocated("b", "gpu-1", "1Gi")]
+    lines = _lines(_pod({"name": "gpu", "resourceClaimName": "whole"}), [*full, _claim("whole")])
+    assert lines[1].endswith("no node has room for it now"), lines
+
+
+def test_cards_out_of_service_are_not_counted() -> None:
+    out = [replace(CARDS[0], healthy=False), replace(CARDS[1], cordoned=True)]
+    lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [_claim("c", "1Gi")], out)
+    assert lines[1].endswith("no card of the claims path is in service"), lines
+
+
+def test_a_claim_not_made_missing_or_malformed_says_so() -> None:
+    bad = _claim("bad", "lots")
+    pod = _pod({"name": "t", "resourceClaimTemplateName": "tpl"},
+               {"name": "gone", "resourceClaimName": "gone"},
+               {"name": "made", "resourceClaimTemplateName": "tpl"},
+               made={"made": "bad"})  # fmt: skip
+    assert _lines(pod, [bad]) == [
+        "  claim t: not made yet from its template (the resourceclaim controller makes it)",
+        "  claim gone (team/gone): no such ResourceClaim",
+        "  claim made (team/bad): spec.devices.requests[0].exactly.capacity.requests.memory: "
+        "must be a Kubernetes quantity such as 500m, 2, 1.5, 512Mi, 1G or 1e3 (got 'lots')",
+    ]
+
+
+def test_selectors_and_constraints_are_said_to_be_left_out() -> None:
+    claim = _claim("c", "1Gi", selectors=[{"cel": {"expression": "true"}}])
+    claim["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/nvlinkIsland"}]
+    lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim])
+    assert lines[1].endswith("; 2 selector(s) or constraint(s) not weighed"), lines
