@@ -90,6 +90,7 @@ class _Free:
 
 def _claims_cards(slices: Iterable[Obj], gmap: GpuMap) -> list[_Free]:
     """Every card in service on the claims path, with what its claims leave free."""
+    views = {c.uuid: c for n in gmap.nodes for c in n.cards}
     out = []
     for obj in slices:
         if (obj.get("spec") or {}).get("driver") != DRIVER:
@@ -99,10 +100,9 @@ def _claims_cards(slices: Iterable[Obj], gmap: GpuMap) -> list[_Free]:
         except SpecError:
             continue  # `top` names it among the claim problems
         for card in cards:
-            seen = gmap.card(card.uuid)
-            if seen is None or not card.in_service:
+            view = views.get(card.uuid)
+            if view is None or not card.in_service:
                 continue
-            view = seen[1]
             mib, cores = card.memory_mib - view.allocated_mib, 100 - view.allocated_cores
             out.append(_Free(node, card, mib, cores, card.slots - len(view.holders)))
     return out

@@ -63,11 +63,13 @@ def _preemption_under_way(state: Any, pod: Any) -> str:
     )
 
 
-def _claims_lines(api: Any, pod: Any, nodes: list[Any], namespace: str) -> list[str]:
+def _claims_lines(
+    api: Any, pod: Any, nodes: list[Any], pods: list[Any], namespace: str
+) -> list[str]:
     """Where each of the pod's claims stands, and the claims path's room for each request
     (view/claim_wait.py)."""
     from tessera.kube.errors import ApiError
-    from tessera.kube.kinds import PODS, RESOURCE_CLAIMS
+    from tessera.kube.kinds import RESOURCE_CLAIMS
     from tessera.view.claim_wait import explain
     from tessera.view.gpumap import build_map
 
@@ -75,7 +77,7 @@ def _claims_lines(api: Any, pod: Any, nodes: list[Any], namespace: str) -> list[
     if not slices:  # claims are listed only beside slices; the pod's own still say much
         with contextlib.suppress(ApiError):
             claims = list(api.list(RESOURCE_CLAIMS, namespace).items)
-    gmap = build_map(nodes, api.list(PODS).items, slices=slices, claims=claims)
+    gmap = build_map(nodes, pods, slices=slices, claims=claims)
     mine = {
         str(c["metadata"]["name"]): c
         for c in claims
@@ -111,9 +113,10 @@ def why(
         typer.echo(f"pod {key} is placed: bound to {bound} (kubectl tessera pod {name} -n {ns})")
         return
     nodes = api.list(NODES).items
+    pods = api.list(PODS).items
     state = SchedulerState()
     state.replace_nodes(nodes)
-    state.replace_pods([p for p in api.list(PODS).items if p.get("metadata", {}).get("uid")
+    state.replace_pods([p for p in pods if p.get("metadata", {}).get("uid")
                         != obj.get("metadata", {}).get("uid")])  # fmt: skip
     with contextlib.suppress(NotFound):  # the GpuQuota CRD is not installed: no quotas
         state.replace_quotas(api.list(GPUQUOTAS).items)
@@ -131,7 +134,7 @@ def why(
     elif outcome.request is None and (obj.get("spec") or {}).get("resourceClaims"):
         typer.echo(f"pod {key} is on the claims path: kube-scheduler's own allocator places "
                    "it, not Tessera's extender")  # fmt: skip
-        for line in _claims_lines(api, obj, nodes, ns):
+        for line in _claims_lines(api, obj, nodes, pods, ns):
             typer.echo(line)
     elif outcome.request is None:
         typer.echo(f"pod {key} asks for no Tessera GPU resource; Tessera does not place it")
