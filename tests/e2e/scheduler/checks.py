@@ -78,3 +78,27 @@ def events_by_pod(api: KubeClient, namespace: str) -> dict[str, list[dict[str, A
     for e in api.list(EVENTS, namespace).items:
         out.setdefault(e["involvedObject"].get("name", ""), []).append(e)
     return out
+
+
+def api_writes(api: KubeClient) -> dict[str, int]:
+    """Writes kube-apiserver has served so far, by verb and resource ("PUT
+    resourceslices"), from its own apiserver_request_total."""
+    import re
+
+    import urllib3
+
+    pool = urllib3.PoolManager(ssl_context=api.ssl_context(),
+                               server_hostname=api.server_hostname())  # fmt: skip
+    resp = pool.request("GET", api.host + "/metrics", headers=api.headers(), timeout=30)
+    assert resp.status == 200, resp.status
+    out: dict[str, int] = {}
+    for line in resp.data.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+        if labels.get("verb") not in ("POST", "PUT", "PATCH", "DELETE", "APPLY"):
+            continue
+        sub = labels.get("subresource", "")
+        what = f"{labels['verb']} {labels.get('resource', '')}" + (f"/{sub}" if sub else "")
+        out[what] = out.get(what, 0) + round(float(line.rsplit(" ", 1)[1]))
+    return out

@@ -55,7 +55,7 @@ from tessera.testenv.chart import deployed
 from tessera.view.cordon import change_cordons
 from tests.e2e.plugin import run
 from tests.e2e.scheduler.browser import browser
-from tests.e2e.scheduler.checks import assignment_of, book_all
+from tests.e2e.scheduler.checks import api_writes, assignment_of, book_all
 from tests.e2e.scheduler.harness import REPO, Harness, PodView, unschedulable
 from tests.e2e.wait import wait_for
 
@@ -612,6 +612,27 @@ def test_an_agents_slice_holds_still_while_its_cards_do(world: World) -> None:
         world.h.admin.get(RESOURCE_SLICES, name)["metadata"]["resourceVersion"]
         == (before["metadata"]["resourceVersion"])
     )
+
+
+def test_an_idle_cluster_writes_nothing_but_leases(world: World) -> None:
+    """With a card cordoned on each path, the agents and the extender leave the API server
+    alone once all is written: a write loop (an agent once rewrote its slice every health
+    tick) shows here as writes per second."""
+    h, node = world.h, world.nodes[1]
+    change_cordons(h.admin, node.name, ["1", "5"], cordon=True)
+    try:
+        wait_for("the agent to taint the cordoned claims card",
+                 lambda: CORDONED_TAINT in json.dumps(h.admin.get(RESOURCE_SLICES,
+                                                                  slice_name(node.name))),
+                 30, 0.2)  # fmt: skip
+        time.sleep(2)  # the writes the cordon caused land
+        before = api_writes(h.admin)
+        time.sleep(12)  # a dozen agent health ticks, two quota-writer rounds
+        after = api_writes(h.admin)
+    finally:
+        change_cordons(h.admin, node.name, [], cordon=False)
+    grew = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    assert set(grew) <= {"PUT leases"}, grew  # kwok's node leases, the leader's Lease
 
 
 def test_a_hand_edited_slice_is_written_back_by_its_agent(world: World) -> None:
