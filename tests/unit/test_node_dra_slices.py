@@ -4,6 +4,9 @@ taint's ``timeAdded`` as the real API server does."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from tessera.claims.devices import CORDONED_TAINT, UNHEALTHY_TAINT, slice_name
 from tessera.kube import NODES, FakeKube
@@ -93,3 +96,36 @@ def test_a_capacity_edited_by_hand_is_written_back() -> None:
     assert pub.publish(cards)
     memory = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"][0]["capacity"]
     assert memory["memory"]["value"] == f"{cards[0].memory_mib // 1024}Gi"
+
+
+class _ServerThatAddsAField(FakeKube):
+    """An API server of a later release that defaults a device field the agent does not
+    write (as 1.36 added timeAdded to taints)."""
+
+    @staticmethod
+    def _default(kind: Any, obj: Any) -> None:
+        FakeKube._default(kind, obj)
+        for dev in (obj.get("spec") or {}).get("devices") or []:
+            dev.setdefault("futureField", {"on": True})
+
+
+def test_a_field_the_server_adds_does_not_make_the_agent_write_every_tick(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube = _ServerThatAddsAField()
+    kube.create(NODES, {"metadata": {"name": "n1"}})
+    pub = SlicePublisher(kube, "n1")
+    cards = list(make_cards("n1", 2, "A100"))
+    assert pub.publish(cards)
+    for _ in range(5):
+        assert not pub.publish(cards)  # the slice as stored is our write
+    assert pub.writes == 1
+    assert "changes ResourceSlice n1-gpu.tessera.io beyond what the agent compares" in caplog.text
+    # A change of the cards is written, once; so is an edit by someone else, once.
+    cards[0] = replace(cards[0], cordoned=True)
+    assert pub.publish(cards) and not pub.publish(cards)
+    obj = kube.get(RESOURCE_SLICES, slice_name("n1"))
+    obj["spec"]["devices"][1]["capacity"]["memory"]["value"] = "1Gi"
+    pub._seen(kube.replace(RESOURCE_SLICES, obj))  # as the watch delivers it
+    assert pub.publish(cards) and not pub.publish(cards)
+    assert pub.writes == 3

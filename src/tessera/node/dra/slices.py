@@ -10,7 +10,10 @@ the cards' slice back.
 (``40960Mi`` comes back as ``40Gi``) and stamps each device taint's ``timeAdded``, so the
 comparison reads quantities as numbers and leaves that time out, and a taint that stays
 keeps the time it first appeared. Comparing the text once made every agent write its
-slice, with a new pool generation, on every health tick.
+slice, with a new pool generation, on every health tick. Whatever else a later server
+changes in what it stores, a slice still at the version of the agent's last write, of
+the same devices, counts as written (and the change is logged once), so no server
+default can start such a loop again.
 
 A card that turns unhealthy gets a NoSchedule device taint; an API server that does not
 serve device taints drops the field silently, so the publisher checks what it got back
@@ -52,7 +55,10 @@ def _canonical(devices: list[Any]) -> list[Any]:
             return {k: numbers(v, f"{field}.{k}") for k, v in value.items()}
         if isinstance(value, list):
             return [numbers(v, field) for v in value]
-        return parse_quantity(value, field).value
+        try:
+            return parse_quantity(value, field).value
+        except SpecError:
+            return value  # not a quantity: compared as it is
 
     out = []
     for dev in devices:
@@ -68,10 +74,11 @@ def _canonical(devices: list[Any]) -> list[Any]:
 
 
 def _same_devices(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
-    try:
-        return _canonical(_devices(a)) == _canonical(_devices(b))
-    except SpecError:
-        return False  # not a quantity: not what we write, so written over
+    return _canonical(_devices(a)) == _canonical(_devices(b))
+
+
+def _version(obj: dict[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
 
 
 def _keep_taint_times(want: list[Any], current: list[Any]) -> None:
@@ -117,6 +124,10 @@ class SlicePublisher:
         self._current: dict[str, Any] | None = None
         self._loaded = False
         self._node_uid: str | None = None  # the owner reference's; read once
+        # Our last write: the version the server gave it, and the devices we sent. A slice
+        # still at that version is ours, whatever else the server changed in it.
+        self._sent: tuple[str, list[Any]] | None = None
+        self._warned_changed = False
 
     def _desired(
         self, cards: list[Card], generation: int, current: dict[str, Any] | None
@@ -139,7 +150,10 @@ class SlicePublisher:
                     self._current = None
                 self._loaded = True
             current = self._current
-            if current is not None and _same_devices(current, self._desired(cards, 0, current)):
+            desired = self._desired(cards, 0, current)
+            if current is not None and (
+                _same_devices(current, desired) or self._ours(current, desired)
+            ):
                 return False  # every health tick comes here: no API call
             if self._node_uid is None:
                 self._node_uid = str(self.api.get(NODES, self.node)["metadata"]["uid"])
@@ -151,10 +165,25 @@ class SlicePublisher:
                 self.taints_served = any("taints" in d for d in _devices(written))
                 if not self.taints_served:
                     log.warning("the API server drops device taints: sick cards leave the slice")
-                    written = self._write(self._desired(cards, generation + 2, written), written)
+                    want = self._desired(cards, generation + 2, written)
+                    written = self._write(want, written)
             self._current = written
+            self._sent = (_version(written), _canonical(_devices(want)))
+            if not _same_devices(written, want) and not self._warned_changed:
+                # Taken as our own from now on, so that it is not written again each tick.
+                what = "beyond what the agent compares; the slice as stored counts as written"
+                log.warning("the API server changes ResourceSlice %s %s", self.name, what)
+                self._warned_changed = True
         log.info("ResourceSlice %s written (%d devices)", self.name, len(_devices(written)))
         return True
+
+    def _ours(self, current: dict[str, Any], desired: dict[str, Any]) -> bool:
+        """Whether ``current`` is our last write, of these devices."""
+        return (
+            self._sent is not None
+            and _version(current) == self._sent[0]
+            and _canonical(_devices(desired)) == self._sent[1]
+        )
 
     def _write(self, want: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
         self.writes += 1
