@@ -107,8 +107,7 @@ def _older(obj: Obj, than: Obj | None) -> bool:
     compared only when both are the integers every API server today writes)."""
     if than is None:
         return False
-    a = str(obj["metadata"].get("resourceVersion", ""))
-    b = str(than["metadata"].get("resourceVersion", ""))
+    a, b = _version(obj), _version(than)
     return a.isdigit() and b.isdigit() and int(a) < int(b)
 
 
