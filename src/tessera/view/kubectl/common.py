@@ -27,14 +27,6 @@ class Output(enum.StrEnum):
     YAML = "yaml"
 
 
-class SortBy(enum.StrEnum):
-    NODE = "node"
-    FREE = "free"  # most free memory first
-    MEMORY = "memory"  # most allocated memory first
-    CORES = "cores"  # most allocated compute first
-    USED = "used"  # most memory in use first (needs --prometheus)
-
-
 Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", help="Path of the kubeconfig.")]
 Context = Annotated[str | None, typer.Option("--context", help="kubeconfig context to use.")]
 Namespace = Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace.")]

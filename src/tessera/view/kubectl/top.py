@@ -3,6 +3,7 @@ Prometheus when asked."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -18,7 +19,6 @@ from tessera.view.kubectl.common import (
     Out,
     Output,
     Prom,
-    SortBy,
     emit,
     fail,
     get_pod,
@@ -26,6 +26,14 @@ from tessera.view.kubectl.common import (
     mib,
     print_table,
 )
+
+
+class SortBy(enum.StrEnum):
+    NODE = "node"
+    FREE = "free"  # most free memory first
+    MEMORY = "memory"  # most allocated memory first
+    CORES = "cores"  # most allocated compute first
+    USED = "used"  # most memory in use first (needs --prometheus)
 
 
 @dataclass(frozen=True, slots=True)
