@@ -93,7 +93,8 @@ def why(
     context: Context = None,
 ) -> None:
     """Why a pod is not placed: the placement core's grouped reasons against the cluster
-    as it is now, and the scheduler's last recorded events for the pod."""
+    as it is now (for a pod on the claims path, where each of its claims stands), and
+    the scheduler's last recorded events for the pod."""
     from tessera.kube.errors import NotFound
     from tessera.kube.kinds import EVENTS, GPUQUOTAS, NODES, PODS
     from tessera.scheduler.filter import filter_pod
