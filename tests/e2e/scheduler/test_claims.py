@@ -635,6 +635,21 @@ def test_an_idle_cluster_writes_nothing_but_leases(world: World) -> None:
     assert set(grew) <= {"PUT leases"}, grew  # kwok's node leases, the leader's Lease
 
 
+def test_an_agent_restarted_with_the_same_cards_writes_nothing(world: World) -> None:
+    # A DaemonSet rollout restarts every agent at once: none may rewrite its slice.
+    h, i = world.h, 3
+    name = slice_name(world.nodes[i].name)
+    before = h.admin.get(RESOURCE_SLICES, name)["metadata"]["resourceVersion"]
+    world.agents[i].stop()
+    root = Path(world.agents[i].cfg.state_dir).parent.parent
+    world.agents[i] = _agent(h, root, world.nodes[i])
+    world.agents[i].start()  # publishes once before it returns
+    assert world.agents[i].slices is not None
+    time.sleep(3)  # three health ticks
+    assert world.agents[i].slices.writes == 0
+    assert h.admin.get(RESOURCE_SLICES, name)["metadata"]["resourceVersion"] == before
+
+
 def test_a_hand_edited_slice_is_written_back_by_its_agent(world: World) -> None:
     h = world.h
     name = slice_name(world.nodes[0].name)
