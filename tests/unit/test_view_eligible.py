@@ -1,5 +1,6 @@
 """The nodes kube-scheduler's own filters would offer a pod: cordons, nodeName,
-nodeSelector, required node affinity and taints, as kube-scheduler reads them."""
+nodeSelector, required node affinity and taints, host ports and required inter-pod
+affinity, as kube-scheduler reads them."""
 
 from __future__ import annotations
 
@@ -94,3 +95,75 @@ def test_a_gpu_taint_needs_a_matching_toleration(
     left_out = ineligible(pod(tolerations=[toleration]), nodes)
     why = "taint nvidia.com/gpu=present:NoSchedule not tolerated"
     assert left_out == ({} if tolerated else {"gpu": why})
+
+
+def placed(name: str, on: str, labels: dict[str, str] | None = None, ns: str = "default",
+           phase: str = "Running", **spec: Any) -> dict[str, Any]:  # fmt: skip
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"u-{name}",
+                         "labels": labels or {}},
+            "spec": {"nodeName": on, **spec}, "status": {"phase": phase}}  # fmt: skip
+
+
+def with_port(port: int, ip: str | None = None, proto: str | None = None) -> dict[str, Any]:
+    p: dict[str, Any] = {"containerPort": 80, "hostPort": port}
+    if ip:
+        p["hostIP"] = ip
+    if proto:
+        p["protocol"] = proto
+    return {"containers": [{"name": "c", "ports": [p]}]}
+
+
+def me(labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": "default", "uid": "u-p",
+                         "labels": labels or {}}, "spec": spec}  # fmt: skip
+
+
+def test_a_host_port_another_pod_holds_on_the_node() -> None:
+    nodes = [node("a"), node("b"), node("c")]
+    pods = [placed("web", "a", **with_port(8080)),
+            placed("dns", "b", **with_port(8080, "10.0.0.2", "UDP")),
+            placed("done", "c", phase="Succeeded", **with_port(8080))]  # fmt: skip
+    assert ineligible(me(**with_port(8080)), nodes, pods) == {
+        "a": "host port 8080/TCP held by default/web"}  # fmt: skip
+    assert ineligible(me(**with_port(8080, "10.0.0.2", "UDP")), nodes, pods).keys() == {"b"}
+    assert ineligible(me(**with_port(9090)), nodes, pods) == {}
+
+
+def anti(kind: str, key: str, **selector: Any) -> dict[str, Any]:
+    term = {"labelSelector": selector, "topologyKey": key}
+    return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def test_required_pod_anti_affinity_both_ways_and_pod_affinity() -> None:
+    zone = "topology.kubernetes.io/zone"
+    host = "kubernetes.io/hostname"
+    nodes = [node(n, {zone: z, host: n}) for n, z in (("a", "z1"), ("b", "z1"), ("c", "z2"))]
+    pods = [placed("db-0", "a", {"app": "db"}),
+            placed("lonely", "c", {"app": "x"},
+                   affinity=anti("podAntiAffinity", host, matchLabels={"app": "db"}))]  # fmt: skip
+    # The pod's own anti-affinity: no two db pods in one zone.
+    db = me({"app": "db"}, affinity=anti("podAntiAffinity", zone, matchLabels={"app": "db"}))
+    assert ineligible(db, nodes, pods) == {
+        "a": f"pod anti-affinity: default/db-0 in its {zone}",
+        "b": f"pod anti-affinity: default/db-0 in its {zone}",
+        "c": f"the anti-affinity of default/lonely in its {host}",
+    }
+    # Pod affinity: next to a db pod, by host; in another namespace it selects nobody.
+    near = me(affinity=anti("podAffinity", host, matchExpressions=[
+        {"key": "app", "operator": "In", "values": ["db"]}]))  # fmt: skip
+    assert ineligible(near, nodes, pods).keys() == {"b", "c"}
+    elsewhere = [{**pods[0], "metadata": {**pods[0]["metadata"], "namespace": "other"}}]
+    assert ineligible(near, nodes, elsewhere).keys() == {"a", "b", "c"}
+    # The first of a group that wants itself together may go anywhere.
+    first = me({"app": "db"}, affinity=anti("podAffinity", zone, matchLabels={"app": "db"}))
+    assert ineligible(first, nodes, []) == {}
+
+
+def test_a_term_that_selects_namespaces_by_label_is_not_weighed() -> None:
+    term = {"labelSelector": {"matchLabels": {"app": "db"}},
+            "topologyKey": "kubernetes.io/hostname", "namespaceSelector": {}}  # fmt: skip
+    pod_ = me(
+        affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    )
+    nodes = [node("a", {"kubernetes.io/hostname": "a"})]
+    assert ineligible(pod_, nodes, [placed("db-0", "a", {"app": "db"})]) == {}

@@ -123,7 +123,7 @@ def why(
         state.replace_quotas(api.list(GPUQUOTAS).items)
     # Only the nodes kube-scheduler's own filters would offer (view/eligible.py: cordons,
     # nodeName, nodeSelector, required affinity, taints); the rest are its to judge.
-    left_out = ineligible(obj, nodes)
+    left_out = ineligible(obj, nodes, pods)
     names = [str(n["metadata"]["name"]) for n in nodes
              if n["metadata"]["name"] not in left_out]  # fmt: skip
     if left_out:
