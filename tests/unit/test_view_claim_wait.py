@@ -112,3 +112,17 @@ def test_selectors_and_constraints_are_said_to_be_left_out() -> None:
     claim["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/nvlinkIsland"}]
     lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim])
     assert lines[1].endswith("; 2 selector(s) or constraint(s) not weighed"), lines
+
+
+def test_the_alternatives_of_a_prioritized_list_are_each_read() -> None:
+    claim = _claim("c")
+    claim["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": DRIVER, "capacity": {"requests": {"memory": "80Gi"}}},
+        {"name": "nic", "deviceClassName": "nic.example.com"},
+        {"name": "small", "deviceClassName": DRIVER,
+         "capacity": {"requests": {"memory": "8Gi", "compute": "20"}}}]}]  # fmt: skip
+    assert claim_asks(claim) == [Ask("gpu/big", DRIVER, 1, 81920, 0, 0),
+                                 Ask("gpu/small", DRIVER, 1, 8192, 20, 0)]  # fmt: skip
+    lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim])
+    assert lines[1].endswith("no node has room for it now") and "gpu/big" in lines[1]
+    assert "gpu/small" in lines[2] and "room on 2 card(s) of 1 node(s)" in lines[2]

@@ -63,20 +63,34 @@ def claim_asks(claim: Obj) -> list[Ask]:
     constraints = len(devices.get("constraints") or [])
     out = []
     for i, req in enumerate(devices.get("requests") or []):
-        exactly = req.get("exactly") or {}
-        device_class = str(exactly.get("deviceClassName") or "")
-        if not _ours(device_class):
-            continue
-        where = f"spec.devices.requests[{i}].exactly.capacity.requests"
-        asked = (exactly.get("capacity") or {}).get("requests") or {}
-        mib = memory_mib(asked["memory"], f"{where}.memory") if "memory" in asked else None
-        compute = parse_quantity(asked.get("compute", "0"), f"{where}.compute").ceil()
-        count = int(exactly.get("count") or 1)
-        if exactly.get("allocationMode") == "All":
-            count = 0  # every matching card of a node: not weighed as a count
-        ignored = len(exactly.get("selectors") or []) + constraints
-        out.append(Ask(str(req.get("name") or ""), device_class, count, mib, compute, ignored))
+        # One request, or a list of alternatives (firstAvailable), each read alike.
+        name, where = str(req.get("name") or ""), f"spec.devices.requests[{i}]"
+        if "firstAvailable" in req:
+            subs = [(f"{name}/{sub.get('name')}", sub, f"{where}.firstAvailable[{j}]")
+                    for j, sub in enumerate(req["firstAvailable"] or [])]  # fmt: skip
+        else:
+            subs = [(name, req.get("exactly") or {}, f"{where}.exactly")]
+        for sub_name, spec, sub_where in subs:
+            ask = _ask(sub_name, spec, sub_where, constraints)
+            if ask is not None:
+                out.append(ask)
     return out
+
+
+def _ask(name: str, spec: Obj, where: str, constraints: int) -> Ask | None:
+    """One request (or alternative) of this driver's classes, else None."""
+    device_class = str(spec.get("deviceClassName") or "")
+    if not _ours(device_class):
+        return None
+    asked = (spec.get("capacity") or {}).get("requests") or {}
+    where = f"{where}.capacity.requests"
+    mib = memory_mib(asked["memory"], f"{where}.memory") if "memory" in asked else None
+    compute = parse_quantity(asked.get("compute", "0"), f"{where}.compute").ceil()
+    count = int(spec.get("count") or 1)
+    if spec.get("allocationMode") == "All":
+        count = 0  # every matching card of a node: not weighed as a count
+    ignored = len(spec.get("selectors") or []) + constraints
+    return Ask(name, device_class, count, mib, compute, ignored)
 
 
 @dataclass(frozen=True, slots=True)
