@@ -294,3 +294,37 @@ def test_the_preemptor_acts_only_once_the_pods_are_listed() -> None:
         assert app.preemptor.leading()
     finally:
         app.stop()
+
+
+def test_a_pod_whose_eviction_is_refused_is_passed_over_for_another() -> None:
+    """A budget guards p3, the least important victim: the next try evicts p1 on the
+    other node instead of asking for p3 again and again."""
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    try:
+        for i in range(4):  # a1: p0, p1; a2: p2 (all priority 10), p3 (priority 5)
+            assert w.schedule(w.create(prio_pod(f"p{i}", 10 if i < 3 else 5)))
+        confirmed(w)
+        w.app.preemptor.retry_s = 0.2
+        budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
+                          "pod's disruption budget.")  # fmt: skip
+        w.kube.fail_next("evict", budget)
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        eventually(lambda: evictions(w) == ["default/p3", "default/p1"], timeout=5)
+        assert "default/p3" in w.app.state.pods  # still there: its budget said no
+        eventually(lambda: "default/p1" not in w.app.state.pods)
+    finally:
+        w.close()
+
+
+def test_a_refused_pod_is_tried_again_when_nothing_else_would_make_room(world: World) -> None:
+    w = world  # one node, low-0 and low-1: a budget refuses both in turn
+    w.app.preemptor.retry_s = 0.2
+    budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
+                      "pod's disruption budget.")  # fmt: skip
+    for _ in range(3):
+        w.kube.fail_next("evict", budget)
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    # low-1 (the later key), then low-0 passed over to, then low-1 again, then it goes.
+    eventually(lambda: len(evictions(w)) == 4, timeout=5)
+    assert evictions(w) == ["default/low-1", "default/low-0", "default/low-1", "default/low-1"]
+    eventually(lambda: "default/low-1" not in w.app.state.pods)

@@ -20,7 +20,10 @@ the leader only:
 4. evicts them through the Eviction API (``pods/eviction``, the victim's UID a
    precondition), so PodDisruptionBudgets and graceful termination apply. A refusal (429:
    a budget) stops that preemption, and it is tried again every ``retry_s`` while the pod
-   waits: kube-scheduler would not try the pod again for a budget's change;
+   waits: kube-scheduler would not try the pod again for a budget's change. The refused
+   pod is passed over for ``avoid_s``: the next tries weigh the other candidates first
+   and come back to it only if nothing else would make room, so one budget does not
+   hold up a preemption that pods elsewhere could make;
 5. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
    victim.
 
@@ -66,6 +69,7 @@ class Preemptor:
         hold_s: float = 60.0,
         keep_s: float = 30.0,
         retry_s: float = 10.0,
+        avoid_s: float = 60.0,
         max_nodes: int = 100,
         clock: Callable[[], float] = time.monotonic,
         on_evict: Callable[[], None] | None = None,
@@ -77,6 +81,8 @@ class Preemptor:
         self.hold_s = hold_s  # a victim not seen going by then: the eviction did not take
         self.keep_s = keep_s  # the node stays held this long after the victims went
         self.retry_s = retry_s
+        self.avoid_s = avoid_s  # a pod whose eviction was refused is passed over this long
+        self._refused: dict[str, float] = {}  # victim key -> passed over until (clock)
         self.max_nodes = max_nodes  # nodes weighed per preemption, as kube-scheduler caps it
         self.clock = clock
         self.on_evict = on_evict
@@ -155,11 +161,16 @@ class Preemptor:
             return None  # no pod holding cards is less important: the common case, cheap
         with self.state.lock:
             excluded = self.state.quota_exclusions(request)
-        candidates = self._candidates(nodes, request.key, priority)
-        if not candidates:
-            return None
         wanted = without_models(request, excluded) if excluded else request
-        return choose_preemption(candidates, wanted, priority, self.policy)
+        now = self.clock()
+        self._refused = {k: until for k, until in self._refused.items() if until > now}
+        avoid = frozenset(self._refused)
+        for passed_over in (avoid, frozenset()) if avoid else (avoid,):
+            candidates = self._candidates(nodes, request.key, priority, passed_over)
+            found = choose_preemption(candidates, wanted, priority, self.policy)
+            if found is not None:
+                return found
+        return None
 
     def _preempt(self, pod: Obj, request: PodRequest, nodes: list[str]) -> Preemption | None:
         priority = pod_priority(pod)
@@ -285,25 +296,30 @@ class Preemptor:
         return self._floor_value
 
     def _candidates(
-        self, nodes: list[str], key: str, priority: int, chunk: int = 200
+        self,
+        nodes: list[str],
+        key: str,
+        priority: int,
+        passed_over: frozenset[str] = frozenset(),
+        chunk: int = 200,
     ) -> list[tuple[NodeInventory, list[Holder]]]:
         """Up to ``max_nodes`` of the offered nodes that hold a lower-priority pod, in the
         order offered, with their holders; not those held for a pod at least as important
         as ``key``. The lock is taken per ``chunk`` nodes, so a scan of 5,000 nodes never
         holds the verbs for long. A holder being bound, being evicted or already
-        terminating is no victim."""
+        terminating is no victim, nor one ``passed_over`` (its eviction was refused)."""
         out: list[tuple[NodeInventory, list[Holder]]] = []
         for start in range(0, len(nodes), chunk):
             with self.state.lock:
                 held = self.state.holds.against(key, priority)
                 some = [n for n in nodes[start : start + chunk] if n not in held]
-                out += self._scan(some, priority, self.max_nodes - len(out))
+                out += self._scan(some, priority, self.max_nodes - len(out), passed_over)
             if len(out) >= self.max_nodes:
                 break
         return out
 
     def _scan(
-        self, nodes: list[str], priority: int, room: int
+        self, nodes: list[str], priority: int, room: int, passed_over: frozenset[str]
     ) -> list[tuple[NodeInventory, list[Holder]]]:
         going = self.state.holds.victims()
         cluster = self.state.cluster
@@ -322,6 +338,7 @@ class Preemptor:
                     and not info.terminating
                     and key not in self.state.reservations
                     and key not in going
+                    and key not in passed_over
                 )
                 prio = info.priority if info is not None else priority  # unknown: no victim
                 uid = info.uid if info is not None else ""
@@ -350,6 +367,7 @@ class Preemptor:
                 log.info("preemption for %s on %s stopped at %s: %s", me, found.node, v.key, why)
                 refused_msg = f"evicting {v.key} on {found.node} was refused: {why}"
                 self.events.record(pod, "TesseraPreemptionBlocked", refused_msg)
+                self._refused[v.key] = self.clock() + self.avoid_s
                 refused = True
                 break
             evicted.append(v.key)
