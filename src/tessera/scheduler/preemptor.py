@@ -164,13 +164,13 @@ class Preemptor:
         wanted = without_models(request, excluded) if excluded else request
         now = self.clock()
         self._refused = {k: until for k, until in self._refused.items() if until > now}
-        avoid = frozenset(self._refused)
-        for passed_over in (avoid, frozenset()) if avoid else (avoid,):
-            candidates = self._candidates(nodes, request.key, priority, passed_over)
+        refused = frozenset(self._refused)
+        candidates = self._candidates(nodes, request.key, priority, refused)
+        found = choose_preemption(candidates, wanted, priority, self.policy)
+        if found is None and refused:  # nothing else would make room: those again
+            candidates = self._candidates(nodes, request.key, priority)
             found = choose_preemption(candidates, wanted, priority, self.policy)
-            if found is not None:
-                return found
-        return None
+        return found
 
     def _preempt(self, pod: Obj, request: PodRequest, nodes: list[str]) -> Preemption | None:
         priority = pod_priority(pod)
