@@ -266,8 +266,9 @@ def test_a_new_leader_keeps_holding_the_node_while_the_victims_terminate(world: 
         new.stop()
 
 
-def test_a_new_leader_holds_nothing_for_a_preemption_whose_victims_are_gone() -> None:
+def test_a_new_leader_nudges_the_pod_of_a_preemption_whose_victims_are_gone() -> None:
     state, kube = SchedulerState(), FakeKube()
+    kube.create(PODS, prio_pod("urgent", 1000), "default")
     p = Preemptor(state, kube, EventRecorder(kube, "t", "t"), lambda: True)
     done = encode_preempting("a1", ["default/low"])  # low is not among the pods any more
     state.pods["default/urgent"] = PodInfo("default/urgent", "u", "1", "", None, None,
@@ -276,6 +277,9 @@ def test_a_new_leader_holds_nothing_for_a_preemption_whose_victims_are_gone() ->
                                         preempting='{"v":1,"node":"a1"}')  # fmt: skip
     p.step()
     assert len(state.holds) == 0
+    # The leader before may have died before it told kube-scheduler to try it again.
+    annotations = kube.get(PODS, "urgent", "default")["metadata"]["annotations"]
+    assert QUOTA_RETRY in annotations
     state.pods["default/low"] = PodInfo("default/low", "u3", "1", "a1", None, None)
     p._adopted = False  # as at the next takeover
     p.step()

@@ -143,8 +143,9 @@ class Preemptor:
             return []
         if not self._adopted:
             with self.state.lock:
-                self._adopt_holds()
+                freed = self._adopt_holds()
             self._adopted = True
+            self._nudge(freed)
         self._follow_holds()
         done = []
         for pod, request, nodes in queue.values():
@@ -208,12 +209,14 @@ class Preemptor:
         except ApiError as exc:  # the hold holds here; only a takeover would lose it
             log.warning("could not record %s's preemption on its pod: %s", key, exc)
 
-    def _adopt_holds(self) -> None:
+    def _adopt_holds(self) -> list[str]:
         """Hold again, as a new leader, the nodes an earlier one evicted pods on: from each
         pending pod's ``tessera.io/preempting`` whose victims are not all gone (lock held).
         Without it the new leader would see the preemptor still not fit while its victims
-        terminate, and evict a second set for it."""
+        terminate, and evict a second set for it. Returns the pending pods whose victims
+        are all gone: the leader before may have died before it nudged them."""
         until = self.clock() + self.hold_s
+        freed = []
         for info in list(self.state.pods.values()):
             if info.node_name or info.preempting is None or info.key in self.state.holds:
                 continue
@@ -226,6 +229,9 @@ class Preemptor:
                 hold = Hold(info.key, info.uid, info.priority, record.node, record.victims, until)
                 self.state.holds.put(hold)
                 log.info("holding %s for %s, as the leader before did", record.node, info.key)
+            else:
+                freed.append(info.key)
+        return freed
 
     def _follow_holds(self) -> None:
         """End the holds whose pod is placed or gone, or that were kept long enough; nudge
@@ -252,8 +258,12 @@ class Preemptor:
                     waiting.append(hold.key)
                 elif not self._going(hold, now):
                     self.state.holds.drop(hold.key)  # the eviction did not take
+        self._nudge(waiting)
+
+    def _nudge(self, keys: list[str]) -> None:
+        """Make kube-scheduler try these pods again (``tessera.io/quota-retry``)."""
         nudge = {"metadata": {"annotations": {QUOTA_RETRY: f"{time.time():.3f}"}}}
-        for key in waiting:
+        for key in keys:
             ns, _, name = key.partition("/")
             try:
                 self.api.merge_patch(PODS, name, nudge, ns)
