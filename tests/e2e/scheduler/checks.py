@@ -1,8 +1,12 @@
-"""Checks made from the API objects alone: the annotations say who holds which card."""
+"""Checks made from the API server alone: the annotations say who holds which card, its
+own request counts what was written."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import urllib3
 
 from tessera.cluster import ClusterState
 from tessera.errors import PlacementError
@@ -83,10 +87,6 @@ def events_by_pod(api: KubeClient, namespace: str) -> dict[str, list[dict[str, A
 def api_writes(api: KubeClient) -> dict[str, int]:
     """Writes kube-apiserver has served so far, by verb and resource ("PUT
     resourceslices"), from its own apiserver_request_total."""
-    import re
-
-    import urllib3
-
     pool = urllib3.PoolManager(ssl_context=api.ssl_context(),
                                server_hostname=api.server_hostname())  # fmt: skip
     resp = pool.request("GET", api.host + "/metrics", headers=api.headers(), timeout=30)
