@@ -45,12 +45,13 @@ from tessera.kube.errors import ApiError, Conflict, NotFound
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
-from tessera.model.annotations import PREEMPTING, QUOTA_RETRY, decode_preempting, encode_preempting
+from tessera.model.annotations import PREEMPTING, decode_preempting, encode_preempting
 from tessera.model.types import NodeInventory, PodRequest
 from tessera.placement.policies import make_policy
 from tessera.placement.preemption import Holder, Preemption, choose_preemption
 from tessera.scheduler.filter import without_models
 from tessera.scheduler.holds import Hold
+from tessera.scheduler.nudge import nudge
 from tessera.scheduler.state import SchedulerState, pod_priority
 
 __all__ = ["Preemptor"]
@@ -261,16 +262,8 @@ class Preemptor:
         self._nudge(waiting)
 
     def _nudge(self, keys: list[str]) -> None:
-        """Make kube-scheduler try these pods again (``tessera.io/quota-retry``)."""
-        nudge = {"metadata": {"annotations": {QUOTA_RETRY: f"{time.time():.3f}"}}}
         for key in keys:
-            ns, _, name = key.partition("/")
-            try:
-                self.api.merge_patch(PODS, name, nudge, ns)
-            except NotFound:
-                pass  # gone meanwhile
-            except ApiError as exc:
-                log.warning("could not nudge %s after its preemption: %s", key, exc)
+            nudge(self.api, key, "its preemption's victims are gone")
 
     def _going(self, hold: Hold, now: float) -> bool:
         """Whether the hold's victims are still on their way out (lock held): one is

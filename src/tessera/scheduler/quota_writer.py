@@ -28,11 +28,11 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from tessera.kube.errors import ApiError, NotFound
-from tessera.kube.kinds import GPUQUOTAS, PODS
+from tessera.kube.kinds import GPUQUOTAS
 from tessera.kube.port import KubeApi
-from tessera.model.annotations import QUOTA_RETRY
 from tessera.model.types import Card, PodRequest
 from tessera.quota.claims import CLAIM_HOLDER
+from tessera.scheduler.nudge import nudge
 from tessera.scheduler.state import SchedulerState
 
 __all__ = ["QuotaWriter", "quota_status"]
@@ -191,7 +191,7 @@ class QuotaWriter:
                 and info.key not in skip
                 and (back is None or back.of_use_to(info.request))
             ]
-        stamp = f"{self.clock():.3f}"
+        when = self.clock()
         reason = "quota-raised" if back is None else "cards-in-service"
         if back is not None:
             log.info("cards came into service: %d waiting pods that could use them to try "
@@ -199,16 +199,10 @@ class QuotaWriter:
         else:
             log.info("a quota of %s went up: %d waiting pods to try again", namespace, len(waiting))
         for ns, _, name in waiting:
-            patch = {"metadata": {"annotations": {QUOTA_RETRY: stamp}}}
-            try:
-                self.api.merge_patch(PODS, name, patch, ns)
+            if nudge(self.api, f"{ns}/{name}", reason, when):
                 self.nudged += 1
                 if self.on_nudge is not None:
                     self.on_nudge(reason)
-            except NotFound:
-                pass  # gone meanwhile
-            except ApiError as exc:
-                log.warning("pod %s/%s: cannot nudge it to try again: %s", ns, name, exc)
         return {f"{ns}/{name}" for ns, _, name in waiting}
 
     def _write_statuses(self) -> None:
