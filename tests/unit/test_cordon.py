@@ -19,7 +19,7 @@ from tessera.model import annotations as keys
 from tessera.model.clusterspec import card_uuid, make_cards
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.node.cards.cordons import NodeCordons
-from tessera.scheduler.quota_writer import EVERYWHERE_EVERY_S, QuotaWriter
+from tessera.scheduler.quota_writer import CARDS_BACK_EVERY_S, QuotaWriter
 from tessera.scheduler.state import SchedulerState
 from tessera.view.cordon import CordonError, change_cordons, drain, resolve_cards, tenants
 from tests.unit._scheduler_world import World, node_obj, pod_obj
@@ -308,7 +308,7 @@ def test_a_nodes_first_inventory_nudges_the_waiting_pods_but_a_restart_does_not(
 
 def test_cards_coming_back_in_a_burst_nudge_each_waiting_pod_once_a_round() -> None:
     """Fifty nodes joining at once must not patch every pending pod fifty times: the
-    rounds that nudge every waiting pod are EVERYWHERE_EVERY_S apart."""
+    rounds that nudge for cards back in service are CARDS_BACK_EVERY_S apart."""
     kube = FakeKube()
     state = SchedulerState()
     for name in ("a", "b"):
@@ -321,7 +321,7 @@ def test_cards_coming_back_in_a_burst_nudge_each_waiting_pod_once_a_round() -> N
     writer.step()
     assert writer.nudged == 2
     writer.cards_back(make_cards("n50", 1, "A100"))
-    now[0] += EVERYWHERE_EVERY_S - 1
+    now[0] += CARDS_BACK_EVERY_S - 1
     writer.step()
     assert writer.nudged == 2  # too soon: kept for a later round
     now[0] += 1
@@ -376,7 +376,7 @@ def test_cards_coming_back_nudge_only_the_waiting_pods_that_could_use_them() -> 
     writer.cards_back(make_cards("t", 1, "T4"))  # 15,360 MiB
     writer.step()
     assert nudged() == {"any", "pinned"}
-    now[0] += EVERYWHERE_EVERY_S
+    now[0] += CARDS_BACK_EVERY_S
     writer.cards_back(make_cards("a", 1, "A100"))  # 40,960 MiB
     writer.step()
     assert nudged() == {"any", "pinned", "a100", "big"}  # never the pod pinned elsewhere

@@ -43,7 +43,7 @@ MAX_HOLDERS = 50  # pods and claims named per limit in the status; the counts ar
 # Rounds that nudge for cards come into service are this far apart at least: when many
 # nodes join at once, each would otherwise patch every pending pod.
 # kube-scheduler's own backoff tops out at 10 s, so a pod waits no longer than that.
-EVERYWHERE_EVERY_S = 10.0
+CARDS_BACK_EVERY_S = 10.0
 
 
 def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, Any] | None:
@@ -114,7 +114,7 @@ class QuotaWriter:
         self.clock = clock
         self._raised: set[str] = set()
         self._back: dict[str, Card] = {}  # came into service since the last such round
-        self._back_at = -EVERYWHERE_EVERY_S  # clock() of the last such round
+        self._back_at = -CARDS_BACK_EVERY_S  # clock() of the last such round
         self._written: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -131,7 +131,7 @@ class QuotaWriter:
 
     def cards_back(self, cards: Iterable[Card]) -> None:
         """``cards`` came into service: nudge the waiting pods that could use them soon, in
-        one round however many came meanwhile, and such rounds ``EVERYWHERE_EVERY_S``
+        one round however many came meanwhile, and such rounds ``CARDS_BACK_EVERY_S``
         apart."""
         with self._lock:
             self._back.update((c.uuid, c) for c in cards)
@@ -165,7 +165,7 @@ class QuotaWriter:
         back: dict[str, Card] = {}
         with self._lock:
             raised, self._raised = self._raised, set()
-            if self._back and now - self._back_at >= EVERYWHERE_EVERY_S:
+            if self._back and now - self._back_at >= CARDS_BACK_EVERY_S:
                 back, self._back, self._back_at = self._back, {}, now  # else a later round
         done = self._nudge(None, _CardsBack(back.values())) if back else set()
         for ns in sorted(raised):
@@ -182,7 +182,7 @@ class QuotaWriter:
         could use one of ``back`` if given, but those in ``skip``; their keys."""
         with self.state.lock:
             waiting = [
-                info.key.partition("/")
+                info.key
                 for info in self.state.pods.values()
                 if (namespace is None or info.key.startswith(f"{namespace}/"))
                 and not info.node_name
@@ -198,12 +198,12 @@ class QuotaWriter:
                      "again", len(waiting))  # fmt: skip
         else:
             log.info("a quota of %s went up: %d waiting pods to try again", namespace, len(waiting))
-        for ns, _, name in waiting:
-            if nudge(self.api, f"{ns}/{name}", reason, when):
+        for key in waiting:
+            if nudge(self.api, key, reason, when):
                 self.nudged += 1
                 if self.on_nudge is not None:
                     self.on_nudge(reason)
-        return {f"{ns}/{name}" for ns, _, name in waiting}
+        return set(waiting)
 
     def _write_statuses(self) -> None:
         with self.state.lock:
