@@ -7,7 +7,7 @@ import pytest
 from tessera.kube import NODES, PODS, ApiError, Conflict, FakeKube, Gone, NotFound
 from tessera.kube.binder import bind_once
 from tessera.kube.fake import canonical_quantity
-from tessera.kube.kinds import RESOURCE_SLICES
+from tessera.kube.kinds import POD_DISRUPTION_BUDGETS, RESOURCE_SLICES
 
 
 def _pod(name: str) -> dict:
@@ -123,3 +123,53 @@ def test_a_resource_slice_is_stored_as_the_api_server_stores_it() -> None:
 )  # fmt: skip
 def test_quantities_take_their_canonical_form(written: str, stored: str) -> None:
     assert canonical_quantity(written) == stored
+
+
+def _running(name: str, labels: dict[str, str], ready: bool = True) -> dict:
+    pod = _pod(name)
+    pod["metadata"].update(namespace="default", labels=labels)
+    pod["status"] = {"phase": "Running",
+                     "conditions": [{"type": "Ready", "status": str(ready)}]}  # fmt: skip
+    return pod
+
+
+def _budget(name: str, allowed: int, selector: dict | None = None) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "default", "generation": 1},
+        "spec": {"selector": selector or {"matchLabels": {"app": "train"}}},
+        "status": {
+            "disruptionsAllowed": allowed,
+            "currentHealthy": 2,
+            "desiredHealthy": 1,
+            "observedGeneration": 1,
+        },
+    }
+
+
+def test_evict_keeps_pod_disruption_budgets_as_the_api_server() -> None:
+    kube = FakeKube()
+    a = kube.create(PODS, _running("a", {"app": "train"}), "default")
+    b = kube.create(PODS, _running("b", {"app": "train"}), "default")
+    kube.create(POD_DISRUPTION_BUDGETS, _budget("keep", 1), "default")
+    kube.evict("default", "a", a["metadata"]["uid"])  # the budget allows one: taken
+    stored = kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")["status"]
+    assert stored["disruptionsAllowed"] == 0 and "a" in stored["disruptedPods"]
+    with pytest.raises(ApiError) as refused:
+        kube.evict("default", "b", b["metadata"]["uid"])
+    assert refused.value.status == 429
+    assert kube.get(PODS, "b", "default")  # still there
+    # Bound but not started (Pending): the budget does not apply.
+    b["status"]["phase"] = "Pending"
+    kube.replace(PODS, b, "default")
+    kube.evict("default", "b", b["metadata"]["uid"])
+
+
+def test_evict_refuses_a_pod_two_budgets_cover() -> None:
+    kube = FakeKube()
+    a = kube.create(PODS, _running("a", {"app": "train"}), "default")
+    kube.create(POD_DISRUPTION_BUDGETS, _budget("one", 5), "default")
+    kube.create(POD_DISRUPTION_BUDGETS, _budget("two", 5, selector={}), "default")
+    with pytest.raises(ApiError) as refused:
+        kube.evict("default", "a", a["metadata"]["uid"])
+    assert refused.value.status == 500
+    assert "more than one PodDisruptionBudget" in str(refused.value)

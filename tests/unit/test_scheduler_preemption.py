@@ -10,7 +10,7 @@ import pytest
 from tessera.kube import GPUQUOTAS, PODS, FakeKube
 from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
-from tessera.kube.kinds import EVENTS
+from tessera.kube.kinds import EVENTS, POD_DISRUPTION_BUDGETS
 from tessera.model.annotations import (
     PREEMPTING,
     QUOTA_RETRY,
@@ -19,6 +19,7 @@ from tessera.model.annotations import (
     encode_preempting,
 )
 from tessera.scheduler.app import SchedulerApp
+from tessera.scheduler.budgets import Disruptee
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.preemptor import Preemptor
@@ -332,3 +333,99 @@ def test_a_refused_pod_is_tried_again_when_nothing_else_would_make_room(world: W
     eventually(lambda: len(evictions(w)) == 4, timeout=5)
     assert evictions(w) == ["default/low-1", "default/low-0", "default/low-1", "default/low-1"]
     eventually(lambda: "default/low-1" not in w.app.state.pods)
+
+
+def running_pod(name: str, priority: int, app: str, **kw: Any) -> dict[str, Any]:
+    """A pod as the kubelet reports it once started: Running and Ready, labelled."""
+    p = prio_pod(name, priority, **kw)
+    p["metadata"]["labels"] = {"app": app}
+    p["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return p
+
+
+def pdb(name: str, app: str, allowed: int) -> dict[str, Any]:
+    """A budget as its controller has counted it: two healthy pods, ``allowed`` spare."""
+    return {
+        "metadata": {"name": name, "namespace": "default", "generation": 1},
+        "spec": {"selector": {"matchLabels": {"app": app}}},
+        "status": {
+            "disruptionsAllowed": allowed,
+            "currentHealthy": 2,
+            "desiredHealthy": 2 - allowed,
+            "observedGeneration": 1,
+        },
+    }
+
+
+def budgeted_world(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
+                   budgets: list[dict[str, Any]]) -> World:  # fmt: skip
+    w = World(nodes)
+    for p in pods:
+        assert w.schedule(w.create(p))
+    confirmed(w)
+    for b in budgets:
+        w.kube.create(POD_DISRUPTION_BUDGETS, b, "default")
+    selected = [Disruptee("default", b["spec"]["selector"]["matchLabels"], True, False)
+                for b in budgets]  # fmt: skip
+    eventually(lambda: all(w.app.budgets.covering(d) for d in selected))
+    return w
+
+
+def test_a_pod_its_budget_protects_is_left_and_another_goes_without_a_refusal() -> None:
+    w = budgeted_world([node_obj("a1", 2, "A100")],
+                       [running_pod("low-0", 10, "free"), running_pod("low-1", 10, "kept")],
+                       [pdb("keep", "kept", 0)])  # fmt: skip
+    try:
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        # low-1 (the later key) would go first; its budget allows no disruption, read
+        # ahead: low-0 goes, and low-1 is never asked for.
+        eventually(lambda: "default/low-0" not in w.app.state.pods)
+        assert evictions(w) == ["default/low-0"]
+        assert events(w, "TesseraPreemptionBlocked") == []
+    finally:
+        w.close()
+
+
+def test_when_only_budgets_stand_in_the_way_the_pod_is_told_and_tried_again() -> None:
+    w = budgeted_world([node_obj("a1", 2, "A100")],
+                       [running_pod("low-0", 10, "kept"), running_pod("low-1", 10, "kept")],
+                       [pdb("keep", "kept", 0)])  # fmt: skip
+    try:
+        w.app.preemptor.retry_s = 0.2
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        eventually(lambda: events(w, "TesseraPreemptionBlocked"))
+        assert events(w, "TesseraPreemptionBlocked")[0] == (
+            "evicting on a1 would make room, but the Eviction API would refuse default/low-1: "
+            "PodDisruptionBudget keep needs 2 healthy pods and has 2"
+        )
+        assert evictions(w) == []  # nothing asked of the API while the budget says no
+        # The budget's controller counts a third healthy pod: one disruption allowed.
+        budget = w.kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")
+        budget["status"].update(disruptionsAllowed=1, currentHealthy=3)
+        w.kube.replace(POD_DISRUPTION_BUDGETS, budget, "default")
+        eventually(lambda: evictions(w) == ["default/low-1"], timeout=5)
+        eventually(lambda: "default/low-1" not in w.app.state.pods)
+    finally:
+        w.close()
+
+
+def test_no_victim_goes_for_a_preemption_a_budget_would_stop_halfway() -> None:
+    """Two cards are needed. On a1 the least important pods share a budget that allows
+    one disruption: evicting low-0 would free one card and the API would refuse low-1.
+    Read ahead, the preemption goes to a2 and its more important pods, whole."""
+    pods = [running_pod("low-0", 10, "pair"), running_pod("low-1", 10, "pair"),
+            running_pod("mid-0", 20, "free"), running_pod("mid-1", 20, "free")]  # fmt: skip
+    w = budgeted_world([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")], pods,
+                       [pdb("pair", "pair", 1)])  # fmt: skip
+    try:
+        on = {k: i.node_name for k, i in w.app.state.pods.items()}
+        assert on["default/low-0"] == on["default/low-1"] != on["default/mid-0"]
+        urgent = w.create(prio_pod("urgent", 1000, gpu=2))
+        assert w.filter(urgent)["NodeNames"] == []
+        eventually(lambda: len(evictions(w)) == 2)
+        assert sorted(evictions(w)) == ["default/mid-0", "default/mid-1"]
+        eventually(lambda: "default/mid-0" not in w.app.state.pods)
+        assert w.schedule(urgent) == on["default/mid-0"]
+        assert {"default/low-0", "default/low-1"} <= w.app.state.pods.keys()
+    finally:
+        w.close()

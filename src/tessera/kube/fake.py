@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from tessera.kube.errors import ApiError, Conflict, Gone, NotFound
-from tessera.kube.kinds import PODS, Kind
+from tessera.kube.kinds import POD_DISRUPTION_BUDGETS, PODS, Kind
 from tessera.kube.port import ListResult, Obj, WatchEvent
+from tessera.kube.selectors import selects
 from tessera.model.quantity import parse_quantity
 
 __all__ = ["FakeKube"]
@@ -350,11 +351,11 @@ class FakeKube:
             self._record(kind, "DELETED", obj)
 
     def evict(self, namespace: str, name: str, uid: str) -> None:
-        """As the API server: NotFound for no such pod, Conflict for another UID; then the
-        pod goes: at once (no kubelet here), or, with ``graceful_evictions``, it only
-        turns terminating (``deletionTimestamp``) until the test deletes it, as in its
-        grace period. PodDisruptionBudgets are not kept, so the 429 the API server gives
-        while one forbids it comes only from ``fail_next``."""
+        """As the API server: NotFound for no such pod, Conflict for another UID; the
+        pod's PodDisruptionBudgets as stored (``_charge_budget``); then the pod goes: at
+        once (no kubelet here), or, with ``graceful_evictions``, it only turns terminating
+        (``deletionTimestamp``) until the test deletes it, as in its grace period. No
+        disruption controller runs here: a test sets a budget's ``status`` itself."""
         with self._lock:
             self.calls.append(("evict", f"{namespace}/{name}"))
             self._check_failure("evict")
@@ -364,6 +365,7 @@ class FakeKube:
                 raise NotFound(404, "NotFound", f'pods "{name}" not found')
             if stored["metadata"]["uid"] != uid:
                 raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+            self._charge_budget(stored)
             if self.graceful_evictions:
                 if not stored["metadata"].get("deletionTimestamp"):
                     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -374,6 +376,54 @@ class FakeKube:
             del self._objects[key]
             self._stamp(stored)
             self._record(PODS, "DELETED", stored)
+
+    def _charge_budget(self, pod: Obj) -> None:
+        """The Eviction API's budget check (kube-apiserver's pod eviction REST, v1.36):
+        refuses as it does, and takes one disruption from the budget when it lets a
+        healthy pod go (lock held)."""
+        status = pod.get("status") or {}
+        if status.get("phase") in ("Pending", "Succeeded", "Failed"):
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        labels = pod["metadata"].get("labels") or {}
+        budgets = [
+            b for (plural, bns, _), b in sorted(self._objects.items())
+            if plural == "poddisruptionbudgets" and bns == ns
+            and selects((b.get("spec") or {}).get("selector"), labels)
+        ]  # fmt: skip
+        if len(budgets) > 1:
+            raise ApiError(500, "InternalError", "This pod has more than one "
+                           "PodDisruptionBudget, which the eviction subresource does not "
+                           "support.")  # fmt: skip
+        if not budgets:
+            return
+        budget = budgets[0]
+        bstatus = budget.setdefault("status", {})
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in status.get("conditions") or [])  # fmt: skip
+        if not ready:
+            policy = (budget.get("spec") or {}).get("unhealthyPodEvictionPolicy")
+            healthy, desired = bstatus.get("currentHealthy", 0), bstatus.get("desiredHealthy", 0)
+            if policy == "AlwaysAllow" or (healthy >= desired and desired > 0):
+                return
+        bname = budget["metadata"]["name"]
+        if bstatus.get("observedGeneration", 0) < budget["metadata"].get("generation", 0):
+            raise ApiError(429, "TooManyRequests", f"Cannot evict pod as it would violate the "
+                           f"pod's disruption budget {bname}.")  # fmt: skip
+        allowed = bstatus.get("disruptionsAllowed", 0)
+        if allowed < 0:
+            raise ApiError(403, "Forbidden", "pdb disruptions allowed is negative")
+        if allowed == 0:
+            raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
+                           "pod's disruption budget.")  # fmt: skip
+        bstatus["disruptionsAllowed"] = allowed - 1
+        bstatus.setdefault("disruptedPods", {})[name] = time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
+        )
+        self._stamp(budget)
+        self._record(POD_DISRUPTION_BUDGETS, "MODIFIED", budget)
 
     def bind(
         self,

@@ -11,6 +11,7 @@ __all__ = [
     "LEASES",
     "NODES",
     "PODS",
+    "POD_DISRUPTION_BUDGETS",
     "RESOURCE_CLAIMS",
     "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_SLICES",
@@ -38,6 +39,9 @@ class Kind:
 
 NODES = Kind("v1", "Node", "nodes", namespaced=False)
 PODS = Kind("v1", "Pod", "pods", namespaced=True)
+POD_DISRUPTION_BUDGETS = Kind(
+    "policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", namespaced=True
+)
 EVENTS = Kind("v1", "Event", "events", namespaced=True)
 LEASES = Kind("coordination.k8s.io/v1", "Lease", "leases", namespaced=True)
 GPUQUOTAS = Kind("tessera.io/v1alpha1", "GpuQuota", "gpuquotas", namespaced=True)

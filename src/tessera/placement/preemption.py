@@ -36,7 +36,7 @@ class Holder:
     priority: int
     request: PodRequest
     assignment: Assignment
-    evictable: bool = True  # False: being bound, or already being evicted: never a victim
+    evictable: bool = True  # False: being bound, being evicted, or under a budget: no victim
 
     @property
     def key(self) -> str:

@@ -40,7 +40,14 @@ from tessera.claims.devices import DRIVER
 from tessera.kube.binder import bind_once
 from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
-from tessera.kube.kinds import GPUQUOTAS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from tessera.kube.kinds import (
+    GPUQUOTAS,
+    NODES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from tessera.kube.port import KubeApi
 from tessera.kube.reflector import Reflector
 from tessera.model.types import PodRequest
@@ -52,6 +59,7 @@ from tessera.scheduler.bind import (
     release_pending,
     write_failed,
 )
+from tessera.scheduler.budgets import BudgetBook
 from tessera.scheduler.claims_book import ClaimsBook
 from tessera.scheduler.claims_webhook import review_claim
 from tessera.scheduler.config import SchedulerConfig
@@ -203,13 +211,24 @@ class SchedulerApp:
             absent_ok=True,
             on_relist=relisted,
         )
+        # GPU preemption chooses victims within the PodDisruptionBudgets. Their list
+        # gates preemption alone, not the verbs: a cluster whose RBAC lacks them still
+        # places pods.
+        self.budgets = BudgetBook()
+        self.budget_reflector = Reflector(
+            api,
+            POD_DISRUPTION_BUDGETS,
+            self.budgets,
+            watch_timeout_s=config.watch_timeout_s,
+        )
         # Not before the lists are in: a new leader takes over the holds from the pods.
         self.preemptor = Preemptor(
             self.state,
             api,
             self.events,
-            lambda: self.leading() and self.synced(),
+            lambda: self.leading() and self.synced() and self.budget_reflector.synced.is_set(),
             on_evict=self.metrics.preemptions.inc,
+            budgets=self.budgets,
         )
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}
@@ -222,6 +241,7 @@ class SchedulerApp:
             r.start()
         self.quota_writer.start()
         if self.config.preemption:
+            self.budget_reflector.start()
             self.preemptor.start()
         if self.config.freeze_heap:
             threading.Thread(
@@ -234,6 +254,7 @@ class SchedulerApp:
         for r in self._reflectors():
             r.stop()
         self.quota_writer.stop()
+        self.budget_reflector.stop()
         self.preemptor.stop()
         if self.leader is not None:
             self.leader.stop(release=True)

@@ -17,13 +17,18 @@ the leader only:
 3. outside the lock, asks the placement core (``placement.preemption``) for the fewest,
    least important victims on the best node. Card models the pod's quota rules out are
    left out, so no pod is evicted for cards the preemptor could not take;
+   Victims are chosen within the PodDisruptionBudgets, read ahead (``budgets.py``): no
+   pod the Eviction API would refuse, and no more pods under one budget than it allows,
+   so no victim goes for a preemption a later refusal would stop. When only budgets
+   stand in the way, the pod is told (``TesseraPreemptionBlocked``) and the preemption
+   is tried again every ``retry_s`` while it waits: kube-scheduler would not try the pod
+   again for a budget's change;
 4. evicts them through the Eviction API (``pods/eviction``, the victim's UID a
-   precondition), so PodDisruptionBudgets and graceful termination apply. A refusal (429:
-   a budget) stops that preemption, and it is tried again every ``retry_s`` while the pod
-   waits: kube-scheduler would not try the pod again for a budget's change. The refused
-   pod is passed over for ``avoid_s``: the next tries weigh the other candidates first
-   and come back to it only if nothing else would make room, so one budget does not
-   hold up a preemption that pods elsewhere could make;
+   precondition), so budgets and graceful termination apply. A refusal all the same
+   (429: a budget changed since it was read) stops that preemption, and it is tried
+   again every ``retry_s``. The refused pod is passed over for ``avoid_s``: the next tries
+   weigh the other candidates first and come back to it only if nothing else would make
+   room, so one budget does not hold up a preemption that pods elsewhere could make;
 5. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
    victim.
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from tessera.errors import FormatError
@@ -49,10 +55,11 @@ from tessera.model.annotations import PREEMPTING, decode_preempting, encode_pree
 from tessera.model.types import NodeInventory, PodRequest
 from tessera.placement.policies import make_policy
 from tessera.placement.preemption import Holder, Preemption, choose_preemption
+from tessera.scheduler.budgets import BudgetBook
 from tessera.scheduler.filter import without_models
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.nudge import nudge
-from tessera.scheduler.state import SchedulerState, pod_priority
+from tessera.scheduler.state import PodInfo, SchedulerState, pod_priority
 
 __all__ = ["Preemptor"]
 
@@ -74,8 +81,10 @@ class Preemptor:
         max_nodes: int = 100,
         clock: Callable[[], float] = time.monotonic,
         on_evict: Callable[[], None] | None = None,
+        budgets: BudgetBook | None = None,
     ) -> None:
         self.state = state
+        self.budgets = budgets if budgets is not None else BudgetBook()
         self.api = api
         self.events = events
         self.leading = leading
@@ -156,8 +165,23 @@ class Preemptor:
         return done
 
     def plan(self, pod: Obj, request: PodRequest, nodes: list[str]) -> Preemption | None:
-        """The victims a preemption for ``pod`` would evict among ``nodes``, and where:
-        the decision alone (``kubectl tessera why`` shows it; nothing is evicted)."""
+        """The victims a preemption for ``pod`` would evict among ``nodes``, and where,
+        within the disruption budgets: the decision alone (``kubectl tessera why`` shows
+        it; nothing is evicted)."""
+        return self._plan(pod, request, nodes, within_budgets=True)
+
+    def blocked(
+        self, pod: Obj, request: PodRequest, nodes: list[str]
+    ) -> tuple[Preemption, dict[str, str]] | None:
+        """The preemption for ``pod`` with the disruption budgets set aside, and why the
+        Eviction API would refuse each of its victims it would refuse (victim key ->
+        why; empty when it would refuse none). None: not even that would make room."""
+        found = self._plan(pod, request, nodes, within_budgets=False)
+        return None if found is None else (found, self._over_budget(found.victims))
+
+    def _plan(
+        self, pod: Obj, request: PodRequest, nodes: list[str], within_budgets: bool
+    ) -> Preemption | None:
         priority = pod_priority(pod)
         if priority <= self._floor():
             return None  # no pod holding cards is less important: the common case, cheap
@@ -167,12 +191,49 @@ class Preemptor:
         now = self.clock()
         self._refused = {k: until for k, until in self._refused.items() if until > now}
         refused = frozenset(self._refused)
-        candidates = self._candidates(nodes, request.key, priority, refused)
-        found = choose_preemption(candidates, wanted, priority, self.policy)
+        found = self._choose(nodes, wanted, priority, refused, within_budgets)
         if found is None and refused:  # nothing else would make room: those again
-            candidates = self._candidates(nodes, request.key, priority)
-            found = choose_preemption(candidates, wanted, priority, self.policy)
+            found = self._choose(nodes, wanted, priority, frozenset(), within_budgets)
         return found
+
+    def _choose(
+        self,
+        nodes: list[str],
+        wanted: PodRequest,
+        priority: int,
+        passed_over: frozenset[str],
+        within_budgets: bool,
+        tries: int = 8,
+    ) -> Preemption | None:
+        """The best preemption among ``nodes``. Within budgets, a victim the Eviction API
+        would refuse only beside the others (two pods under a budget that allows one) is
+        passed over in turn and the choice made again, ``tries`` times at most."""
+        for _ in range(tries):
+            candidates = self._candidates(
+                nodes, wanted.key, priority, passed_over, within_budgets=within_budgets
+            )
+            found = choose_preemption(candidates, wanted, priority, self.policy)
+            if found is None or not within_budgets:
+                return found
+            over = self._over_budget(found.victims)
+            if not over:
+                return found
+            passed_over = passed_over | frozenset(over)
+        return None
+
+    def _over_budget(self, victims: tuple[Holder, ...]) -> dict[str, str]:
+        """The victims the Eviction API would refuse if all were evicted in this order,
+        and why."""
+        spent: Counter[str] = Counter()
+        out = {}
+        with self.state.lock:
+            infos = [(v.key, self.state.pods.get(v.key)) for v in victims]
+        for key, info in infos:
+            if info is not None and info.disruptee is not None:
+                why = self.budgets.refusal(info.disruptee, spent)
+                if why:
+                    out[key] = why
+        return out
 
     def _preempt(self, pod: Obj, request: PodRequest, nodes: list[str]) -> Preemption | None:
         priority = pod_priority(pod)
@@ -182,6 +243,7 @@ class Preemptor:
                 return None
         found = self.plan(pod, request, nodes)
         if found is None:
+            self._blocked(pod, request, nodes)
             return None
         if not self.leading():  # lost the lease while choosing: the new leader decides
             return None
@@ -196,6 +258,20 @@ class Preemptor:
                 self.state.holds.put(hold)
             self._record(request.key, uid, found.node, evicted)
         return found
+
+    def _blocked(self, pod: Obj, request: PodRequest, nodes: list[str]) -> None:
+        """When only disruption budgets stand in the way, say so on the pod and try again
+        in ``retry_s`` (a budget's change would not have kube-scheduler try the pod)."""
+        blocked = self.blocked(pod, request, nodes)
+        if blocked is None or not blocked[1]:
+            return
+        found, why = blocked
+        refusals = "; ".join(f"{key}: {reason}" for key, reason in why.items())
+        self.events.record(pod, "TesseraPreemptionBlocked",
+                           f"evicting on {found.node} would make room, but the Eviction "
+                           f"API would refuse {refusals}")  # fmt: skip
+        with self._lock:
+            self._later[request.key] = (self.clock() + self.retry_s, pod, request, nodes)
 
     def _record(self, key: str, uid: str, node: str, evicted: list[str]) -> None:
         """Write the preemption on its pod (``tessera.io/preempting``), so a leader that
@@ -305,24 +381,32 @@ class Preemptor:
         priority: int,
         passed_over: frozenset[str] = frozenset(),
         chunk: int = 200,
+        within_budgets: bool = True,
     ) -> list[tuple[NodeInventory, list[Holder]]]:
         """Up to ``max_nodes`` of the offered nodes that hold a lower-priority pod, in the
         order offered, with their holders; not those held for a pod at least as important
         as ``key``. The lock is taken per ``chunk`` nodes, so a scan of 5,000 nodes never
         holds the verbs for long. A holder being bound, being evicted or already
-        terminating is no victim, nor one ``passed_over`` (its eviction was refused)."""
+        terminating is no victim, nor one ``passed_over`` (its eviction was refused), nor,
+        ``within_budgets``, one a disruption budget protects."""
         out: list[tuple[NodeInventory, list[Holder]]] = []
         for start in range(0, len(nodes), chunk):
             with self.state.lock:
                 held = self.state.holds.against(key, priority)
                 some = [n for n in nodes[start : start + chunk] if n not in held]
-                out += self._scan(some, priority, self.max_nodes - len(out), passed_over)
+                room = self.max_nodes - len(out)
+                out += self._scan(some, priority, room, passed_over, within_budgets)
             if len(out) >= self.max_nodes:
                 break
         return out
 
     def _scan(
-        self, nodes: list[str], priority: int, room: int, passed_over: frozenset[str]
+        self,
+        nodes: list[str],
+        priority: int,
+        room: int,
+        passed_over: frozenset[str],
+        within_budgets: bool,
     ) -> list[tuple[NodeInventory, list[Holder]]]:
         going = self.state.holds.victims()
         cluster = self.state.cluster
@@ -342,6 +426,8 @@ class Preemptor:
                     and key not in self.state.reservations
                     and key not in going
                     and key not in passed_over
+                    and info.priority < priority
+                    and not (within_budgets and self._protected(info))
                 )
                 prio = info.priority if info is not None else priority  # unknown: no victim
                 uid = info.uid if info is not None else ""
@@ -351,6 +437,10 @@ class Preemptor:
                 if len(out) >= room:
                     break
         return out
+
+    def _protected(self, info: PodInfo) -> bool:
+        """Whether a disruption budget keeps the Eviction API from evicting the pod."""
+        return info.disruptee is not None and bool(self.budgets.refusal(info.disruptee))
 
     def _evict(self, pod: Obj, found: Preemption, priority: int) -> tuple[list[str], bool]:
         """The victims evicted (or gone already), and whether the API refused one."""

@@ -53,6 +53,7 @@ from tessera.model.types import (
 )
 from tessera.quota.book import QuotaBook
 from tessera.quota.usage import QuotaUsage, demand_on, holding, why_over
+from tessera.scheduler.budgets import Disruptee
 from tessera.scheduler.holds import HoldBook
 from tessera.scheduler.reservations import Reservation, ReservationBook
 
@@ -78,6 +79,7 @@ class PodInfo:
     priority: int = 0  # spec.priority (GPU preemption picks lower ones)
     terminating: bool = False  # deletionTimestamp set: going already, no victim
     preempting: str | None = None  # tessera.io/preempting's bytes (read at a takeover)
+    disruptee: Disruptee | None = None  # what a PodDisruptionBudget reads of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,24 @@ def pod_priority(obj: Obj | None) -> int:
 
 def _terminating(obj: Obj | None) -> bool:
     return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _disruptee(key: str, obj: Obj | None) -> Disruptee:
+    """Labels, readiness and phase: what the Eviction API weighs against budgets."""
+    obj = obj or {}
+    labels = (obj.get("metadata") or {}).get("labels")
+    status = obj.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    )
+    return Disruptee(
+        key.partition("/")[0],
+        labels if isinstance(labels, dict) else {},
+        ready,
+        status.get("phase") == "Pending",
+    )
 
 
 def _preempting(obj: Obj | None) -> str | None:
@@ -511,6 +531,7 @@ class SchedulerState:
             known.resource_version = upd.resource_version
             known.terminating = _terminating(upd.obj)
             known.preempting = _preempting(upd.obj)
+            known.disruptee = _disruptee(key, upd.obj)
             return
         if not upd.decoded:
             self._decode(upd)  # it changed after all since prepare_pod looked
@@ -520,7 +541,7 @@ class SchedulerState:
         self.pods[key] = PodInfo(
             key, uid, upd.resource_version, node_name, upd.request, upd.assignment, text,
             priority=pod_priority(upd.obj), terminating=_terminating(upd.obj),
-            preempting=_preempting(upd.obj),
+            preempting=_preempting(upd.obj), disruptee=_disruptee(key, upd.obj),
         )  # fmt: skip
         self._observe(upd)
         self._confirm(upd)

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tessera.kube.selectors import selects
+
 __all__ = ["ineligible"]
 
 Obj = Mapping[str, Any]
@@ -110,14 +112,7 @@ def _selects(term: Obj, owner: Obj, pod: Obj) -> bool:
     if (pod.get("metadata") or {}).get("namespace") not in namespaces:
         return False
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    selector = term.get("labelSelector")
-    if selector is None:
-        return False  # a term without a selector selects no pod
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    return all(
-        _matches(e, labels.get(e.get("key", ""))) for e in selector.get("matchExpressions") or []
-    )
+    return selects(term.get("labelSelector"), labels)  # none: selects no pod
 
 
 def _affinity_rule(pod: Obj, labels_of: Mapping[str, Mapping[str, str]],

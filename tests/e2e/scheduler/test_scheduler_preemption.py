@@ -96,7 +96,8 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
         pod["metadata"]["finalizers"] = [FINALIZER]  # the victim stays until let go
         h.admin.create(PODS, pod, NS)
     wait_for("both low pods bound", lambda: len(_bound(h)) == 2, 60, 0.2)
-    # A budget that allows no disruption: the Eviction API refuses (429), nobody goes.
+    # A budget that allows no disruption: the Eviction API would refuse (429). The
+    # preemptor reads it ahead, asks for no eviction and says why; nobody goes.
     selector = {"matchLabels": {"tier": "gpu-low"}}
     budget = {"metadata": {"name": "keep-low"},
               "spec": {"minAvailable": 2, "selector": selector}}  # fmt: skip
@@ -106,18 +107,23 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     h.admin.create(PODS, _pod("urgent", "gpu-high"), NS)
     blocked = wait_for("the refusal to be reported",
                        lambda: _events(h, "TesseraPreemptionBlocked"), 60, 0.5)  # fmt: skip
-    assert "a PodDisruptionBudget" in blocked[0]["message"], blocked[0]["message"]
+    assert blocked[0]["message"] == (
+        f"evicting on {NODE} would make room, but the Eviction API would refuse {NS}/low-1: "
+        "PodDisruptionBudget keep-low needs 2 healthy pods and has 2"
+    ), blocked[0]["message"]
     assert sorted(_bound(h)) == ["low-0", "low-1"]
     # kube-scheduler's own preemption found no victim, as docs/scheduler.md says.
     failed = _failed(h, "urgent")
     assert any("expected at least one victim pod" in m for m in failed), failed
     # kubectl tessera why says what preemption would do.
     why = run(h.env.kubeconfig, "why", "urgent", "-n", NS).stdout
-    assert f"preemption: evicting {NS}/low-1 (priority 10) on {NODE} would make room" in why
+    assert (
+        f"preemption: evicting {NS}/low-1 (priority 10) on {NODE} would make room, but "
+        f"the Eviction API would refuse {NS}/low-1: PodDisruptionBudget keep-low"
+    ) in why
     # The budget goes: the preemptor's next try (every 10 s while the pod waits) evicts
-    # one of them. low-1 was refused just now, so that try may pass it over for low-0
-    # (a budget on one pod must not hold up a preemption another pod can make). The
-    # victim's finalizer keeps it terminating, on its card, until the test lets it go.
+    # one of them. The victim's finalizer keeps it terminating, on its card, until the
+    # test lets it go.
     h.admin.delete(BUDGETS, "keep-low", NS)
 
     def evicted() -> str | None:

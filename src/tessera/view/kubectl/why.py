@@ -20,7 +20,10 @@ from tessera.view.kubectl.common import (
 
 def _preemption_plan(api: Any, state: Any, pod: Any, outcome: Any) -> str:
     """What Tessera's preemption would evict for the pod now (scheduler/preemptor.py)."""
+    from tessera.kube.errors import ApiError
     from tessera.kube.events import EventRecorder
+    from tessera.kube.kinds import POD_DISRUPTION_BUDGETS
+    from tessera.scheduler.budgets import BudgetBook
     from tessera.scheduler.preemptor import Preemptor
 
     if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
@@ -28,12 +31,28 @@ def _preemption_plan(api: Any, state: Any, pod: Any, outcome: Any) -> str:
     under_way = _preemption_under_way(state, pod)
     if under_way:
         return under_way
-    planner = Preemptor(state, api, EventRecorder(api, "kubectl-tessera"), lambda: False)
-    found = planner.plan(pod, outcome.request, list(outcome.failed))
-    if found is None:
-        return "  preemption: none would help (no pod of lower priority holds cards it could use)"
-    victims = ", ".join(map(str, found.victims))
-    return f"  preemption: evicting {victims} on {found.node} would make room"
+    budgets, unread = BudgetBook(), ""
+    try:
+        budgets.replace(list(api.list(POD_DISRUPTION_BUDGETS).items))
+    except ApiError as exc:
+        unread = f" (PodDisruptionBudgets not weighed: {exc})"
+    recorder = EventRecorder(api, "kubectl-tessera")
+    planner = Preemptor(state, api, recorder, lambda: False, budgets=budgets)
+    nodes = list(outcome.failed)
+    found = planner.plan(pod, outcome.request, nodes)
+    if found is not None:
+        victims = ", ".join(map(str, found.victims))
+        return f"  preemption: evicting {victims} on {found.node} would make room{unread}"
+    blocked = planner.blocked(pod, outcome.request, nodes)
+    if blocked is not None and blocked[1]:
+        found, why = blocked
+        victims = ", ".join(map(str, found.victims))
+        refusals = "; ".join(f"{key}: {reason}" for key, reason in why.items())
+        return (
+            f"  preemption: evicting {victims} on {found.node} would make room, but the "
+            f"Eviction API would refuse {refusals} (tried again while the pod waits)"
+        )
+    return "  preemption: none would help (no pod of lower priority holds cards it could use)"
 
 
 def _preemption_under_way(state: Any, pod: Any) -> str:

@@ -1,0 +1,146 @@
+"""PodDisruptionBudgets as the Eviction API applies them, read ahead by GPU preemption.
+
+The preemptor evicts through the Eviction API, which refuses (429) a pod whose budget
+allows no disruption. Learning of a budget only from that refusal costs more than time:
+of two victims, the first may be gone before the second is refused, and then it went for
+nothing, since the preemptor still does not fit. So the preemptor reads the budgets
+(list/watch) and chooses only victims the API would let go; a refusal then comes only
+from a race (a budget changed between the read and the eviction).
+
+The rules are the API server's (``pkg/registry/core/pod/storage/eviction.go``,
+Kubernetes v1.36):
+
+* a pod in phase ``Pending`` (bound, not started) is evicted whatever its budgets;
+* a pod more than one budget covers is refused;
+* a pod that is not Ready goes without counting against its budget if the budget says
+  ``unhealthyPodEvictionPolicy: AlwaysAllow``, or has the healthy pods it wants
+  (``currentHealthy >= desiredHealthy > 0``);
+* otherwise the budget's controller must have observed its generation, and the budget
+  must allow a disruption; each eviction takes one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tessera.kube.port import Obj, WatchEvent
+from tessera.kube.selectors import selects
+
+__all__ = ["Budget", "BudgetBook", "Disruptee"]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One PodDisruptionBudget, as much of it as an eviction reads."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, Any] | None  # None: selects no pod
+    allowed: int  # status.disruptionsAllowed
+    current_healthy: int
+    desired_healthy: int
+    always_allow_unhealthy: bool  # spec.unhealthyPodEvictionPolicy: AlwaysAllow
+    observed: bool  # status.observedGeneration has caught up with metadata.generation
+
+    @classmethod
+    def of(cls, obj: Obj) -> Budget:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+
+        def number(raw: Any) -> int:
+            return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+
+        return cls(
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            selector=spec.get("selector"),
+            allowed=number(status.get("disruptionsAllowed")),
+            current_healthy=number(status.get("currentHealthy")),
+            desired_healthy=number(status.get("desiredHealthy")),
+            always_allow_unhealthy=spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow",
+            observed=number(status.get("observedGeneration")) >= number(meta.get("generation")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Disruptee:
+    """What the rules read of a pod to be evicted."""
+
+    namespace: str
+    labels: Mapping[str, str]
+    ready: bool  # its Ready condition is True
+    pending: bool  # status.phase is Pending
+
+
+class BudgetBook:
+    """The cluster's PodDisruptionBudgets by namespace; a reflector handler, safe to read
+    from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_ns: dict[str, dict[str, Budget]] = {}
+
+    def replace(self, items: list[Obj]) -> None:
+        by_ns: dict[str, dict[str, Budget]] = {}
+        for obj in items:
+            b = Budget.of(obj)
+            by_ns.setdefault(b.namespace, {})[b.name] = b
+        with self._lock:
+            self._by_ns = by_ns
+
+    def apply(self, event: WatchEvent) -> None:
+        b = Budget.of(event.object)
+        with self._lock:
+            mine = self._by_ns.setdefault(b.namespace, {})
+            if event.type == "DELETED":
+                mine.pop(b.name, None)
+            else:
+                mine[b.name] = b
+
+    def covering(self, pod: Disruptee) -> list[Budget]:
+        """The budgets whose selector selects the pod, by name."""
+        with self._lock:
+            mine = list(self._by_ns.get(pod.namespace, {}).values())
+        return sorted((b for b in mine if selects(b.selector, pod.labels)), key=lambda b: b.name)
+
+    def refusal(self, pod: Disruptee, spent: Counter[str] | None = None) -> str:
+        """Why the Eviction API would refuse to evict ``pod`` now ("": it would not).
+        ``spent`` counts the disruptions the evictions chosen before this one take from
+        each budget (by namespace/name); when the pod may go, its own is added."""
+        if pod.pending:
+            return ""
+        covering = self.covering(pod)
+        if not covering:
+            return ""
+        if len(covering) > 1:
+            names = ", ".join(b.name for b in covering)
+            return f"more than one PodDisruptionBudget covers it ({names}), which eviction refuses"
+        b = covering[0]
+        if not pod.ready and (
+            b.always_allow_unhealthy or b.current_healthy >= b.desired_healthy > 0
+        ):
+            return ""  # an unready pod that does not count against the budget
+        if not b.observed:
+            return f"PodDisruptionBudget {b.name} is not yet observed by its controller"
+        key = f"{b.namespace}/{b.name}"
+        taken = 0 if spent is None else spent[key]
+        if b.allowed - taken <= 0:
+            if taken:
+                return (
+                    f"PodDisruptionBudget {b.name} allows {b.allowed} disruption(s), all "
+                    "taken by the other victims"
+                )
+            if b.current_healthy <= b.desired_healthy:
+                return (
+                    f"PodDisruptionBudget {b.name} needs {b.desired_healthy} healthy pods "
+                    f"and has {b.current_healthy}"
+                )
+            return f"PodDisruptionBudget {b.name} allows no disruption now"
+        if spent is not None:
+            spent[key] += 1
+        return ""

@@ -1,0 +1,114 @@
+"""PodDisruptionBudgets read ahead: the Eviction API's rules (eviction.go, v1.36)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from tessera.kube.port import WatchEvent
+from tessera.scheduler.budgets import BudgetBook, Disruptee
+
+RUNNING = Disruptee("team-a", {"app": "train"}, ready=True, pending=False)
+
+
+def budget(
+    name: str = "keep",
+    ns: str = "team-a",
+    allowed: int = 0,
+    healthy: int = 2,
+    desired: int = 2,
+    selector: dict[str, Any] | None = None,
+    generation: int = 1,
+    observed: int = 1,
+    policy: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selector": selector if selector is not None else {
+        "matchLabels": {"app": "train"}}}  # fmt: skip
+    if policy:
+        spec["unhealthyPodEvictionPolicy"] = policy
+    return {
+        "metadata": {"name": name, "namespace": ns, "generation": generation},
+        "spec": spec,
+        "status": {
+            "disruptionsAllowed": allowed,
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "observedGeneration": observed,
+        },
+    }
+
+
+def book(*items: dict[str, Any]) -> BudgetBook:
+    b = BudgetBook()
+    b.replace(list(items))
+    return b
+
+
+def test_no_budget_no_refusal() -> None:
+    assert book().refusal(RUNNING) == ""
+    other_ns = book(budget(ns="team-b"))
+    assert other_ns.refusal(RUNNING) == ""  # budgets are per namespace
+    other_labels = book(budget(selector={"matchLabels": {"app": "serve"}}))
+    assert other_labels.refusal(RUNNING) == ""
+
+
+def test_a_budget_that_allows_none_refuses_and_says_why() -> None:
+    assert (
+        book(budget()).refusal(RUNNING) == "PodDisruptionBudget keep needs 2 healthy pods and has 2"
+    )
+    spare = book(budget(healthy=3, desired=2))  # the controller has not caught up yet
+    assert spare.refusal(RUNNING) == "PodDisruptionBudget keep allows no disruption now"
+
+
+def test_each_victim_takes_one_of_the_allowed_disruptions() -> None:
+    b = book(budget(allowed=1, healthy=3))
+    spent: Counter[str] = Counter()
+    assert b.refusal(RUNNING, spent) == ""
+    assert spent == {"team-a/keep": 1}
+    assert b.refusal(RUNNING, spent) == (
+        "PodDisruptionBudget keep allows 1 disruption(s), all taken by the other victims"
+    )
+    assert b.refusal(RUNNING) == ""  # without a plan's count: the pod alone may go
+
+
+def test_a_pending_pod_goes_whatever_its_budget() -> None:
+    pending = Disruptee("team-a", {"app": "train"}, ready=False, pending=True)
+    assert book(budget()).refusal(pending) == ""
+
+
+def test_two_budgets_over_one_pod_refuse_it() -> None:
+    b = book(budget("a", allowed=5), budget("b", allowed=5, selector={}))
+    assert b.refusal(RUNNING) == (
+        "more than one PodDisruptionBudget covers it (a, b), which eviction refuses"
+    )
+
+
+def test_an_unready_pod_goes_when_its_budget_has_its_healthy_pods_or_always_allows() -> None:
+    unready = Disruptee("team-a", {"app": "train"}, ready=False, pending=False)
+    assert book(budget(healthy=2, desired=2)).refusal(unready) == ""
+    assert book(budget(healthy=1, desired=2)).refusal(unready) != ""
+    assert book(budget(healthy=0, desired=0)).refusal(unready) != ""  # desired > 0 needed
+    assert book(budget(healthy=1, desired=2, policy="AlwaysAllow")).refusal(unready) == ""
+    spent: Counter[str] = Counter()
+    assert book(budget(healthy=2, desired=2)).refusal(unready, spent) == ""
+    assert spent == {}  # it does not count against the budget
+
+
+def test_a_budget_its_controller_has_not_observed_refuses() -> None:
+    b = book(budget(allowed=3, generation=2, observed=1))
+    assert b.refusal(RUNNING) == "PodDisruptionBudget keep is not yet observed by its controller"
+
+
+def test_the_watch_keeps_the_book() -> None:
+    b = book()
+    b.apply(WatchEvent("ADDED", budget()))
+    assert b.refusal(RUNNING) != ""
+    b.apply(WatchEvent("MODIFIED", budget(allowed=1, healthy=3)))
+    assert b.refusal(RUNNING) == ""
+    b.apply(WatchEvent("MODIFIED", budget()))
+    b.apply(WatchEvent("DELETED", budget()))
+    assert b.refusal(RUNNING) == ""
+    b.replace([budget()])
+    assert b.refusal(RUNNING) != ""
+    b.replace([])
+    assert b.refusal(RUNNING) == ""
