@@ -130,7 +130,10 @@ def test_claims_are_counted_by_a_webhook_that_reaches_only_the_leader() -> None:
 def test_preemption_is_on_with_its_eviction_right_and_can_be_turned_off() -> None:
     def evicts(d: Docs) -> bool:
         rules = one(d, "ClusterRole", "tessera-scheduler")["rules"]
-        return any("pods/eviction" in r["resources"] for r in rules)
+        evict = any("pods/eviction" in r["resources"] for r in rules)
+        budgets = [r["verbs"] for r in rules if "poddisruptionbudgets" in r["resources"]]
+        assert budgets == ([["list", "watch"]] if evict else [])  # read with the right
+        return evict
 
     def args(d: Docs) -> list[str]:
         spec = one(d, "Deployment", "tessera-scheduler")["spec"]["template"]["spec"]
