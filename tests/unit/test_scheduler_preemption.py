@@ -429,3 +429,75 @@ def test_no_victim_goes_for_a_preemption_a_budget_would_stop_halfway() -> None:
         assert {"default/low-0", "default/low-1"} <= w.app.state.pods.keys()
     finally:
         w.close()
+
+
+def test_a_held_node_takes_pods_on_what_its_preemptor_does_not_need() -> None:
+    """The hold is the preemptor's placement, not the node: while its victims sit out
+    their grace period, a less important pod may still use a card it does not need,
+    and never one it does, nor, once they are gone, the cards they freed."""
+    w = World([node_obj("a1", 3, "A100")])
+    try:
+        w.kube.graceful_evictions = True  # the victims stay, terminating, on their cards
+        for name, prio, memory in (("low-0", 10, None), ("low-1", 10, None), ("vip", 2000, 20000)):
+            assert w.schedule(w.create(prio_pod(name, prio, memory=memory))) == "a1"
+        confirmed(w)
+        urgent = w.create(prio_pod("urgent", 1000, gpu=2))
+        assert w.filter(urgent)["NodeNames"] == []
+        eventually(lambda: sorted(evictions(w)) == ["default/low-0", "default/low-1"])
+        eventually(lambda: all(w.app.state.pods[f"default/low-{i}"].terminating for i in (0, 1)))
+
+        def late(name: str, **kw: Any) -> dict[str, Any]:
+            pod = prio_pod(name, 10, **kw)
+            pod["spec"]["preemptionPolicy"] = "Never"
+            return w.create(pod)
+
+        # 20,000 MiB are left beside vip, on a card the urgent pod does not need.
+        assert w.schedule(late("small", memory=10000)) == "a1"
+        whole = late("whole")
+        out = w.filter(whole)
+        assert out["NodeNames"] == []
+        assert out["FailedNodes"]["a1"].startswith("held for default/urgent (priority 1000)")
+        for i in (0, 1):  # their grace period is over
+            w.kube.delete(PODS, f"low-{i}", "default")
+        eventually(lambda: "default/low-0" not in w.app.state.pods)
+        eventually(lambda: "default/low-1" not in w.app.state.pods)
+        out = w.filter(whole)  # two cards free now: both are the urgent pod's
+        assert out["FailedNodes"]["a1"].startswith("held for default/urgent (priority 1000)")
+        assert w.schedule(late("small-2", memory=10000)) == "a1"  # beside vip again
+        assert w.schedule(urgent) == "a1"
+        assert sorted(evictions(w)) == ["default/low-0", "default/low-1"]  # no one else
+    finally:
+        w.close()
+
+
+def test_a_pod_that_would_take_the_preemptors_cpu_is_kept_off_the_held_node() -> None:
+    """The node's CPU is shared by all its cards: a pod on a card the preemptor does not
+    need is still refused there if it would leave the preemptor short of CPU."""
+
+    def pod(name: str, prio: int, cpu: str, **kw: Any) -> dict[str, Any]:
+        p = prio_pod(name, prio, **kw)
+        p["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+        if prio < 1000:
+            p["spec"]["preemptionPolicy"] = "Never"
+        return w.create(p)
+
+    w = World([node_obj("a1", 3, "A100", cpu="8")])
+    try:
+        w.kube.graceful_evictions = True
+        assert w.schedule(pod("low", 10, "6")) == "a1"
+        assert w.schedule(pod("vip", 2000, "0", memory=20000)) == "a1"
+        confirmed(w)
+        urgent = pod("urgent", 1000, "6", gpu=2)  # the free card and low's, and its CPU
+        assert w.filter(urgent)["NodeNames"] == []
+        eventually(lambda: evictions(w) == ["default/low"])
+        eventually(lambda: w.app.state.pods["default/low"].terminating)
+        # Beside vip, 2 CPUs: the urgent pod keeps its 6 of the 8.
+        assert w.schedule(pod("modest", 10, "2", memory=1000)) == "a1"
+        w.kube.delete(PODS, "low", "default")
+        eventually(lambda: "default/low" not in w.app.state.pods)
+        out = w.filter(pod("greedy", 10, "1", memory=1000))  # 6 + 2 + 1 > 8
+        assert out["NodeNames"] == []
+        assert out["FailedNodes"]["a1"].startswith("held for default/urgent (priority 1000)")
+        assert w.schedule(urgent) == "a1"
+    finally:
+        w.close()

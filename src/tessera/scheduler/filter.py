@@ -24,6 +24,7 @@ from tessera.model.annotations import INVENTORY
 from tessera.model.types import Assignment, PodRequest
 from tessera.placement.fit import filter_nodes
 from tessera.placement.place import place
+from tessera.scheduler.holds import leaves_room
 from tessera.scheduler.placer import Placer
 from tessera.scheduler.state import SchedulerState, pod_priority
 from tessera.scheduler.wire import ExtenderArgs
@@ -154,15 +155,16 @@ def filter_pod(
         snap = state.cluster.snapshot()
         names, unknown = ordered_candidates(snap, args.node_names)
         failed = _unknown_reasons(state, unknown)
-        # Nodes the preemptor holds for a pod at least as important stay out of reach
-        # (scheduler/holds.py); only offered ones are named.
+        # Nodes the preemptor holds for a pod at least as important (scheduler/holds.py);
+        # only offered ones are named.
         held = state.holds.against(request.key, pod_priority(args.pod))
         if held:
             offered = set(args.node_names)
-            held = {n: why for n, why in held.items() if n in offered}
-            failed.update(held)
-            names = _without_held(snap, names, held)
-        if not narrow:
+            held = {n: hs for n, hs in held.items() if n in offered}
+        held_why = {n: hs[0].reason() for n, hs in held.items()}
+        if not narrow:  # every feasible node is returned: held ones stay out of reach
+            failed.update(held_why)
+            names = _without_held(snap, names, held_why)
             result = filter_nodes(snap, asked, names)
             failed.update(result.reasons)
             _quota_reasons(state, failed, excluded)
@@ -175,8 +177,13 @@ def filter_pod(
             return FilterOutcome(result.feasible, failed, request=request)
         try:
             decision = place(snap, asked, policy, names)
+            if decision.node in held and not leaves_room(
+                state.cluster, held[decision.node], asked, decision.assignment
+            ):  # it would take what a preemption freed: no held node then (one more try)
+                decision = place(snap, asked, policy, _without_held(snap, names, held_why))
         except PlacementError as exc:
             failed.update(exc.reasons)
+            failed.update(held_why)
             _quota_reasons(state, failed, excluded)
             return FilterOutcome([], failed, request=request)
         state.reserve(request, uid, decision.assignment)

@@ -1,16 +1,19 @@
 """Nodes held for preempting pods: what the preemptor freed goes to the pod it freed it for.
 
 When the preemptor evicts pods on a node for a pod P, it holds the node for P: until P is
-placed (or the hold ends), ``filter`` keeps every other pod of P's priority or lower off
-that node, and the preemptor weighs no victims there for such pods. Without the hold, a
-lower-priority pod scheduled while P waits -- for its victims' grace periods, then for
-kube-scheduler's backoff -- takes the freed cards, and P preempts it in turn: churn that
-evicts two pods for one. It is kube-scheduler's nominated node, kept in the extender
-because kube-scheduler cannot see the cards (docs/scheduler.md, "GPU preemption").
+placed (or the hold ends), ``filter`` places another pod of P's priority or lower there
+only where P's own placement -- the one the preemptor chose, on the victims' cards --
+still books once the victims are gone (``leaves_room``); and the preemptor weighs no
+victims there for such pods. Without the hold, a lower-priority pod scheduled while P
+waits -- for its victims' grace periods, then for kube-scheduler's backoff -- takes the
+freed cards, and P preempts it in turn: churn that evicts two pods for one. It is
+kube-scheduler's nominated node, kept in the extender because kube-scheduler cannot see
+the cards (docs/scheduler.md, "GPU preemption").
 
-The hold covers the whole node, not just the cards P is to get: while the victims
-terminate, those cards are still booked to them, so there is nothing finer to hold. A
-more important pod is never held off: it may take the node, and P's preemption is then
+What is held is P's placement, not the node: the node's other cards stay in use while the
+victims sit out their grace periods, which may be minutes. A hold whose placement is not
+known (taken over from another leader's annotation) holds the whole node. A more
+important pod is never held off: it may take the node, and P's preemption is then
 weighed again.
 
 A hold ends when P is bound, when P is gone, ``keep_s`` after the last victim went
@@ -27,10 +30,14 @@ Not thread-safe on its own: the scheduler state's lock guards it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["Hold", "HoldBook"]
+from tessera.cluster.state import ClusterState
+from tessera.errors import PlacementError, SpecError
+from tessera.model.types import Assignment, PodRequest
+
+__all__ = ["Hold", "HoldBook", "leaves_room"]
 
 
 @dataclass(slots=True)
@@ -44,6 +51,8 @@ class Hold:
     victims: frozenset[str]
     until: float  # no victim seen going by then: the eviction did not take
     freed_at: float | None = None  # when the last victim went
+    request: PodRequest | None = None  # the pod's, and where the preemptor placed it:
+    decision: Assignment | None = None  # None holds the whole node
 
     def reason(self) -> str:
         return (
@@ -82,13 +91,38 @@ class HoldBook:
         """Every pod some hold waits to see go."""
         return {v for h in self._by_key.values() for v in h.victims}
 
-    def against(self, key: str, priority: int) -> dict[str, str]:
-        """The nodes held against a pod ``key`` of ``priority``, each with why: those held
-        for another pod at least as important (empty, and cheap, when nothing is held)."""
-        if not self._by_key:
-            return {}
-        return {
-            h.node: h.reason()
-            for h in self._by_key.values()
-            if h.key != key and h.priority >= priority
-        }
+    def against(self, key: str, priority: int) -> dict[str, list[Hold]]:
+        """The nodes held against a pod ``key`` of ``priority``, each with its holds:
+        those for another pod at least as important (empty, and cheap, when nothing is
+        held)."""
+        out: dict[str, list[Hold]] = {}
+        for h in self._by_key.values():
+            if h.key != key and h.priority >= priority:
+                out.setdefault(h.node, []).append(h)
+        return out
+
+
+def leaves_room(
+    cluster: ClusterState, holds: Iterable[Hold], pod: PodRequest, assignment: Assignment
+) -> bool:
+    """Whether ``pod`` placed by ``assignment`` on a held node leaves each hold's pod its
+    placement once the victims are gone: both booked, on a copy of the node, with the
+    victims' bookings left out."""
+    kept = [(h.request, h.decision) for h in holds if h.request and h.decision]
+    holds = list(holds)
+    if len(kept) < len(holds):
+        return False  # a placement not known: the whole node is held
+    node = assignment.node
+    leaving = {v for h in holds for v in h.victims} | {h.key for h in holds}
+    scratch = ClusterState([cluster.node(node)])
+    try:
+        for key in cluster.pods_on(node):
+            booking = cluster.booking(key)
+            if booking is not None and key not in leaving and key != pod.key:
+                scratch.assign(booking.pod, booking.assignment, placing=False)
+        scratch.assign(pod, assignment, placing=False)
+        for request, decision in kept:
+            scratch.assign(request, decision, placing=False)
+    except (PlacementError, SpecError):
+        return False
+    return True

@@ -254,7 +254,8 @@ class Preemptor:
         if evicted:
             with self.state.lock:
                 until = self.clock() + self.hold_s
-                hold = Hold(request.key, uid, priority, found.node, frozenset(evicted), until)
+                hold = Hold(request.key, uid, priority, found.node, frozenset(evicted), until,
+                            request=request, decision=found.decision)  # fmt: skip
                 self.state.holds.put(hold)
             self._record(request.key, uid, found.node, evicted)
         return found
