@@ -58,6 +58,13 @@ def events(w: World, reason: str) -> list[str]:
             if e.get("reason") == reason]  # fmt: skip
 
 
+def blocked(w: World, reason: str) -> float:
+    """tessera_scheduler_preemption_blocked_total{reason}, as scraped."""
+    line = f'tessera_scheduler_preemption_blocked_total{{reason="{reason}"}} '
+    text = w.app.metrics.exposition().decode()
+    return float(next(ln for ln in text.splitlines() if ln.startswith(line)).split()[-1])
+
+
 def test_the_least_important_pod_is_evicted_and_the_urgent_pod_takes_its_card(
     world: World,
 ) -> None:
@@ -111,6 +118,7 @@ def test_a_budget_that_refuses_stops_the_preemption_and_says_so(world: World) ->
         in events(w, "TesseraPreemptionBlocked")[0]
     )
     assert len(w.app.state.pods) == 3  # nobody went
+    assert blocked(w, "refused") >= 1 and blocked(w, "budget") == 0
     # kube-scheduler would not try the pod again for a budget's change: the preemptor
     # tries again by itself while the pod waits (the budget allows it now).
     eventually(lambda: evictions(w) == ["default/low-1"], timeout=5)
@@ -399,6 +407,7 @@ def test_when_only_budgets_stand_in_the_way_the_pod_is_told_and_tried_again() ->
             "PodDisruptionBudget keep needs 2 healthy pods and has 2"
         )
         assert evictions(w) == []  # nothing asked of the API while the budget says no
+        assert blocked(w, "budget") >= 1 and blocked(w, "refused") == 0
         # The budget's controller counts a third healthy pod: one disruption allowed.
         budget = w.kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")
         budget["status"].update(disruptionsAllowed=1, currentHealthy=3)

@@ -229,6 +229,7 @@ class SchedulerApp:
             lambda: self.leading() and self.synced() and self.budget_reflector.synced.is_set(),
             on_evict=self.metrics.preemptions.inc,
             budgets=self.budgets,
+            on_blocked=lambda reason: self.metrics.preemptions_blocked.labels(reason).inc(),
         )
         self.metrics.on_scrape(self._refresh_gauges)
         self._problems_seen: dict[str, int] = {}

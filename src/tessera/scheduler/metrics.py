@@ -16,6 +16,8 @@ tessera_scheduler_quota_nudges_total{reason}   waiting pods annotated to be trie
 tessera_scheduler_quotas                       GpuQuota objects in force
 tessera_scheduler_preemption_evictions_total   pods evicted for a higher-priority pod's cards
 tessera_scheduler_preemption_holds             nodes held for a preempting pod not yet placed
+tessera_scheduler_preemption_blocked_total{reason}  preemptions stopped: budget (budgets
+                                               read ahead protect the victims), refused
 tessera_scheduler_webhook_cert_expiry_timestamp_seconds  the serving certificate's end
 tessera_scheduler_webhook_cert_loads_total     serving certificates loaded (start, renewals)
 =============================================  =====================================
@@ -82,6 +84,16 @@ class Metrics:
             "Lower-priority pods evicted for a higher-priority pod's cards",
             registry=r,
         )
+        self.preemptions_blocked = Counter(
+            "tessera_scheduler_preemption_blocked",
+            "Preemption tries that evicted nothing more, by reason: budget (the "
+            "PodDisruptionBudgets read ahead protect the victims it needs) or refused (the "
+            "Eviction API refused a victim); each is tried again every 10 s",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("budget", "refused"):
+            self.preemptions_blocked.labels(reason)  # exposed at 0 from the start
         self.holds = Gauge(
             "tessera_scheduler_preemption_holds",
             "Nodes held for a preempting pod that has not been placed yet",

@@ -82,6 +82,7 @@ class Preemptor:
         clock: Callable[[], float] = time.monotonic,
         on_evict: Callable[[], None] | None = None,
         budgets: BudgetBook | None = None,
+        on_blocked: Callable[[str], None] | None = None,
     ) -> None:
         self.state = state
         self.budgets = budgets if budgets is not None else BudgetBook()
@@ -96,6 +97,7 @@ class Preemptor:
         self.max_nodes = max_nodes  # nodes weighed per preemption, as kube-scheduler caps it
         self.clock = clock
         self.on_evict = on_evict
+        self.on_blocked = on_blocked  # reason: "budget" (read ahead) or "refused" (the API)
         self.policy = make_policy("binpack")  # its own: the placer is the filter's
         self._lock = threading.Lock()
         self._queue: dict[str, tuple[Obj, PodRequest, list[str]]] = {}
@@ -268,6 +270,8 @@ class Preemptor:
             return
         found, why = blocked
         refusals = "; ".join(f"{key}: {reason}" for key, reason in why.items())
+        if self.on_blocked is not None:
+            self.on_blocked("budget")
         self.events.record(pod, "TesseraPreemptionBlocked",
                            f"evicting on {found.node} would make room, but the Eviction "
                            f"API would refuse {refusals}")  # fmt: skip
@@ -462,6 +466,8 @@ class Preemptor:
                 refused_msg = f"evicting {v.key} on {found.node} was refused: {why}"
                 self.events.record(pod, "TesseraPreemptionBlocked", refused_msg)
                 self._refused[v.key] = self.clock() + self.avoid_s
+                if self.on_blocked is not None:
+                    self.on_blocked("refused")
                 refused = True
                 break
             evicted.append(v.key)
