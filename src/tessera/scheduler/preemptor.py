@@ -16,7 +16,7 @@ the leader only:
    holder's priority;
 3. outside the lock, asks the placement core (``placement.preemption``) for the fewest,
    least important victims on the best node. Card models the pod's quota rules out are
-   left out, so no pod is evicted for cards the preemptor could not take;
+   left out, so no pod is evicted for cards the preemptor could not take.
    Victims are chosen within the PodDisruptionBudgets, read ahead (``budgets.py``): no
    pod the Eviction API would refuse, and no more pods under one budget than it allows,
    so no victim goes for a preemption a later refusal would stop. When only budgets
@@ -32,10 +32,10 @@ the leader only:
 5. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
    victim.
 
-The node is held for the preemptor from the eviction on (``scheduler/holds.py``): no pod
-of its priority or lower is placed there until it is. Once its victims are gone, the
-preemptor annotates it (``tessera.io/quota-retry``, the one change to a pod the scheduler
-may make) so kube-scheduler tries it again at once.
+What the preemptor is to get on the node is held for it from the eviction on
+(``scheduler/holds.py``): until it is placed, no pod of its priority or lower is placed
+there in a way that would take it. Once its victims are gone, the preemptor annotates it
+(``tessera.io/quota-retry``) so kube-scheduler tries it again at once.
 """
 
 from __future__ import annotations
