@@ -137,9 +137,40 @@ def test_preempting_round_trips_with_sorted_victims() -> None:
     )
 
 
+def test_preempting_carries_where_the_pod_is_to_go() -> None:
+    placement = Assignment(
+        "a1", (ContainerAssignment("main", (CardSlice("GPU-1", 40960, 100),), exclusive=True),)
+    )
+    text = keys.encode_preempting("a1", ["ns/a"], placement)
+    assert text == (
+        '{"node":"a1","placement":{"containers":[{"cards":[{"cores":100,"memoryMiB":40960,'
+        '"uuid":"GPU-1"}],"exclusive":true,"init":false,"name":"main","policy":"fixed-share"}],'
+        '"node":"a1","v":1},"v":1,"victims":["ns/a"]}'
+    )
+    assert keys.decode_preempting("ns/p", text) == keys.Preempting(
+        "a1", frozenset({"ns/a"}), placement
+    )
+
+
+_PLACED = '"containers":[],"node":"a1"'
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
+        ('{"node":"a1","placement":[],"v":1,"victims":["ns/a"]}', "field 'placement'"),
+        (
+            '{"node":"a1","placement":{' + _PLACED + ',"v":2},"v":1,"victims":["ns/a"]}',
+            "placement: unknown version 2",
+        ),
+        (
+            '{"node":"a1","placement":{"containers":[],"node":"b2","v":1},"v":1,"victims":["ns/a"]}',
+            "placement: node 'b2' is not the field 'node' 'a1'",
+        ),
+        (
+            '{"node":"a1","placement":{"node":"a1","v":1},"v":1,"victims":["ns/a"]}',
+            "placement: missing field 'containers'",
+        ),
         ('{"v":1,"victims":["ns/a"]}', "field 'node'"),
         ('{"node":"","v":1,"victims":["ns/a"]}', "field 'node' must not be empty"),
         ('{"node":"a1","v":1,"victims":[]}', "field 'victims' must list pods as namespace/name"),

@@ -14,7 +14,6 @@ from tessera.kube.kinds import EVENTS, POD_DISRUPTION_BUDGETS
 from tessera.model.annotations import (
     PREEMPTING,
     QUOTA_RETRY,
-    Preempting,
     decode_preempting,
     encode_preempting,
 )
@@ -249,10 +248,12 @@ def test_a_new_leader_keeps_holding_the_node_while_the_victims_terminate(world: 
     assert w.filter(urgent)["NodeNames"] == []
     eventually(lambda: evictions(w) == ["default/low-1"])
     eventually(lambda: w.app.state.pods["default/low-1"].terminating)
-    record = w.kube.get(PODS, "urgent", "default")["metadata"]["annotations"][PREEMPTING]
-    assert decode_preempting("default/urgent", record) == Preempting(
-        "a1", frozenset({"default/low-1"})
-    )
+    record = decode_preempting("default/urgent", w.kube.get(PODS, "urgent", "default")
+                               ["metadata"]["annotations"][PREEMPTING])  # fmt: skip
+    assert (record.node, record.victims) == ("a1", frozenset({"default/low-1"}))
+    low_1_card = w.app.state.pods["default/low-1"].assignment
+    assert record.placement is not None and low_1_card is not None
+    assert record.placement.footprint().keys() == low_1_card.footprint().keys()
     w.app.stop()
     new = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
     new.start()
@@ -263,7 +264,9 @@ def test_a_new_leader_keeps_holding_the_node_while_the_victims_terminate(world: 
         assert w.filter(urgent)["NodeNames"] == []  # low-1 still terminating
         new.preemptor.step()
         assert evictions(w) == ["default/low-1"]  # not low-0 as well
-        assert new.state.holds.get("default/urgent") is not None
+        hold = new.state.holds.get("default/urgent")
+        assert hold is not None  # what it holds is the pod's placement, as recorded
+        assert hold.decision == record.placement and hold.request is not None
         w.kube.delete(PODS, "low-1", "default")  # its grace period is over
         eventually(lambda: "default/low-1" not in new.state.pods)
         late = prio_pod("late", 10)

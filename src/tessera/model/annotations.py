@@ -248,31 +248,36 @@ def with_cordons(inv: NodeInventory, cordoned: frozenset[str]) -> NodeInventory:
 
 def encode_assignment(assignment: Assignment) -> str:
     """The ``tessera.io/assignment`` value for a placed pod."""
-    return _dumps(
-        {
-            "v": VERSION,
-            "node": assignment.node,
-            "containers": [
-                {
-                    "name": c.name,
-                    "init": c.init,
-                    "policy": str(c.policy),
-                    "exclusive": c.exclusive,
-                    "cards": [
-                        {"uuid": s.uuid, "memoryMiB": s.memory_mib, "cores": s.cores_percent}
-                        for s in c.slices
-                    ],
-                }
-                for c in assignment.containers
-            ],
-        }
-    )
+    return _dumps(_assignment_obj(assignment))
+
+
+def _assignment_obj(assignment: Assignment) -> dict[str, Any]:
+    return {
+        "v": VERSION,
+        "node": assignment.node,
+        "containers": [
+            {
+                "name": c.name,
+                "init": c.init,
+                "policy": str(c.policy),
+                "exclusive": c.exclusive,
+                "cards": [
+                    {"uuid": s.uuid, "memoryMiB": s.memory_mib, "cores": s.cores_percent}
+                    for s in c.slices
+                ],
+            }
+            for c in assignment.containers
+        ],
+    }
 
 
 def decode_assignment(pod: str, text: str) -> Assignment:
     """Parse a pod's ``tessera.io/assignment``; ``pod`` (namespace/name) is for messages."""
     what = f"pod {pod}: annotation {ASSIGNMENT}"
-    obj = _loads(what, text)
+    return _assignment_of(what, _loads(what, text))
+
+
+def _assignment_of(what: str, obj: Mapping[str, Any]) -> Assignment:
     node = _field(what, obj, "node", str)
     if not node:
         raise FormatError(what, "field 'node' must not be empty")
@@ -322,10 +327,16 @@ class Preempting:
 
     node: str
     victims: frozenset[str]
+    placement: Assignment | None = None  # where the pod is to go once they are gone
 
 
-def encode_preempting(node: str, victims: Iterable[str]) -> str:
-    return _dumps({"node": node, "v": VERSION, "victims": sorted(victims)})
+def encode_preempting(
+    node: str, victims: Iterable[str], placement: Assignment | None = None
+) -> str:
+    obj: dict[str, Any] = {"node": node, "v": VERSION, "victims": sorted(victims)}
+    if placement is not None:
+        obj["placement"] = _assignment_obj(placement)
+    return _dumps(obj)
 
 
 def decode_preempting(pod: str, text: str) -> Preempting:
@@ -338,4 +349,13 @@ def decode_preempting(pod: str, text: str) -> Preempting:
     victims = _field(what, obj, "victims", list)
     if not victims or not all(isinstance(v, str) and "/" in v for v in victims):
         raise FormatError(what, "field 'victims' must list pods as namespace/name")
-    return Preempting(node, frozenset(victims))
+    placement = None
+    if "placement" in obj:
+        where = f"{what}: placement"
+        raw = _field(what, obj, "placement", dict)
+        if raw.get("v") != VERSION:
+            raise FormatError(where, f"unknown version {raw.get('v')!r}")
+        placement = _assignment_of(where, raw)
+        if placement.node != node:
+            raise FormatError(where, f"node {placement.node!r} is not the field 'node' {node!r}")
+    return Preempting(node, frozenset(victims), placement)

@@ -12,7 +12,7 @@ the cards (docs/scheduler.md, "GPU preemption").
 
 What is held is P's placement, not the node: the node's other cards stay in use while the
 victims sit out their grace periods, which may be minutes. A hold whose placement is not
-known (taken over from another leader's annotation) holds the whole node. A more
+known (taken over from an annotation without one) holds the whole node. A more
 important pod is never held off: it may take the node, and P's preemption is then
 weighed again.
 
@@ -20,10 +20,10 @@ A hold ends when P is bound, when P is gone, ``keep_s`` after the last victim we
 (kube-scheduler tries P again within its backoff, at most 10 s), or when a victim was
 never seen going (``until``: the eviction did not take; the preemption is weighed again).
 The book lives in the leader's memory, and each preemption is also written on P
-(``tessera.io/preempting``: the node and the victims). A new leader, or the same one
-restarted, holds the node again from that annotation while any victim is still there;
-without it, it would see P still not fit while the victims terminate and evict a second
-set for it.
+(``tessera.io/preempting``: the node, the victims and P's placement). A new leader, or
+the same one restarted, holds P's placement again from that annotation while any victim
+is still there; without it, it would see P still not fit while the victims terminate
+and evict a second set for it.
 
 Not thread-safe on its own: the scheduler state's lock guards it.
 """

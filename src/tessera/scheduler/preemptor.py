@@ -259,7 +259,7 @@ class Preemptor:
                 hold = Hold(request.key, uid, priority, found.node, frozenset(evicted), until,
                             request=request, decision=found.decision)  # fmt: skip
                 self.state.holds.put(hold)
-            self._record(request.key, uid, found.node, evicted)
+            self._record(request.key, uid, found, evicted)
         return found
 
     def _blocked(self, pod: Obj, request: PodRequest, nodes: list[str]) -> None:
@@ -278,12 +278,13 @@ class Preemptor:
         with self._lock:
             self._later[request.key] = (self.clock() + self.retry_s, pod, request, nodes)
 
-    def _record(self, key: str, uid: str, node: str, evicted: list[str]) -> None:
-        """Write the preemption on its pod (``tessera.io/preempting``), so a leader that
-        takes over keeps holding the node while the victims go."""
+    def _record(self, key: str, uid: str, found: Preemption, evicted: list[str]) -> None:
+        """Write the preemption on its pod (``tessera.io/preempting``: the node, the
+        victims and where the pod is to go), so a leader that takes over keeps holding
+        it while the victims go."""
         ns, _, name = key.partition("/")
         patch = {"metadata": {"uid": uid, "annotations": {PREEMPTING: encode_preempting(
-            node, evicted)}}}  # fmt: skip
+            found.node, evicted, found.decision)}}}  # fmt: skip
         try:
             self.api.merge_patch(PODS, name, patch, ns)
         except NotFound:
@@ -308,7 +309,8 @@ class Preemptor:
                 log.warning("%s", exc)
                 continue
             if any(v in self.state.pods for v in record.victims):
-                hold = Hold(info.key, info.uid, info.priority, record.node, record.victims, until)
+                hold = Hold(info.key, info.uid, info.priority, record.node, record.victims, until,
+                            request=info.request, decision=record.placement)  # fmt: skip
                 self.state.holds.put(hold)
                 log.info("holding %s for %s, as the leader before did", record.node, info.key)
             else:

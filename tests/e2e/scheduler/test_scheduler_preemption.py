@@ -135,8 +135,16 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     # The preemption is written on the pod (through the chart's admission policy), so an
     # extender restarted now -- a rollout, a takeover -- holds the node again and evicts
     # no second pod while the victim terminates.
-    record = h.admin.get(PODS, "urgent", NS)["metadata"]["annotations"]["tessera.io/preempting"]
-    assert json.loads(record) == {"node": NODE, "v": 1, "victims": [f"{NS}/{victim}"]}
+    record = json.loads(
+        h.admin.get(PODS, "urgent", NS)["metadata"]["annotations"]["tessera.io/preempting"]
+    )
+    placement = record.pop("placement")  # where the urgent pod is to go: the victim's card
+    assert record == {"node": NODE, "v": 1, "victims": [f"{NS}/{victim}"]}
+    victim_card = json.loads(h.admin.get(PODS, victim, NS)["metadata"]["annotations"]
+                             ["tessera.io/assignment"])["containers"][0]["cards"]  # fmt: skip
+    assert placement["node"] == NODE
+    assert [c["uuid"] for c in placement["containers"][0]["cards"]] == [
+        c["uuid"] for c in victim_card]  # fmt: skip
     ext = h.extender
     assert ext is not None
     ext.stop()
