@@ -112,3 +112,34 @@ def test_the_watch_keeps_the_book() -> None:
     assert b.refusal(RUNNING) != ""
     b.replace([])
     assert b.refusal(RUNNING) == ""
+
+
+def test_the_book_says_which_budget_loosened() -> None:
+    """What may let go a pod it kept: more disruptions, observed at last, unready pods
+    free to go, another selector, or gone. A tightening or a count that changes nothing
+    is not reported (budgets' status changes often on a busy cluster)."""
+    b = book(budget(allowed=1, healthy=3))
+    told: list[str] = []
+    b.on_loosened = told.append
+
+    def now(**kw: Any) -> list[str]:
+        b.apply(WatchEvent("MODIFIED", budget(**kw)))
+        return list(told)
+
+    assert now(allowed=0, healthy=2) == []  # tighter
+    assert now(allowed=0, healthy=2, desired=3) == []  # unready pods kept still
+    assert now(allowed=1, healthy=3) == ["team-a/keep"]  # one disruption allowed
+    told.clear()
+    assert now(allowed=1, healthy=3, selector={}) == ["team-a/keep"]  # another selector
+    told.clear()
+    unobserved = {"allowed": 0, "healthy": 1, "desired": 2, "selector": {}, "generation": 2}
+    assert now(**unobserved) == []
+    assert now(**unobserved, observed=2) == ["team-a/keep"]  # observed at last
+    told.clear()
+    assert now(**unobserved, observed=2, policy="AlwaysAllow") == ["team-a/keep"]
+    told.clear()
+    b.apply(WatchEvent("DELETED", budget()))
+    b.apply(WatchEvent("ADDED", budget("new")))  # a new budget lets nothing go
+    assert told == ["team-a/keep"]
+    b.replace([])  # a re-list without it: gone
+    assert told == ["team-a/keep", "team-a/new"]

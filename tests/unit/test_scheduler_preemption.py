@@ -3,6 +3,7 @@ important lower-priority pod evicted (Eviction API), then takes its card."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -398,11 +399,13 @@ def test_a_pod_its_budget_protects_is_left_and_another_goes_without_a_refusal() 
 
 
 def test_when_only_budgets_stand_in_the_way_the_pod_is_told_and_tried_again() -> None:
+    """Tried again the moment the budget loosens (its watch event), not on a timer: the
+    timer (budget_retry_s, a minute) is only for what no event says."""
     w = budgeted_world([node_obj("a1", 2, "A100")],
                        [running_pod("low-0", 10, "kept"), running_pod("low-1", 10, "kept")],
-                       [pdb("keep", "kept", 0)])  # fmt: skip
+                       [pdb("keep", "kept", 0), pdb("other", "elsewhere", 0)])  # fmt: skip
     try:
-        w.app.preemptor.retry_s = 0.2
+        assert w.app.preemptor.budget_retry_s == 60.0
         assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
         eventually(lambda: events(w, "TesseraPreemptionBlocked"))
         assert events(w, "TesseraPreemptionBlocked")[0] == (
@@ -410,7 +413,15 @@ def test_when_only_budgets_stand_in_the_way_the_pod_is_told_and_tried_again() ->
             "PodDisruptionBudget keep needs 2 healthy pods and has 2"
         )
         assert evictions(w) == []  # nothing asked of the API while the budget says no
-        assert blocked(w, "budget") >= 1 and blocked(w, "refused") == 0
+        assert blocked(w, "budget") == 1 and blocked(w, "refused") == 0
+        # Another budget loosening does not wake it: it is not in the way.
+        other = w.kube.get(POD_DISRUPTION_BUDGETS, "other", "default")
+        other["status"].update(disruptionsAllowed=1, currentHealthy=3)
+        w.kube.replace(POD_DISRUPTION_BUDGETS, other, "default")
+        eventually(lambda: w.app.budgets.covering(Disruptee("default", {"app": "elsewhere"},
+                   True, False))[0].allowed == 1)  # fmt: skip
+        time.sleep(0.5)
+        assert blocked(w, "budget") == 1
         # The budget's controller counts a third healthy pod: one disruption allowed.
         budget = w.kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")
         budget["status"].update(disruptionsAllowed=1, currentHealthy=3)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,24 @@ class Budget:
     desired_healthy: int
     always_allow_unhealthy: bool  # spec.unhealthyPodEvictionPolicy: AlwaysAllow
     observed: bool  # status.observedGeneration has caught up with metadata.generation
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def lets_unready_go(self) -> bool:
+        """It has the healthy pods it wants: an unready pod it covers may go."""
+        return self.always_allow_unhealthy or self.current_healthy >= self.desired_healthy > 0
+
+    def loosened_from(self, old: Budget) -> bool:
+        """Whether it may let go a pod ``old`` kept: more disruptions allowed, newly
+        observed, unready pods newly free to go, or another selector."""
+        return (
+            self.selector != old.selector
+            or (self.observed and not old.observed)
+            or self.allowed > old.allowed
+            or (self.lets_unready_go() and not old.lets_unready_go())
+        )
 
     @classmethod
     def of(cls, obj: Obj) -> Budget:
@@ -84,6 +102,9 @@ class BudgetBook:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_ns: dict[str, dict[str, Budget]] = {}
+        # Told (outside the lock) the namespace/name of each budget that may now let go
+        # a pod it kept: deleted, or loosened (Budget.loosened_from).
+        self.on_loosened: Callable[[str], None] | None = None
 
     def replace(self, items: list[Obj]) -> None:
         by_ns: dict[str, dict[str, Budget]] = {}
@@ -91,16 +112,26 @@ class BudgetBook:
             b = Budget.of(obj)
             by_ns.setdefault(b.namespace, {})[b.name] = b
         with self._lock:
-            self._by_ns = by_ns
+            old, self._by_ns = self._by_ns, by_ns
+        for ns, budgets in old.items():
+            for name, before in budgets.items():
+                after = by_ns.get(ns, {}).get(name)
+                if after is None or after.loosened_from(before):
+                    self._loosened(before.key)
 
     def apply(self, event: WatchEvent) -> None:
         b = Budget.of(event.object)
         with self._lock:
             mine = self._by_ns.setdefault(b.namespace, {})
-            if event.type == "DELETED":
-                mine.pop(b.name, None)
-            else:
+            before = mine.pop(b.name, None)
+            if event.type != "DELETED":
                 mine[b.name] = b
+        if before is not None and (event.type == "DELETED" or b.loosened_from(before)):
+            self._loosened(b.key)
+
+    def _loosened(self, key: str) -> None:
+        if self.on_loosened is not None:
+            self.on_loosened(key)
 
     def covering(self, pod: Disruptee) -> list[Budget]:
         """The budgets whose selector selects the pod, by name."""
@@ -121,13 +152,11 @@ class BudgetBook:
             names = ", ".join(b.name for b in covering)
             return f"more than one PodDisruptionBudget covers it ({names}), which eviction refuses"
         b = covering[0]
-        if not pod.ready and (
-            b.always_allow_unhealthy or b.current_healthy >= b.desired_healthy > 0
-        ):
+        if not pod.ready and b.lets_unready_go():
             return ""  # an unready pod that does not count against the budget
         if not b.observed:
             return f"PodDisruptionBudget {b.name} is not yet observed by its controller"
-        key = f"{b.namespace}/{b.name}"
+        key = b.key
         taken = 0 if spent is None else spent[key]
         if b.allowed - taken <= 0:
             if taken:

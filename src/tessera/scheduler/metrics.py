@@ -88,7 +88,7 @@ class Metrics:
             "tessera_scheduler_preemption_blocked",
             "Preemption tries that evicted nothing more, by reason: budget (the "
             "PodDisruptionBudgets read ahead protect the victims it needs) or refused (the "
-            "Eviction API refused a victim); each is tried again every 10 s",
+            "Eviction API refused a victim)",
             ["reason"],
             registry=r,
         )

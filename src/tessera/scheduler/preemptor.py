@@ -21,8 +21,10 @@ the leader only:
    pod the Eviction API would refuse, and no more pods under one budget than it allows,
    so no victim goes for a preemption a later refusal would stop. When only budgets
    stand in the way, the pod is told (``TesseraPreemptionBlocked``) and the preemption
-   is tried again every ``retry_s`` while it waits: kube-scheduler would not try the pod
-   again for a budget's change;
+   is tried again as soon as one of those budgets loosens (the watch says so), and
+   every ``budget_retry_s`` in any case while the pod waits: kube-scheduler would not
+   try the pod again for a budget's change, and a decision at 5,000 nodes costs ~0.2 s,
+   too much to repeat every few seconds for every pod a budget holds up;
 4. evicts them through the Eviction API (``pods/eviction``, the victim's UID a
    precondition), so budgets and graceful termination apply. A refusal all the same
    (429: a budget changed since it was read) stops that preemption, and it is tried
@@ -55,7 +57,7 @@ from tessera.model.annotations import PREEMPTING, decode_preempting, encode_pree
 from tessera.model.types import NodeInventory, PodRequest
 from tessera.placement.policies import make_policy
 from tessera.placement.preemption import Holder, Preemption, choose_preemption
-from tessera.scheduler.budgets import BudgetBook
+from tessera.scheduler.budgets import Budget, BudgetBook
 from tessera.scheduler.filter import without_models
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.nudge import nudge
@@ -77,6 +79,7 @@ class Preemptor:
         hold_s: float = 60.0,
         keep_s: float = 30.0,
         retry_s: float = 10.0,
+        budget_retry_s: float = 60.0,
         avoid_s: float = 60.0,
         max_nodes: int = 100,
         clock: Callable[[], float] = time.monotonic,
@@ -86,12 +89,14 @@ class Preemptor:
     ) -> None:
         self.state = state
         self.budgets = budgets if budgets is not None else BudgetBook()
+        self.budgets.on_loosened = self.loosened
         self.api = api
         self.events = events
         self.leading = leading
         self.hold_s = hold_s  # a victim not seen going by then: the eviction did not take
         self.keep_s = keep_s  # the node stays held this long after the victims went
         self.retry_s = retry_s
+        self.budget_retry_s = budget_retry_s  # budgets may loosen unseen (a pod elsewhere)
         self.avoid_s = avoid_s  # a pod whose eviction was refused is passed over this long
         self._refused: dict[str, float] = {}  # victim key -> passed over until (clock)
         self.max_nodes = max_nodes  # nodes weighed per preemption, as kube-scheduler caps it
@@ -102,6 +107,7 @@ class Preemptor:
         self._lock = threading.Lock()
         self._queue: dict[str, tuple[Obj, PodRequest, list[str]]] = {}
         self._later: dict[str, tuple[float, Obj, PodRequest, list[str]]] = {}  # refused
+        self._held_by: dict[str, frozenset[str]] = {}  # pod key -> the budgets in its way
         self._floor_value, self._floor_at = 0, float("-inf")
         self._adopted = False  # the holds of the leader before taken over
         self._wake = threading.Event()
@@ -115,6 +121,16 @@ class Preemptor:
         with self._lock:
             self._queue[request.key] = (pod, request, list(nodes))
         self._wake.set()
+
+    def loosened(self, budget: str) -> None:
+        """A budget (namespace/name) may let go a pod it kept: the pods it held up are
+        tried again now."""
+        with self._lock:
+            for key, budgets in self._held_by.items():
+                if budget in budgets and key in self._later:
+                    _, pod, request, nodes = self._later[key]
+                    self._later[key] = (float("-inf"), pod, request, nodes)
+                    self._wake.set()
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="tessera-preempt", daemon=True).start()
@@ -142,6 +158,7 @@ class Preemptor:
             due = {k: v for k, v in self._later.items() if v[0] <= now}
             for key in due:
                 del self._later[key]
+                self._held_by.pop(key, None)
         with self.state.lock:  # a refused one is tried again only while its pod waits
             for key, (_, pod, request, nodes) in due.items():
                 info = self.state.pods.get(key)
@@ -275,8 +292,20 @@ class Preemptor:
         self.events.record(pod, "TesseraPreemptionBlocked",
                            f"evicting on {found.node} would make room, but the Eviction "
                            f"API would refuse {refusals}")  # fmt: skip
+        in_way = frozenset(b.key for v in found.victims if v.key in why
+                           for b in self._covering(v.key))  # fmt: skip
         with self._lock:
-            self._later[request.key] = (self.clock() + self.retry_s, pod, request, nodes)
+            later = self.clock() + self.budget_retry_s
+            self._later[request.key] = (later, pod, request, nodes)
+            self._held_by[request.key] = in_way
+
+    def _covering(self, key: str) -> list[Budget]:
+        """The budgets over the pod ``key`` (none when it is not known)."""
+        with self.state.lock:
+            info = self.state.pods.get(key)
+        if info is None or info.disruptee is None:
+            return []
+        return self.budgets.covering(info.disruptee)
 
     def _record(self, key: str, uid: str, found: Preemption, evicted: list[str]) -> None:
         """Write the preemption on its pod (``tessera.io/preempting``: the node, the
