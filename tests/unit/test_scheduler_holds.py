@@ -15,6 +15,9 @@ from tessera.model.types import (
     PodRequest,
 )
 from tessera.scheduler.holds import Hold, HoldBook, leaves_room
+from tessera.scheduler.state import SchedulerState
+from tessera.scheduler.web import gpu_map
+from tests.unit._scheduler_world import node_obj
 
 INV = NodeInventory("n1", make_cards("n1", 3, "A100"), cpu_milli=8_000, memory_mib=64 * 1024)
 CARDS = [c.uuid for c in INV.cards]
@@ -79,3 +82,17 @@ def test_holds_against_a_pod_are_those_for_pods_as_important_or_more() -> None:
         "n1": ["team/p", "team/q"]}  # fmt: skip
     assert [h.key for h in book.against("team/x", 500)["n1"]] == ["team/p"]
     assert book.against("team/p", 1000) == {}  # not against itself
+
+
+def test_the_gpu_map_says_what_of_a_node_is_held() -> None:
+    state = SchedulerState()
+    state.replace_nodes([node_obj("n1", 3, "A100")])
+    cards = state.cluster.node("n1").cards
+    two = Assignment("n1", (ContainerAssignment("main", tuple(
+        CardSlice(c.uuid, c.memory_mib, 100) for c in cards[1:]), exclusive=True),))  # fmt: skip
+    state.holds.put(hold("team/p", {"team/v"}, pod("p"), two))
+    state.holds.put(hold("team/q", {"team/w"}, None, None, priority=500))
+    [node] = gpu_map(state).nodes
+    assert node.held == (
+        "held for team/p (priority 1000): cards 1, 2; team/q (priority 500): the whole node"
+    )

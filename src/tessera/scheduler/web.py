@@ -31,6 +31,7 @@ from typing import Any
 
 from tessera.model.types import Assignment
 from tessera.scheduler.claims_book import ClaimsBook
+from tessera.scheduler.holds import Hold
 from tessera.scheduler.state import SchedulerState
 from tessera.view.gpumap import GpuMap, Pending, assemble, map_json, summary
 
@@ -45,7 +46,7 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         observed = {k: h.assignment for k, h in state.observed.items()}
         held_for: dict[str, list[str]] = {}  # node -> the preempting pods it is held for
         for hold in state.holds:
-            held_for.setdefault(hold.node, []).append(f"{hold.key} (priority {hold.priority})")
+            held_for.setdefault(hold.node, []).append(_held_for(state, hold))
     held: dict[str, tuple[Assignment, str]] = {}
     pending = []
     for p in pods:
@@ -61,8 +62,19 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         pending=pending,
         slices=claims.slices() if claims else (),
         claims=claims.claims() if claims else (),
-        held_nodes={node: "held for " + ", ".join(sorted(pods)) for node, pods in held_for.items()},
+        held_nodes={node: "held for " + "; ".join(sorted(pods)) for node, pods in held_for.items()},
     )
+
+
+def _held_for(state: SchedulerState, hold: Hold) -> str:
+    """Whom a node is held for, and what of it (lock held): the cards of the pod's
+    placement by index, or the whole node when the placement is not known."""
+    who = f"{hold.key} (priority {hold.priority})"
+    if hold.decision is None or hold.request is None or hold.node not in state.cluster:
+        return f"{who}: the whole node"
+    index = {c.uuid: c.index for c in state.cluster.node(hold.node).cards}
+    cards = sorted(index.get(u, -1) for u in hold.decision.footprint())
+    return f"{who}: card{'s' if len(cards) > 1 else ''} {', '.join(map(str, cards))}"
 
 
 def map_body(state: SchedulerState, claims: ClaimsBook | None = None) -> bytes:

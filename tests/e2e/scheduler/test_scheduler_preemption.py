@@ -166,10 +166,14 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
         doc = json.loads(ext.get("/gpus.json")[1])
         return str(next(n["held"] for n in doc["nodes"] if n["name"] == NODE))
 
-    wait_for("the GPU map to show the hold", lambda: map_says() == held, 30, 0.5)
+    # What is held is the urgent pod's placement: the victim's card, by index (taken
+    # over from the pod's tessera.io/preempting by the restarted extender).
+    index = {c.uuid: c.index for c in make_cards(NODE, 2, "A100")}[victim_card[0]["uuid"]]
+    on_map = f"{held}: card {index}"
+    wait_for("the GPU map to show the hold", lambda: map_says() == on_map, 30, 0.5)
     page = browser(f"http://127.0.0.1:{ext.port}/gpus#q={NODE}", tmp_path)
     [(_, _, shown)] = page.with_class("held")
-    assert shown == held
+    assert shown == on_map
     h.admin.merge_patch(PODS, victim, UNFINALIZE, NS)
     wait_for("urgent bound", lambda: _bound(h).get("urgent") == NODE, 120, 0.5)
     assert sorted(_bound(h)) == sorted([kept, "urgent"])
