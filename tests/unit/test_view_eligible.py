@@ -1,6 +1,6 @@
 """The nodes kube-scheduler's own filters would offer a pod: cordons, nodeName,
-nodeSelector, required node affinity and taints, host ports and required inter-pod
-affinity, as kube-scheduler reads them."""
+nodeSelector, required node affinity and taints, host ports, required inter-pod
+affinity and topology spread, as kube-scheduler reads them."""
 
 from __future__ import annotations
 
@@ -167,3 +167,71 @@ def test_a_term_that_selects_namespaces_by_label_is_not_weighed() -> None:
     )
     nodes = [node("a", {"kubernetes.io/hostname": "a"})]
     assert ineligible(pod_, nodes, [placed("db-0", "a", {"app": "db"})]) == {}
+
+
+def spread(key: str = "zone", max_skew: int = 1, **more: Any) -> dict[str, Any]:
+    return {"topologySpreadConstraints": [{
+        "maxSkew": max_skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}}, **more}]}  # fmt: skip
+
+
+ZONES = [node("a1", {"zone": "a"}), node("a2", {"zone": "a"}), node("b1", {"zone": "b"}),
+         node("c1", {"zone": "c"}), node("bare")]  # fmt: skip
+
+
+def test_topology_spread_keeps_the_pod_off_the_fuller_domains() -> None:
+    going = placed("going", "c1", {"app": "web"})  # terminating: not counted
+    going["metadata"]["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+    pods = [placed("w1", "a1", {"app": "web"}), placed("w2", "a2", {"app": "web"}),
+            placed("w3", "b1", {"app": "web"}),
+            placed("other", "c1", {"app": "db"}),  # another selector: not counted
+            placed("elsewhere", "c1", {"app": "web"}, ns="other"),  # another namespace
+            going]  # fmt: skip
+    out = ineligible(me({"app": "web"}, **spread()), ZONES, pods)
+    assert out == {
+        "a1": "topology spread: zone=a has 2 matching pods, the emptiest 0 (maxSkew 1)",
+        "a2": "topology spread: zone=a has 2 matching pods, the emptiest 0 (maxSkew 1)",
+        "b1": "topology spread: zone=b has 1 matching pods, the emptiest 0 (maxSkew 1)",
+        "bare": "topology spread: the node has no zone label",
+    }
+    # A pod its own selector does not pick adds nothing: zone b (1 - 0) is within 1.
+    assert set(ineligible(me({"app": "other"}, **spread()), ZONES, pods)) == {"a1", "a2", "bare"}
+    # ScheduleAnyway is a preference: kube-scheduler filters nothing for it.
+    lenient = spread()
+    lenient["topologySpreadConstraints"][0]["whenUnsatisfiable"] = "ScheduleAnyway"
+    assert ineligible(me({"app": "web"}, **lenient), ZONES, pods) == {}
+
+
+def test_topology_spread_counts_only_the_nodes_the_pod_may_use_and_min_domains() -> None:
+    pods = [placed("w1", "a1", {"app": "web"}), placed("w2", "b1", {"app": "web"})]
+    # Zone c is out of the pod's node affinity: its 0 does not count as the emptiest.
+    honour = me({"app": "web"}, nodeSelector={"zone-ok": "y"}, **spread())
+    nodes = [node("a1", {"zone": "a", "zone-ok": "y"}), node("b1", {"zone": "b", "zone-ok": "y"}),
+             node("c1", {"zone": "c"})]  # fmt: skip
+    assert set(ineligible(honour, nodes, pods)) == {"c1"}  # c1 only for its selector
+    ignore = me({"app": "web"}, nodeSelector={"zone-ok": "y"},
+                **spread(nodeAffinityPolicy="Ignore"))  # fmt: skip
+    out = ineligible(ignore, nodes, pods)
+    assert out["a1"].startswith("topology spread: zone=a has 1 matching pods, the emptiest 0")
+    # Fewer domains than minDomains: the emptiest counts as 0.
+    two = [node("a1", {"zone": "a"}), node("b1", {"zone": "b"})]
+    assert ineligible(me({"app": "web"}, **spread()), two, pods) == {}
+    assert set(ineligible(me({"app": "web"}, **spread(minDomains=3)), two, pods)) == {"a1", "b1"}
+
+
+def test_topology_spread_match_label_keys_and_node_taints_policy() -> None:
+    pods = [placed("w1", "a1", {"app": "web", "version": "1"}),
+            placed("w2", "b1", {"app": "web", "version": "2"})]  # fmt: skip
+    mine = {"app": "web", "version": "2"}
+    # Without matchLabelKeys both versions count: zones a and b hold 1, zone c 0.
+    assert set(ineligible(me(mine, **spread()), ZONES, pods)) == {"a1", "a2", "b1", "bare"}
+    # With it, only pods of the pod's own version: zone a holds none of them.
+    keyed = ineligible(me(mine, **spread(matchLabelKeys=["version"])), ZONES, pods)
+    assert set(keyed) == {"b1", "bare"}
+    # A zone whose only node has a taint the pod does not tolerate: counted (as 0) by
+    # default, left out of the count with nodeTaintsPolicy: Honor.
+    taint = [{"key": "gpu", "effect": "NoSchedule"}]
+    nodes = [node("a1", {"zone": "a"}), node("b1", {"zone": "b"}),
+             node("c1", {"zone": "c"}, taints=taint)]  # fmt: skip
+    assert set(ineligible(me(mine, **spread()), nodes, pods)) == {"a1", "b1", "c1"}
+    assert set(ineligible(me(mine, **spread(nodeTaintsPolicy="Honor")), nodes, pods)) == {"c1"}

@@ -5,12 +5,13 @@ The four filters that decide by the pod's spec and the node's labels alone, as
 kube-scheduler applies them (its plugins NodeUnschedulable, NodeName, NodeAffinity and
 TaintToleration): a cordoned node, ``spec.nodeName``, ``spec.nodeSelector`` and the
 required node affinity, and NoSchedule / NoExecute taints the pod does not tolerate.
-Given the pods placed, also two that depend on them (NodePorts and InterPodAffinity): a
-host port another pod on the node holds, and required pod affinity and anti-affinity,
-the pod's own and the anti-affinity of the pods already placed. A term that selects
-namespaces by label (``namespaceSelector``) is not weighed, since the namespaces' labels
-are not read. Topology spread and the CPU and memory kube-scheduler counts are left to
-kube-scheduler, whose events ``why`` prints.
+Given the pods placed, also three that depend on them (NodePorts, InterPodAffinity and
+PodTopologySpread): a host port another pod on the node holds; required pod affinity
+and anti-affinity, the pod's own and the anti-affinity of the pods already placed; and
+the pod's topology spread constraints that may not be broken (``whenUnsatisfiable:
+DoNotSchedule``). A term that selects namespaces by label (``namespaceSelector``) is not
+weighed, since the namespaces' labels are not read. The CPU and memory kube-scheduler
+counts are left to kube-scheduler, whose events ``why`` prints.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def ineligible(pod: Obj, nodes: Iterable[Obj], placed: Iterable[Obj] = ()) -> di
     for p in others:
         on_node.setdefault(_bound(p), []).append(p)
     affinity = _affinity_rule(pod, labels_of, others)
+    spread = _spread_rule(pod, nodes, others)
     out = {}
     for node in nodes:
         name = _name(node)
@@ -50,6 +52,7 @@ def ineligible(pod: Obj, nodes: Iterable[Obj], placed: Iterable[Obj] = ()) -> di
             _why_not(spec, tolerations, node, name)
             or _port_taken(spec, on_node.get(name, []))
             or affinity(name)
+            or spread(name)
         )
         if why:
             out[name] = why
@@ -166,6 +169,75 @@ def _affinity_rule(pod: Obj, labels_of: Mapping[str, Mapping[str, str]],
     return why
 
 
+def _spread_rule(pod: Obj, nodes: list[Obj], others: list[Obj]) -> Callable[[str], str]:
+    """Why the pod's topology spread constraints keep it off a node, counted as
+    kube-scheduler's PodTopologySpread filter counts (v1.36): only constraints with
+    ``whenUnsatisfiable: DoNotSchedule``; a node lacking any of their topology keys is
+    out; the pods counted are those of the pod's namespace its selector picks (with
+    ``matchLabelKeys`` taken from its own labels), not terminating, on nodes that have
+    every key and pass its node selector and affinity (``nodeAffinityPolicy: Honor``,
+    the default) and, with ``nodeTaintsPolicy: Honor``, whose taints it tolerates. A
+    node is out when its domain's count, plus one if the pod matches itself, passes the
+    emptiest domain's by more than ``maxSkew`` (the emptiest counting 0 while there are
+    fewer domains than ``minDomains``)."""
+    spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+    constraints = [c for c in spec.get("topologySpreadConstraints") or []
+                   if c.get("whenUnsatisfiable") == "DoNotSchedule"]  # fmt: skip
+    if not constraints:
+        return lambda name: ""
+    own = meta.get("labels") or {}
+    tolerations = spec.get("tolerations") or []
+    keys = [str(c.get("topologyKey", "")) for c in constraints]
+    labels_of = {_name(n): (n.get("metadata") or {}).get("labels") or {} for n in nodes}
+    complete = [n for n in nodes if all(k in labels_of[_name(n)] for k in keys)]
+    rules = []
+    for c, key in zip(constraints, keys, strict=True):
+        selector = dict(c.get("labelSelector") or {})
+        extra = [{"key": k, "operator": "In", "values": [own[k]]}
+                 for k in c.get("matchLabelKeys") or [] if k in own]  # fmt: skip
+        if extra and c.get("labelSelector") is not None:
+            selector["matchExpressions"] = [*(selector.get("matchExpressions") or []), *extra]
+        selected = selector if c.get("labelSelector") is not None else None
+        honour_taints = c.get("nodeTaintsPolicy") == "Honor"
+        ignore_affinity = c.get("nodeAffinityPolicy") == "Ignore"
+        counted = {
+            _name(n)
+            for n in complete
+            if (ignore_affinity or not _affinity_why(spec, labels_of[_name(n)], _name(n)))
+            and (not honour_taints or not _taint_why(n, tolerations))
+        }
+        counts = {labels_of[n][key]: 0 for n in counted}
+        for p in others:
+            if (
+                _bound(p) in counted
+                and (p.get("metadata") or {}).get("namespace") == meta.get("namespace")
+                and not (p.get("metadata") or {}).get("deletionTimestamp")
+                and selects(selected, (p.get("metadata") or {}).get("labels") or {})
+            ):
+                counts[labels_of[_bound(p)][key]] += 1
+        least = min(counts.values(), default=0)
+        if len(counts) < int(c.get("minDomains") or 1):
+            least = 0
+        rules.append((key, int(c.get("maxSkew") or 1), counts, least,
+                      1 if selects(selected, own) else 0))  # fmt: skip
+
+    def why(name: str) -> str:
+        labels = labels_of.get(name, {})
+        missing = next((k for k in keys if k not in labels), None)
+        if missing is not None:
+            return f"topology spread: the node has no {missing} label"
+        for key, max_skew, counts, least, me in rules:
+            have = counts.get(labels[key], 0)
+            if have + me - least > max_skew:
+                return (
+                    f"topology spread: {key}={labels[key]} has {have} matching pods, the "
+                    f"emptiest {least} (maxSkew {max_skew})"
+                )
+        return ""
+
+    return why
+
+
 def _why_not(spec: Obj, tolerations: list[Obj], node: Obj, name: str) -> str:
     labels = (node.get("metadata") or {}).get("labels") or {}
     node_spec = node.get("spec") or {}
@@ -174,6 +246,11 @@ def _why_not(spec: Obj, tolerations: list[Obj], node: Obj, name: str) -> str:
     wanted = spec.get("nodeName")
     if wanted and wanted != name:
         return f"the pod names node {wanted}"
+    return _affinity_why(spec, labels, name) or _taint_why(node, tolerations)
+
+
+def _affinity_why(spec: Obj, labels: Mapping[str, str], name: str) -> str:
+    """Why the node selector or the required node affinity keeps the pod off a node."""
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
             return f"nodeSelector {key}={value} does not match"
@@ -182,7 +259,12 @@ def _why_not(spec: Obj, tolerations: list[Obj], node: Obj, name: str) -> str:
     terms = (required or {}).get("nodeSelectorTerms") or []
     if required is not None and not _any_term(terms, labels, name):
         return "required node affinity does not match"
-    for taint in node_spec.get("taints") or []:
+    return ""
+
+
+def _taint_why(node: Obj, tolerations: list[Obj]) -> str:
+    """The first NoSchedule or NoExecute taint of the node the pod does not tolerate."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
         blocking = taint.get("effect") in ("NoSchedule", "NoExecute")
         if blocking and not _tolerated(taint, tolerations):
             value = f"={taint['value']}" if taint.get("value") else ""

@@ -191,6 +191,40 @@ def test_why_weighs_only_the_nodes_kube_scheduler_would_offer(
         h.admin.merge_patch(NODES, target, {"spec": {"taints": None}})
 
 
+def test_why_names_the_node_topology_spread_keeps_the_pod_off(
+    placed: dict[str, Any], harness: Harness
+) -> None:
+    """A pod spread over hostnames (maxSkew 1, DoNotSchedule) beside one matching pod:
+    `why` leaves that pod's node out, counting as kube-scheduler does, and
+    kube-scheduler's own FailedScheduling says the same of one node."""
+    h, kc = harness, placed["kubeconfig"]
+    small = {"tessera.io/gpu-memory": "1000", "tessera.io/gpu-cores": "10"}
+    anchor = _pod("spread-anchor", small)
+    anchor["metadata"]["labels"] = {"spread": "e2e"}
+    spreader = _pod("spread-waits", small, {GPU_MODEL: "B200"})  # no B200: it waits
+    spreader["metadata"]["labels"] = {"spread": "e2e"}
+    spreader["spec"]["topologySpreadConstraints"] = [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"spread": "e2e"}},
+    }]  # fmt: skip
+    try:
+        h.admin.create(PODS, anchor, NS)
+        node = wait_for("the anchor bound", lambda: h.admin.get(PODS, "spread-anchor", NS)
+                        ["spec"].get("nodeName"), 60, 0.5)  # fmt: skip
+        h.admin.create(PODS, spreader, NS)
+        wait_for("the spreading pod unschedulable",
+                 lambda: unschedulable(h.admin.get(PODS, "spread-waits", NS)), 60, 0.5)  # fmt: skip
+        r = run(kc, "why", "spread-waits")
+        said = (f"1 node: topology spread: kubernetes.io/hostname={node} has 1 matching pods, "
+                "the emptiest 0 (maxSkew 1)")  # fmt: skip
+        assert said in r.stdout, r.stdout
+        assert "1 node(s) didn't match pod topology spread constraints" in r.stdout, r.stdout
+    finally:
+        for name in ("spread-waits", "spread-anchor"):
+            with contextlib.suppress(NotFound):
+                h.admin.delete(PODS, name, NS)
+
+
 def test_a_cordoned_card_takes_no_new_tenant_until_uncordoned(
     placed: dict[str, Any], harness: Harness, operator: Path
 ) -> None:
