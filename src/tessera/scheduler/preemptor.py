@@ -108,6 +108,9 @@ class Preemptor:
         self._queue: dict[str, tuple[Obj, PodRequest, list[str]]] = {}
         self._later: dict[str, tuple[float, Obj, PodRequest, list[str]]] = {}  # refused
         self._held_by: dict[str, frozenset[str]] = {}  # pod key -> the budgets in its way
+        # The last plan() left out a candidate for a budget: only then can a plan with
+        # the budgets set aside (blocked) find more, so only then is it worth its cost.
+        self._budgets_kept = False
         self._floor_value, self._floor_at = 0, float("-inf")
         self._adopted = False  # the holds of the leader before taken over
         self._wake = threading.Event()
@@ -187,6 +190,7 @@ class Preemptor:
         """The victims a preemption for ``pod`` would evict among ``nodes``, and where,
         within the disruption budgets: the decision alone (``kubectl tessera why`` shows
         it; nothing is evicted)."""
+        self._budgets_kept = False
         return self._plan(pod, request, nodes, within_budgets=True)
 
     def blocked(
@@ -237,6 +241,7 @@ class Preemptor:
             over = self._over_budget(found.victims)
             if not over:
                 return found
+            self._budgets_kept = True
             passed_over = passed_over | frozenset(over)
         return None
 
@@ -281,7 +286,10 @@ class Preemptor:
 
     def _blocked(self, pod: Obj, request: PodRequest, nodes: list[str]) -> None:
         """When only disruption budgets stand in the way, say so on the pod and try again
-        in ``retry_s`` (a budget's change would not have kube-scheduler try the pod)."""
+        when one of them loosens, or in ``budget_retry_s`` (a budget's change would not
+        have kube-scheduler try the pod)."""
+        if not self._budgets_kept:
+            return  # no budget left a candidate out: setting them aside finds nothing
         blocked = self.blocked(pod, request, nodes)
         if blocked is None or not blocked[1]:
             return
@@ -476,7 +484,9 @@ class Preemptor:
 
     def _protected(self, info: PodInfo) -> bool:
         """Whether a disruption budget keeps the Eviction API from evicting the pod."""
-        return info.disruptee is not None and bool(self.budgets.refusal(info.disruptee))
+        kept = info.disruptee is not None and bool(self.budgets.refusal(info.disruptee))
+        self._budgets_kept |= kept
+        return kept
 
     def _evict(self, pod: Obj, found: Preemption, priority: int) -> tuple[list[str], bool]:
         """The victims evicted (or gone already), and whether the API refused one."""
