@@ -39,19 +39,27 @@ def _allocated(name: str, device: str, memory: str) -> dict[str, Any]:
     return claim
 
 
-def _lines(pod: dict[str, Any], claims: list[dict[str, Any]], cards: Any = CARDS) -> list[str]:
+# The chart's DeviceClass (charts/tessera/templates/device-classes.yaml).
+CLASSES = {
+    DRIVER: {"spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}
+}
+
+
+def _lines(pod: dict[str, Any], claims: list[dict[str, Any]], cards: Any = CARDS,
+           classes: Any = CLASSES) -> list[str]:  # fmt: skip
     slices = [resource_slice("n1", cards, generation=1)]
     gmap = build_map([], [], slices=slices, claims=claims)
-    return explain(pod, {c["metadata"]["name"]: c for c in claims}, slices, gmap)
+    return explain(pod, {c["metadata"]["name"]: c for c in claims}, slices, gmap, classes)
 
 
 def test_a_request_is_read_in_the_terms_that_decide_where_it_fits() -> None:
     pinned = {"cel": {"expression": f'device.attributes["{DRIVER}"].model == "A100"'}}
     claim = _claim("c", "8Gi", "30", selectors=[pinned], count=2)
-    assert claim_asks(claim) == [Ask("gpu", DRIVER, 2, 8192, 30, 1)]
+    expression = pinned["cel"]["expression"]
+    assert claim_asks(claim) == [Ask("gpu", DRIVER, 2, 8192, 30, (expression,))]
     whole = _claim("w")
     whole["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = f"burst-share.{DRIVER}"
-    assert claim_asks(whole) == [Ask("gpu", f"burst-share.{DRIVER}", 1, None, 0, 0)]
+    assert claim_asks(whole) == [Ask("gpu", f"burst-share.{DRIVER}", 1, None, 0)]
     other = _claim("o")
     other["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nic.example.com"
     assert claim_asks(other) == []
@@ -107,11 +115,44 @@ def test_a_claim_not_made_missing_or_malformed_says_so() -> None:
     ]
 
 
-def test_selectors_and_constraints_are_said_to_be_left_out() -> None:
+def test_constraints_are_said_to_be_left_out() -> None:
     claim = _claim("c", "1Gi", selectors=[{"cel": {"expression": "true"}}])
     claim["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/nvlinkIsland"}]
     lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim])
-    assert lines[1].endswith("; 2 selector(s) or constraint(s) not weighed"), lines
+    assert lines[1].endswith("; 1 selector(s) or constraint(s) not weighed"), lines
+
+
+def _one(expression: str, classes: Any = CLASSES) -> str:
+    claim = _claim("c", "1Gi", selectors=[{"cel": {"expression": expression}}])
+    return _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim], classes=classes)[1]
+
+
+def test_cel_selectors_narrow_the_cards_counted() -> None:
+    """As the allocator evaluates them, against each card's attributes."""
+    one_card = f'device.attributes["{DRIVER}"].index == 1'
+    assert _one(one_card).endswith("room on 1 card(s) of 1 node(s) now (most free: 40960 MiB "
+                                   "on n1 card 1)")  # fmt: skip
+    assert _one(f'device.attributes["{DRIVER}"].model.startsWith("A100")').startswith(
+        f"    request gpu: 1 card(s) of {DRIVER} with 1024 MiB and 0 % compute: room on 2 card(s)"
+    )
+    t4 = f'device.attributes["{DRIVER}"].model.startsWith("T4")'
+    assert _one(t4).endswith(": no card in service passes its CEL selectors")
+    # The DeviceClass's selectors count too.
+    other = {DRIVER: {"spec": {"selectors": [{"cel": {"expression": 'device.driver == "x"'}}]}}}
+    assert _one("true", other).endswith(": no card in service passes its CEL selectors")
+
+
+def test_a_selector_that_does_not_evaluate_is_not_weighed_and_says_why() -> None:
+    quantity = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("80Gi")) >= 0'
+    line = _one(quantity)
+    assert "room on 2 card(s) of 1 node(s)" in line  # not narrowed by it
+    assert f"; 1 selector(s) or constraint(s) not weighed; `{quantity}`: " in line, line
+    missing = _one('device.attributes["example.com"].rack == "r1"')  # no such domain
+    assert "; 1 selector(s) or constraint(s) not weighed; " in missing, missing
+    broken = _one("device.driver ==")
+    assert "Failed to parse expression" in broken, broken
+    unread = _one("true", classes=None)  # the DeviceClasses could not be listed
+    assert unread.endswith(f"; the selectors of DeviceClass {DRIVER} not read"), unread
 
 
 def test_the_alternatives_of_a_prioritized_list_are_each_read() -> None:
@@ -121,8 +162,18 @@ def test_the_alternatives_of_a_prioritized_list_are_each_read() -> None:
         {"name": "nic", "deviceClassName": "nic.example.com"},
         {"name": "small", "deviceClassName": DRIVER,
          "capacity": {"requests": {"memory": "8Gi", "compute": "20"}}}]}]  # fmt: skip
-    assert claim_asks(claim) == [Ask("gpu/big", DRIVER, 1, 81920, 0, 0),
-                                 Ask("gpu/small", DRIVER, 1, 8192, 20, 0)]  # fmt: skip
+    assert claim_asks(claim) == [Ask("gpu/big", DRIVER, 1, 81920, 0),
+                                 Ask("gpu/small", DRIVER, 1, 8192, 20)]  # fmt: skip
     lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim])
     assert lines[1].endswith("no node has room for it now") and "gpu/big" in lines[1]
     assert "gpu/small" in lines[2] and "room on 2 card(s) of 1 node(s)" in lines[2]
+
+
+def test_without_the_cel_extra_no_selector_is_weighed(monkeypatch: Any) -> None:
+    from tessera.view import claim_cel
+
+    monkeypatch.setattr(claim_cel, "cel", None)
+    line = _one(f'device.attributes["{DRIVER}"].index == 1')
+    assert "room on 2 card(s)" in line  # not narrowed
+    assert "; 2 selector(s) or constraint(s) not weighed; " in line  # the class's too
+    assert "CEL is not installed (the cel extra)" in line, line

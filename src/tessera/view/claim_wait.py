@@ -4,9 +4,10 @@ cards have for each request (pure; ``kubectl tessera why``).
 kube-scheduler's own allocator places these pods, not Tessera's extender, so this is a
 reading in the allocator's terms. A request of one of this driver's DeviceClasses needs
 ``count`` cards of one node, each in service (healthy, not cordoned) with a free slot,
-the memory asked (the whole card when none is) and the compute asked. CEL selectors and
-constraints are not evaluated: they can only narrow what is counted, and the lines say
-how many were left out.
+the memory asked (the whole card when none is) and the compute asked, that pass the CEL
+selectors of the request and of its DeviceClass (``claim_cel.py``). A selector that
+does not evaluate, and the claim's constraints, are not weighed: they can only narrow
+what is counted, and the lines say which were left out.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tessera.claims.devices import DRIVER, slice_cards
 from tessera.errors import SpecError
 from tessera.model.quantity import memory_mib, parse_quantity
 from tessera.model.types import Card
+from tessera.view.claim_cel import Selector, device_variable
 from tessera.view.gpumap import GpuMap
 
 __all__ = ["Ask", "claim_asks", "explain", "pod_claims"]
@@ -35,7 +37,8 @@ class Ask:
     count: int
     memory_mib: int | None  # None: the whole card's (the slice's default)
     compute: int
-    ignored: int  # CEL selectors and constraints not weighed here
+    selectors: tuple[str, ...] = ()  # the request's CEL expressions
+    constraints: int = 0  # the claim's, not weighed here
 
 
 def _ours(device_class: str) -> bool:
@@ -89,8 +92,10 @@ def _ask(name: str, spec: Obj, where: str, constraints: int) -> Ask | None:
     count = int(spec.get("count") or 1)
     if spec.get("allocationMode") == "All":
         count = 0  # every matching card of a node: not weighed as a count
-    ignored = len(spec.get("selectors") or []) + constraints
-    return Ask(name, device_class, count, mib, compute, ignored)
+    selectors = tuple(
+        str((s.get("cel") or {}).get("expression") or "") for s in spec.get("selectors") or []
+    )
+    return Ask(name, device_class, count, mib, compute, selectors, constraints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,7 @@ class _Free:
     mib: int
     cores: int
     slots: int
+    device: Mapping[str, Any]  # the card as a CEL selector sees it
 
 
 def _claims_cards(slices: Iterable[Obj], gmap: GpuMap) -> list[_Free]:
@@ -113,13 +119,32 @@ def _claims_cards(slices: Iterable[Obj], gmap: GpuMap) -> list[_Free]:
             node, cards = slice_cards(obj)
         except SpecError:
             continue  # `top` names it among the claim problems
+        devices = {}
+        for dev in (obj.get("spec") or {}).get("devices") or []:
+            variable = device_variable(dev, DRIVER)
+            devices[variable["attributes"].get(DRIVER, {}).get("uuid")] = variable
         for card in cards:
             view = views.get(card.uuid)
             if view is None or not card.in_service:
                 continue
             mib, cores = card.memory_mib - view.allocated_mib, 100 - view.allocated_cores
-            out.append(_Free(node, card, mib, cores, card.slots - len(view.holders)))
+            out.append(_Free(node, card, mib, cores, card.slots - len(view.holders),
+                             devices.get(card.uuid, {})))  # fmt: skip
     return out
+
+
+def _selected(selectors: list[Selector], free: list[_Free]) -> tuple[list[_Free], list[Selector]]:
+    """The cards every selector that evaluates on all of them lets through, and the
+    selectors that do not evaluate (not weighed)."""
+    passed, unweighed = list(free), []
+    for sel in selectors:
+        verdicts = [sel.test(f.device) for f in free]
+        if any(v is None for v in verdicts):
+            unweighed.append(sel)
+            continue
+        kept = {f.card.uuid for f, v in zip(free, verdicts, strict=True) if v}
+        passed = [f for f in passed if f.card.uuid in kept]
+    return passed, unweighed
 
 
 def _room(ask: Ask, free: list[_Free]) -> str:
@@ -150,9 +175,42 @@ def _describe(ask: Ask) -> str:
     return f"{many} of {ask.device_class} with {memory} and {ask.compute} % compute"
 
 
-def explain(pod: Obj, claims: Mapping[str, Obj], slices: Iterable[Obj], gmap: GpuMap) -> list[str]:
+def _class_selectors(device_class: str, classes: Mapping[str, Obj] | None) -> tuple[str, ...]:
+    spec = ((classes or {}).get(device_class) or {}).get("spec") or {}
+    return tuple(
+        str((s.get("cel") or {}).get("expression") or "") for s in spec.get("selectors") or []
+    )
+
+
+def _weigh(ask: Ask, free: list[_Free], classes: Mapping[str, Obj] | None) -> str:
+    """The request's room, and what of it was not weighed (nothing is said of selectors
+    when there was nothing to weigh them on)."""
+    if not free:
+        return "no card of the claims path is in service"
+    if ask.count == 0:
+        return "allocationMode All: not weighed here"
+    every = (*_class_selectors(ask.device_class, classes), *ask.selectors)
+    passed, selectors = _selected([Selector(e) for e in every], free)
+    room = _room(ask, passed) if passed else "no card in service passes its CEL selectors"
+    left = []
+    if selectors or ask.constraints:
+        left.append(f"{len(selectors) + ask.constraints} selector(s) or constraint(s) not "
+                    "weighed")  # fmt: skip
+        left += [f"`{s.expression}`: {s.problem}" for s in selectors if s.problem][:1]
+    if classes is None:
+        left.append(f"the selectors of DeviceClass {ask.device_class} not read")
+    return room + "".join(f"; {part}" for part in left)
+
+
+def explain(
+    pod: Obj,
+    claims: Mapping[str, Obj],
+    slices: Iterable[Obj],
+    gmap: GpuMap,
+    classes: Mapping[str, Obj] | None = None,
+) -> list[str]:
     """Lines saying where each of ``pod``'s claims stands; ``claims`` by name, in the
-    pod's namespace."""
+    pod's namespace; ``classes``: the DeviceClasses by name (None: not read)."""
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
     free = _claims_cards(slices, gmap)
     lines = []
@@ -183,14 +241,7 @@ def explain(pod: Obj, claims: Mapping[str, Obj], slices: Iterable[Obj], gmap: Gp
             continue
         lines.append(f"  claim {name} ({where}): not allocated")
         for ask in asks:
-            if not free:
-                room = "no card of the claims path is in service"
-            elif ask.count == 0:
-                room = "allocationMode All: not weighed here"
-            else:
-                room = _room(ask, free)
-            left = (
-                f"; {ask.ignored} selector(s) or constraint(s) not weighed" if ask.ignored else ""
+            lines.append(
+                f"    request {ask.request}: {_describe(ask)}: {_weigh(ask, free, classes)}"
             )
-            lines.append(f"    request {ask.request}: {_describe(ask)}: {room}{left}")
     return lines

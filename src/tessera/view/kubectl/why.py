@@ -88,7 +88,7 @@ def _claims_lines(
     """Where each of the pod's claims stands, and the claims path's room for each request
     (view/claim_wait.py)."""
     from tessera.kube.errors import ApiError
-    from tessera.kube.kinds import RESOURCE_CLAIMS
+    from tessera.kube.kinds import DEVICE_CLASSES, RESOURCE_CLAIMS
     from tessera.view.claim_wait import explain
     from tessera.view.gpumap import build_map
 
@@ -102,7 +102,10 @@ def _claims_lines(
         for c in claims
         if c.get("metadata", {}).get("namespace") == namespace
     }
-    return explain(pod, mine, slices, gmap)
+    classes = None  # not readable: the lines say its selectors were not
+    with contextlib.suppress(ApiError):
+        classes = {str(c["metadata"]["name"]): c for c in api.list(DEVICE_CLASSES).items}
+    return explain(pod, mine, slices, gmap, classes)
 
 
 def why(
