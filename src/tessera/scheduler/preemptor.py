@@ -175,7 +175,7 @@ class Preemptor:
             return []
         if not self._adopted:
             with self.state.lock:
-                freed = self._adopt_holds()
+                freed = self.adopt_holds()
             self._adopted = True
             self._nudge(freed)
         self._follow_holds()
@@ -329,12 +329,13 @@ class Preemptor:
         except ApiError as exc:  # the hold holds here; only a takeover would lose it
             log.warning("could not record %s's preemption on its pod: %s", key, exc)
 
-    def _adopt_holds(self) -> list[str]:
-        """Hold again, as a new leader, the nodes an earlier one evicted pods on: from each
+    def adopt_holds(self) -> list[str]:
+        """Hold again, as a new leader, what an earlier one evicted pods for: from each
         pending pod's ``tessera.io/preempting`` whose victims are not all gone (lock held).
         Without it the new leader would see the preemptor still not fit while its victims
         terminate, and evict a second set for it. Returns the pending pods whose victims
-        are all gone: the leader before may have died before it nudged them."""
+        are all gone: the leader before may have died before it nudged them. (``kubectl
+        tessera why`` holds the same, to judge a pod as the leader does.)"""
         until = self.clock() + self.hold_s
         freed = []
         for info in list(self.state.pods.values()):

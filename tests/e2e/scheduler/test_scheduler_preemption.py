@@ -160,6 +160,9 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     held = f"held for {NS}/urgent (priority 1000)"
     wait_for("peer to find the node held",
              lambda: any(held in m for m in _failed(h, "peer")), 60, 0.5)  # fmt: skip
+    # why judges peer as the leader does: it reads the urgent pod's preemption too.
+    why = run(h.env.kubeconfig, "why", "peer", "-n", NS).stdout
+    assert f"fits nowhere: 0/1 node fit — 1 node: {held}, which preempted pods" in why, why
     # The operator's GPU map says so too, on the node's row, in a real browser.
 
     def map_says() -> str:

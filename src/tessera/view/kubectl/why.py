@@ -18,19 +18,17 @@ from tessera.view.kubectl.common import (
 )
 
 
-def _preemption_plan(api: Any, state: Any, pod: Any, outcome: Any) -> str:
-    """What Tessera's preemption would evict for the pod now (scheduler/preemptor.py)."""
+def _planner(api: Any, state: Any) -> tuple[Any, str]:
+    """A preemptor that decides nothing but plans (scheduler/preemptor.py), with the
+    cluster's PodDisruptionBudgets, and what could not be read; it holds for each pending
+    pod what its own preemption is freeing (its ``tessera.io/preempting``), as the
+    leader does, so other pods are judged against those holds."""
     from tessera.kube.errors import ApiError
     from tessera.kube.events import EventRecorder
     from tessera.kube.kinds import POD_DISRUPTION_BUDGETS
     from tessera.scheduler.budgets import BudgetBook
     from tessera.scheduler.preemptor import Preemptor
 
-    if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
-        return "  preemption: none (preemptionPolicy: Never)"
-    under_way = _preemption_under_way(state, pod)
-    if under_way:
-        return under_way
     budgets, unread = BudgetBook(), ""
     try:
         budgets.replace(list(api.list(POD_DISRUPTION_BUDGETS).items))
@@ -38,6 +36,18 @@ def _preemption_plan(api: Any, state: Any, pod: Any, outcome: Any) -> str:
         unread = f" (PodDisruptionBudgets not weighed: {exc})"
     recorder = EventRecorder(api, "kubectl-tessera")
     planner = Preemptor(state, api, recorder, lambda: False, budgets=budgets)
+    with state.lock:
+        planner.adopt_holds()
+    return planner, unread
+
+
+def _preemption_plan(planner: Any, unread: str, state: Any, pod: Any, outcome: Any) -> str:
+    """What Tessera's preemption would evict for the pod now (scheduler/preemptor.py)."""
+    if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+        return "  preemption: none (preemptionPolicy: Never)"
+    under_way = _preemption_under_way(state, pod)
+    if under_way:
+        return under_way
     nodes = list(outcome.failed)
     found = planner.plan(pod, outcome.request, nodes)
     if found is not None:
@@ -151,6 +161,7 @@ def why(
     if left_out:
         head = f"kube-scheduler's own filters leave out {len(left_out)} of {len(nodes)} nodes"
         typer.echo(summarise(left_out, head=head))
+    planner, unread = _planner(api, state)
     outcome = filter_pod(state, Placer(), ExtenderArgs(pod=obj, node_names=names))
     if outcome.spec_error:
         typer.echo(f"pod {key} is refused: {outcome.spec_error}")
@@ -173,7 +184,7 @@ def why(
     else:
         failed = {**outcome.failed, **outcome.unresolvable}
         typer.echo(f"pod {key} fits nowhere: {summarise(failed, len(names))}")
-        typer.echo(_preemption_plan(api, state, obj, outcome))
+        typer.echo(_preemption_plan(planner, unread, state, obj, outcome))
     events = api.list(EVENTS, ns, field_selector=f"involvedObject.name={name}").items
     recent = sorted(
         (e for e in events if e.get("type") == "Warning"),
