@@ -96,3 +96,9 @@ def test_the_gpu_map_says_what_of_a_node_is_held() -> None:
     assert node.held == (
         "held for team/p (priority 1000): cards 1, 2; team/q (priority 500): the whole node"
     )
+
+
+def test_holds_may_come_as_any_iterable() -> None:
+    first = hold("team/p", {"team/v0"}, pod("p"), on(0))
+    assert leaves_room(cluster(), iter([first]), pod("x"), on(2))
+    assert not leaves_room(cluster(), iter([first]), pod("x", memory=1000), on(0, 1000))

@@ -108,8 +108,8 @@ def leaves_room(
     """Whether ``pod`` placed by ``assignment`` on a held node leaves each hold's pod its
     placement once the victims are gone: both booked, on a copy of the node, with the
     victims' bookings left out."""
-    kept = [(h.request, h.decision) for h in holds if h.request and h.decision]
     holds = list(holds)
+    kept = [(h.request, h.decision) for h in holds if h.request and h.decision]
     if len(kept) < len(holds):
         return False  # a placement not known: the whole node is held
     node = assignment.node
