@@ -16,7 +16,11 @@ nodes by default). A pod of priority 1000 asking for one whole card fits nowhere
   PodDisruptionBudget that allows them all -- what reading the budgets ahead adds (the
   Eviction API's rules weighed for each candidate and each set of victims);
 * **with no one less important**: the same pod at priority 10 -- the common case, where
-  the preemptor stops at once.
+  the preemptor stops at once;
+* **filter onto a held card**: the one free card of the cluster (its five slices
+  released) held for a preempting pod; a small pod of lower priority is placed there
+  first, refused by the hold's check (``holds.leaves_room``) and placed again without the
+  held node -- the most a hold adds to a filter.
 
 Prints p50 / p99 / max of each over ``--rounds`` and the decision's ratio to filter.
 Nothing is evicted and nothing is asserted.
@@ -43,8 +47,10 @@ sys.path.insert(0, str(REPO / "src"))
 
 from tessera.kube import FakeKube  # noqa: E402
 from tessera.kube.events import EventRecorder  # noqa: E402
+from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
 from tessera.scheduler.budgets import BudgetBook  # noqa: E402
 from tessera.scheduler.filter import filter_pod  # noqa: E402
+from tessera.scheduler.holds import Hold  # noqa: E402
 from tessera.scheduler.placer import Placer  # noqa: E402
 from tessera.scheduler.preemptor import Preemptor  # noqa: E402
 from tessera.scheduler.state import SchedulerState  # noqa: E402
@@ -61,6 +67,23 @@ def build(nodes: int) -> SchedulerState:
     state.replace_nodes(node_objs)
     state.replace_pods(pods)
     return state
+
+
+def free_one_card(state: SchedulerState, node: str, request: Any) -> None:
+    """Release the slices of ``node``'s first card and hold it for ``request``'s pod, as
+    a preemption of them would."""
+    card = state.cluster.node(node).cards[0]
+    with state.lock:
+        victims = [k for k in state.cluster.pods_on(node)
+                   if card.uuid in state.cluster.bookings()[k].assignment.footprint()]  # fmt: skip
+        for key in victims:  # as the watch delivers their deletion
+            ns, _, name = key.partition("/")
+            uid = state.pods[key].uid
+            state.apply_pod({"metadata": {"namespace": ns, "name": name, "uid": uid}}, True)
+        decision = Assignment(node, (ContainerAssignment("main", (CardSlice(
+            card.uuid, card.memory_mib, 100),), exclusive=True),))  # fmt: skip
+        state.holds.put(Hold(request.key, "u-urgent", 1000, node, frozenset(victims), 1e18,
+                             request=request, decision=decision))  # fmt: skip
 
 
 def budget_over_all(pods: int) -> BudgetBook:
@@ -120,12 +143,27 @@ def main() -> None:
 
         return once
 
+    small = pod_obj("small", gpu=1, memory=8000, cores=10)
+    small["metadata"]["uid"], small["spec"]["priority"] = "u-small", 10
+
+    def filter_small() -> Any:
+        out = filter_pod(state, placer, ExtenderArgs(pod=small, node_names=names))
+        assert not out.node_names  # the one free card is held
+        return out
+
     runs = {
         "filter (the anchor)": timed(filter_once, args.rounds),
         "preemption decision, priority 1000 over 10": timed(decide(urgent), args.rounds),
         "the same, every pod under a budget": timed(decide(urgent, budgeted), args.rounds),
         "preemption, no one less important (priority 10)": timed(decide(peer), args.rounds),
     }
+    free_one_card(state, names[0], request)
+    with_hold = timed(filter_small, args.rounds)
+    state.holds.clear()
+    runs["filter of a small pod, its only room free (the anchor of the next)"] = timed(
+        lambda: (filter_pod(state, placer, ExtenderArgs(pod=small, node_names=names)),
+                 state.release("default/small")), args.rounds)  # fmt: skip
+    runs["the same, that card held for a preempting pod"] = with_hold
     t = Table(title=f"GPU preemption on {args.nodes:,} full nodes x 8 cards, "
               f"{len(state.pods):,} pods ({describe()})")  # fmt: skip
     for col in ("what", "p50 ms", "p99 ms", "max ms"):
