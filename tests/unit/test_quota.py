@@ -134,6 +134,18 @@ def test_usage_adds_replaces_and_drops_pods_and_sums_a_pool() -> None:
     assert u.holders("team-a", lim) == ["team-a/p1"]
 
 
+def test_what_preemption_holds_counts_as_used_on_the_models_a_limit_covers() -> None:
+    q = parse_quota(quota({"name": "pool", "models": ["A100", "H100"], "memoryMiB": 100000}))
+    u = QuotaUsage()
+    u.set_pod("team-a/p1", "team-a", {"A100": Usage(60000, 10, 0)})
+    held = {"H100": Usage(30000, 0, 0), "T4": Usage(10**9, 0, 0)}  # T4: not in the pool
+    assert why_over([q], u, "A100", Usage(10000, 0, 0), held=held) == ""
+    assert why_over([q], u, "A100", Usage(10001, 0, 0), held=held) == (
+        "quota: team-a/gpus pool (A100) memory 90000 of 100000 MiB used (30000 of it held "
+        "for a preempting pod), the pod asks 10001"
+    )
+
+
 def test_the_documented_example_parses_as_documented() -> None:
     import re
     from pathlib import Path

@@ -524,3 +524,55 @@ def test_a_pod_that_would_take_the_preemptors_cpu_is_kept_off_the_held_node() ->
         assert w.schedule(urgent) == "a1"
     finally:
         w.close()
+
+
+def test_a_preemptions_quota_room_is_held_against_less_important_pods_of_its_namespace() -> None:
+    """team may hold 2 A100s and holds 1. Its urgent pod evicts a pod of another namespace
+    for a card. While the victim terminates a card frees elsewhere: a less important pod
+    of team must not take the quota the urgent pod is to use, or the eviction was for
+    nothing (team at 2 of 2, the urgent pod refused by its own quota)."""
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 1, "A100"), node_obj("a3", 1, "A100")])
+    try:
+        w.kube.graceful_evictions = True
+
+        def place_on(pod: dict[str, Any], node: str) -> None:
+            assert w.filter(w.create(pod), [node])["NodeNames"] == [node]
+            assert w.bind(w.kube.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"]),
+                          node)["Error"] == ""  # fmt: skip
+
+        for name, node, ns, prio in (
+            ("o-0", "a1", "other", 10),
+            ("o-1", "a1", "other", 10),
+            ("o-3", "a3", "other", 10_000),
+            ("t-0", "a2", "team", 10),
+        ):
+            place_on(prio_pod(name, prio, ns=ns), node)  # fmt: skip
+        confirmed(w)
+        limit = {"name": "a100", "models": ["A100"], "cards": 2}
+        quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+                 "metadata": {"namespace": "team", "name": "gpus"},
+                 "spec": {"limits": [limit]}}  # fmt: skip
+        w.kube.create(GPUQUOTAS, quota, "team")
+        eventually(lambda: w.app.state.quota_book.of("team"))
+        urgent = w.create(prio_pod("urgent", 1000, ns="team"))
+        assert w.filter(urgent)["NodeNames"] == []
+        eventually(lambda: len(evictions(w)) == 1)
+        [victim] = evictions(w)
+        assert victim.startswith("other/o-")
+        eventually(lambda: w.app.state.pods[victim].terminating)
+        w.kube.delete(PODS, "o-3", "other")  # a3's card frees
+        eventually(lambda: "other/o-3" not in w.app.state.pods)
+        late = prio_pod("t-1", 10, ns="team")
+        late["spec"]["preemptionPolicy"] = "Never"
+        out = w.filter(w.create(late))
+        assert out["NodeNames"] == []
+        assert out["FailedNodes"]["a3"] == (
+            "quota: team/gpus a100 (A100) whole cards 2 of 2 used (1 of it held for a "
+            "preempting pod), the pod asks 1"
+        )
+        ns, _, name = victim.partition("/")
+        w.kube.delete(PODS, name, ns)  # its grace period is over
+        eventually(lambda: victim not in w.app.state.pods)
+        assert w.schedule(w.kube.get(PODS, "urgent", "team")) == "a1"
+    finally:
+        w.close()

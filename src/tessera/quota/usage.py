@@ -9,7 +9,7 @@ needs no recount.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from tessera.model.types import Assignment, PodRequest
@@ -123,14 +123,22 @@ def why_over(
     model: str,
     demand: Usage,
     asker: str = "the pod",
+    held: Mapping[str, Usage] | None = None,
 ) -> str:
     """Why ``demand`` on cards of ``model`` would pass one of the namespace's quotas, or
-    "" when it fits all of them. ``used`` None: against empty quotas (``asker`` alone)."""
+    "" when it fits all of them. ``used`` None: against empty quotas (``asker`` alone).
+    ``held``: per model, what is held in the namespace for pods not yet placed (GPU
+    preemption's holds), counted as used."""
     for q in quotas:
         for lim in q.limits:
             if not lim.covers(model):
                 continue
             u = used.of(q.namespace, lim) if used is not None else Usage()
+            kept = Usage()
+            for m, h in (held or {}).items():
+                if lim.covers(m):
+                    kept = kept + h
+            u = u + kept
             for cap, have, asked, what, unit in (
                 (lim.memory_mib, u.memory_mib, demand.memory_mib, "memory", " MiB"),
                 (lim.cores_percent, u.cores_percent, demand.cores_percent, "cores", "%"),
@@ -141,5 +149,11 @@ def why_over(
                 where = f"quota: {q.namespace}/{q.name} {lim.name} ({model})"
                 if used is None:
                     return f"{where} allows {cap}{unit} of {what}, {asker} alone asks {asked}"
-                return f"{where} {what} {have} of {cap}{unit} used, {asker} asks {asked}"
+                of_it = {"memory": kept.memory_mib, "cores": kept.cores_percent,
+                         "whole cards": kept.cards}[what]  # fmt: skip
+                for_preemption = f" ({of_it} of it held for a preempting pod)" if of_it else ""
+                return (
+                    f"{where} {what} {have} of {cap}{unit} used{for_preemption}, "
+                    f"{asker} asks {asked}"
+                )
     return ""

@@ -47,7 +47,7 @@ from tessera.model.types import Assignment, PodRequest
 from tessera.placement.place import pick_cards
 from tessera.scheduler.filter import without_models
 from tessera.scheduler.placer import Placer
-from tessera.scheduler.state import SchedulerState
+from tessera.scheduler.state import SchedulerState, pod_priority
 from tessera.scheduler.wire import BindingArgs
 
 __all__ = ["BindError", "PendingBind", "begin_bind", "release_pending", "write_failed"]
@@ -88,7 +88,8 @@ def _reserve(
             raise BindError("unknown-pod", f"pod {key} ({uid}) is not a Tessera pod I know")
         state.release(key)
         snap = state.cluster.snapshot()
-        excluded = state.quota_exclusions(request)
+        priority = pod_priority(pod) if pod is not None else (info.priority if info else 0)
+        excluded = state.quota_exclusions(request, priority)
         asked = without_models(request, excluded) if excluded else request
         try:
             assignment = pick_cards(snap, asked, args.node, placer.policy(request))
@@ -97,7 +98,7 @@ def _reserve(
             raise BindError(
                 "no-longer-fits", f"pod {key} no longer fits on {args.node}: {why or exc}"
             ) from None
-        why = state.quota_refusal(request, assignment)
+        why = state.quota_refusal(request, assignment, priority)
         if why:
             raise BindError("quota", f"pod {key}: {why}")
         try:

@@ -209,7 +209,7 @@ class Preemptor:
         if priority <= self._floor():
             return None  # no pod holding cards is less important: the common case, cheap
         with self.state.lock:
-            excluded = self.state.quota_exclusions(request)
+            excluded = self.state.quota_exclusions(request, priority)
         wanted = without_models(request, excluded) if excluded else request
         now = self.clock()
         self._refused = {k: until for k, until in self._refused.items() if until > now}

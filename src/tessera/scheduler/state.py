@@ -53,7 +53,7 @@ from tessera.model.types import (
     PodRequest,
 )
 from tessera.quota.book import QuotaBook
-from tessera.quota.usage import QuotaUsage, demand_on, holding, why_over
+from tessera.quota.usage import QuotaUsage, Usage, demand_on, holding, why_over
 from tessera.scheduler.budgets import Disruptee
 from tessera.scheduler.holds import HoldBook
 from tessera.scheduler.reservations import Reservation, ReservationBook
@@ -332,15 +332,32 @@ class SchedulerState:
     def _model(self, uuid: str) -> str:
         return self._model_of.get(uuid, "")
 
-    def quota_exclusions(self, request: PodRequest) -> dict[str, str]:
+    def _held_quota(self, request: PodRequest, priority: int | None) -> dict[str, Usage]:
+        """Per model, what the holds of GPU preemption keep in ``request``'s namespace for
+        other pods at least as important (None: no priority given, nothing counted)."""
+        out: dict[str, Usage] = {}
+        if priority is None or not len(self.holds):
+            return out
+        for h in self.holds:
+            same_ns = h.key.partition("/")[0] == request.namespace
+            if same_ns and h.key != request.key and h.priority >= priority and h.decision:
+                for model, u in holding(h.decision, self._model).items():
+                    out[model] = out.get(model, Usage()) + u
+        return out
+
+    def quota_exclusions(self, request: PodRequest, priority: int | None = None) -> dict[str, str]:
         """Card models ``request`` may not take for its namespace's quotas: model -> why.
-        The pod's own holding must be released first (filter does)."""
+        The pod's own holding must be released first (filter does). With ``priority``,
+        what GPU preemption holds in the namespace for pods as important or more counts as
+        used: a less important pod does not take the quota a preemption made room in."""
         quotas = self.quota_book.of(request.namespace)
         if not quotas:
             return {}
+        held = self._held_quota(request, priority)
         out = {}
         for model, memory in self._card_memory.items():
-            why = why_over(quotas, self.quota_usage, model, demand_on(request, memory))
+            demand = demand_on(request, memory)
+            why = why_over(quotas, self.quota_usage, model, demand, held=held)
             if why:
                 out[model] = why
         return out
@@ -361,13 +378,17 @@ class SchedulerState:
             first = first or why
         return first
 
-    def quota_refusal(self, request: PodRequest, assignment: Assignment) -> str:
-        """Why holding ``assignment`` would pass a quota of the pod's namespace, or ""."""
+    def quota_refusal(
+        self, request: PodRequest, assignment: Assignment, priority: int | None = None
+    ) -> str:
+        """Why holding ``assignment`` would pass a quota of the pod's namespace, or ""
+        (``priority``: as in ``quota_exclusions``)."""
         quotas = self.quota_book.of(request.namespace)
         if not quotas:
             return ""
+        held = self._held_quota(request, priority)
         for model, u in holding(assignment, self._model).items():
-            why = why_over(quotas, self.quota_usage, model, u)
+            why = why_over(quotas, self.quota_usage, model, u, held=held)
             if why:
                 return why
         return ""
