@@ -133,18 +133,43 @@ def test_a_standby_evicts_nothing(world: World) -> None:
     assert evictions(w) == []
 
 
+def gpu_quota(ns: str, cards: int) -> dict[str, Any]:
+    return {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+            "metadata": {"namespace": ns, "name": "gpus"},
+            "spec": {"limits": [{"name": "a100", "models": ["A100"], "cards": cards}]}}  # fmt: skip
+
+
 def test_no_eviction_for_cards_the_quota_would_not_give_the_pod(world: World) -> None:
+    """team's quota allows it one A100 and team holds none: the cards default's pods
+    hold are what it lacks, but its quota would let it take only one of the two it asks."""
     w = world
-    quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
-             "metadata": {"namespace": "default", "name": "gpus"},
-             "spec": {"limits": [{"name": "a100", "models": ["A100"], "cards": 2}]}}  # fmt: skip
-    w.kube.create(GPUQUOTAS, quota, "default")
-    eventually(lambda: w.app.state.quota_book.of("default"))
-    out = w.filter(w.create(prio_pod("urgent", 1000)))
-    assert "quota: default/gpus a100" in out["FailedNodes"]["a1"]
+    w.kube.create(GPUQUOTAS, gpu_quota("team", 1), "team")
+    eventually(lambda: w.app.state.quota_book.of("team"))
+    out = w.filter(w.create(prio_pod("urgent", 1000, gpu=2, ns="team")))
+    assert "quota: team/gpus a100" in out["FailedNodes"]["a1"]
     w.app.preemptor.step()
     assert evictions(w) == []
-    assert len(w.kube.list(PODS, "default").items) == 3
+    assert len(w.kube.list(PODS, "default").items) == 2
+
+
+def test_a_pod_its_quota_keeps_out_has_less_important_pods_of_its_namespace_evicted(
+    world: World,
+) -> None:
+    """default may hold two A100s and its two priority-10 pods hold them: its urgent pod
+    has the least important evicted for quota room (and a card), and takes its place."""
+    w = world
+    w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
+    eventually(lambda: w.app.state.quota_book.of("default"))
+    urgent = w.create(prio_pod("urgent", 1000))
+    out = w.filter(urgent)
+    assert "quota: default/gpus a100" in out["FailedNodes"]["a1"]
+    eventually(lambda: evictions(w) == ["default/low-1"])
+    eventually(lambda: events(w, "TesseraPreempting"))
+    assert events(w, "TesseraPreempting") == [
+        "evicting for quota room: default/low-1 (priority 10)"
+    ]
+    eventually(lambda: "default/low-1" not in w.app.state.pods)
+    assert w.schedule(urgent) == "a1"
 
 
 def test_the_least_important_node_wins_among_the_first_max_nodes() -> None:
@@ -573,6 +598,47 @@ def test_a_preemptions_quota_room_is_held_against_less_important_pods_of_its_nam
         ns, _, name = victim.partition("/")
         w.kube.delete(PODS, name, ns)  # its grace period is over
         eventually(lambda: victim not in w.app.state.pods)
+        assert w.schedule(w.kube.get(PODS, "urgent", "team")) == "a1"
+    finally:
+        w.close()
+
+
+def test_quota_room_and_cards_together_and_only_from_its_own_namespace() -> None:
+    """team may hold two A100s and holds them (t-0 on a1, t-1 on a3). Its urgent pod asks
+    for two on one node: both team pods go for quota room, and other's pod beside t-0
+    for the second card on a1. other's pods on a2 and team's more important pod stay."""
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100"), node_obj("a3", 1, "A100")])
+    try:
+
+        def place_on(pod: dict[str, Any], node: str) -> None:
+            assert w.filter(w.create(pod), [node])["NodeNames"] == [node]
+            meta = pod["metadata"]
+            assert w.bind(w.kube.get(PODS, meta["name"], meta["namespace"]), node)["Error"] == ""
+
+        for name, node, ns, prio in (
+            ("t-0", "a1", "team", 10),
+            ("o-0", "a1", "other", 10),
+            ("o-1", "a2", "other", 10),
+            ("o-2", "a2", "other", 10),
+            ("t-1", "a3", "team", 10),
+        ):
+            place_on(prio_pod(name, prio, ns=ns), node)  # fmt: skip
+        confirmed(w)
+        w.kube.create(GPUQUOTAS, gpu_quota("team", 2), "team")
+        eventually(lambda: w.app.state.quota_book.of("team"))
+        urgent = w.create(prio_pod("urgent", 1000, gpu=2, ns="team"))
+        assert w.filter(urgent)["NodeNames"] == []
+        eventually(lambda: len(evictions(w)) == 3)
+        assert sorted(evictions(w)) == ["other/o-0", "team/t-0", "team/t-1"]
+
+        def said() -> list[str]:
+            return [str(e["message"]) for e in w.kube.list(EVENTS, "team").items
+                    if e.get("reason") == "TesseraPreempting"]  # fmt: skip
+
+        expected = ("evicting on a1 for cards: other/o-0 (priority 10); for quota room: "
+                    "team/t-0 (priority 10), team/t-1 (priority 10)")  # fmt: skip
+        assert eventually(said) == [expected]
+        eventually(lambda: not {"other/o-0", "team/t-0", "team/t-1"} & w.app.state.pods.keys())
         assert w.schedule(w.kube.get(PODS, "urgent", "team")) == "a1"
     finally:
         w.close()

@@ -51,10 +51,21 @@ class Preemption:
     node: str
     victims: tuple[Holder, ...]  # the least important first
     decision: Assignment  # where the preemptor goes once they are gone
+    for_quota: frozenset[str] = frozenset()  # victims evicted for quota room, not cards
 
     def rank(self) -> tuple[int, int, int]:
         prios = [v.priority for v in self.victims]
         return max(prios), len(prios), sum(prios)
+
+    def describe(self) -> str:
+        """``evicting on NODE for cards: A, B`` and, for a namespace's quota,
+        ``for quota room: C`` (each victim with its priority)."""
+        cards = [str(v) for v in self.victims if v.key not in self.for_quota]
+        quota = [str(v) for v in self.victims if v.key in self.for_quota]
+        parts = ([f"on {self.node} for cards: {', '.join(cards)}"] if cards else []) + (
+            [f"for quota room: {', '.join(quota)}"] if quota else []
+        )
+        return "evicting " + "; ".join(parts)
 
 
 def _fits(state: ClusterState, pod: PodRequest, policy: Policy) -> Assignment | None:

@@ -108,6 +108,19 @@ class QuotaUsage:
                 total = total + u
         return total
 
+    def held_by(self, key: str) -> dict[str, Usage]:
+        """What pod ``key`` holds, per model (empty: nothing)."""
+        found = self._pods.get(key)
+        return dict(found[1]) if found is not None else {}
+
+    def holding_model(self, namespace: str, model: str) -> list[str]:
+        """The pods of ``namespace`` that hold cards of ``model``, by key."""
+        return sorted(
+            key
+            for key, (ns, per_model) in self._pods.items()
+            if ns == namespace and model in per_model
+        )
+
     def holders(self, namespace: str, limit: Limit) -> list[str]:
         """The pods of ``namespace`` that hold cards ``limit`` covers, by key."""
         return sorted(

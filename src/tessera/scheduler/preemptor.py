@@ -42,19 +42,22 @@ there in a way that would take it. Once its victims are gone, the preemptor anno
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from tessera.errors import FormatError
+from tessera.cluster.state import ClusterState
+from tessera.errors import FormatError, PlacementError, SpecError
 from tessera.kube.errors import ApiError, Conflict, NotFound
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
 from tessera.model.annotations import PREEMPTING, decode_preempting, encode_preempting
-from tessera.model.types import NodeInventory, PodRequest
+from tessera.model.types import Assignment, NodeInventory, PodRequest
+from tessera.placement.place import place
 from tessera.placement.policies import make_policy
 from tessera.placement.preemption import Holder, Preemption, choose_preemption
 from tessera.scheduler.budgets import Budget, BudgetBook
@@ -217,7 +220,142 @@ class Preemptor:
         found = self._choose(nodes, wanted, priority, refused, within_budgets)
         if found is None and refused:  # nothing else would make room: those again
             found = self._choose(nodes, wanted, priority, frozenset(), within_budgets)
+        if found is None and excluded:  # the namespace's quota keeps it out
+            found = self._quota_plan(request, priority, excluded, nodes, refused, within_budgets)
         return found
+
+    def _quota_plan(
+        self,
+        request: PodRequest,
+        priority: int,
+        excluded: Mapping[str, str],
+        nodes: list[str],
+        passed_over: frozenset[str],
+        within_budgets: bool,
+    ) -> Preemption | None:
+        """When the namespace's GpuQuota keeps the pod off a card model: the fewest,
+        least important pods of its own namespace on cards of that model, of lower
+        priority, whose going makes room in the quota; then where the pod fits with them
+        gone -- on any card in service, on the cards they free, or with pods evicted for
+        cards as well. The best over the models the pod may use."""
+        best: Preemption | None = None
+        for model in sorted(excluded):
+            if not all(c.gpu is None or c.gpu.allows_model(model) for c in request.containers):
+                continue
+            gone = self._quota_victims(request, priority, model, passed_over, within_budgets)
+            if gone is None:
+                continue
+            only = without_models(request, [m for m in self._models() if m != model])
+            found = self._place_after(only, priority, gone, nodes, passed_over, within_budgets)
+            if found is not None and (best is None or found.rank() < best.rank()):
+                best = found
+        if best is not None and within_budgets and self._over_budget(best.victims):
+            self._budgets_kept = True
+            return None
+        return best
+
+    def _models(self) -> list[str]:
+        with self.state.lock:
+            return self.state.card_models()
+
+    def _quota_victims(
+        self,
+        request: PodRequest,
+        priority: int,
+        model: str,
+        passed_over: frozenset[str],
+        within_budgets: bool,
+    ) -> list[Holder] | None:
+        """The fewest, least important pods of ``request``'s namespace holding cards of
+        ``model`` whose going lets it fit the namespace's quotas there; None when even
+        all of them would not."""
+        with self.state.lock:
+            going = self.state.holds.victims()
+            candidates = []
+            for key in self.state.quota_usage.holding_model(request.namespace, model):
+                info, booking = self.state.pods.get(key), self.state.cluster.booking(key)
+                if (
+                    info is None
+                    or booking is None
+                    or key == request.key
+                    or info.priority >= priority
+                    or info.terminating
+                    or key in self.state.reservations
+                    or key in going
+                    or key in passed_over
+                    or (within_budgets and self._protected(info))
+                ):
+                    continue
+                candidates.append(Holder(info.uid, info.priority, booking.pod, booking.assignment))
+            # The least important first: lower priority, then the later key (the order
+            # placement.preemption gives victims in).
+            candidates.sort(key=lambda h: h.key, reverse=True)
+            candidates.sort(key=lambda h: h.priority)
+
+            def fits(victims: list[Holder]) -> bool:
+                keys = [v.key for v in victims]
+                return self.state.quota_fits_without(request, priority, model, keys)
+
+            chosen: list[Holder] = []
+            for h in candidates:
+                chosen.append(h)
+                if fits(chosen):
+                    break
+            else:
+                return None
+            for h in sorted(chosen, key=lambda h: (-h.priority, h.key)):  # give back
+                rest = [c for c in chosen if c is not h]
+                if rest and fits(rest):
+                    chosen = rest
+        return chosen
+
+    def _place_after(
+        self,
+        pod: PodRequest,
+        priority: int,
+        gone: list[Holder],
+        nodes: list[str],
+        passed_over: frozenset[str],
+        within_budgets: bool,
+    ) -> Preemption | None:
+        """Where ``pod`` goes once the pods ``gone`` (evicted for quota room) are gone,
+        and who else must go for cards: none where it fits as things are, none where it
+        fits on what they free, else the node-level choice without them."""
+        gone_keys = frozenset(h.key for h in gone)
+
+        def plan(node: str, decision: Assignment, more: tuple[Holder, ...] = ()) -> Preemption:
+            victims = tuple(sorted((*gone, *more), key=lambda h: (h.priority, h.key)))
+            return Preemption(node, victims, decision, for_quota=gone_keys)
+
+        with self.state.lock:
+            held = self.state.holds.against(pod.key, priority)
+            snap = self.state.cluster.snapshot()
+            names = [n for n in nodes if n not in held]
+            try:
+                now = place(snap, pod, self.policy, names)
+                return plan(now.node, now.assignment)
+            except PlacementError:
+                pass
+            freed = {h.assignment.node for h in gone} - held.keys()
+            for node in sorted(freed):
+                scratch = ClusterState([self.state.cluster.node(node)])
+                try:
+                    for key in self.state.cluster.pods_on(node):
+                        b = self.state.cluster.booking(key)
+                        if b is not None and key not in gone_keys:
+                            scratch.assign(b.pod, b.assignment, placing=False)
+                    on = place(scratch.snapshot(), pod, self.policy)
+                except (PlacementError, SpecError):
+                    continue
+                return plan(node, on.assignment)
+        candidates = [
+            (inv, [h for h in holders if h.key not in gone_keys])
+            for inv, holders in self._candidates(
+                nodes, pod.key, priority, passed_over | gone_keys, within_budgets=within_budgets
+            )
+        ]
+        found = choose_preemption(candidates, pod, priority, self.policy)
+        return None if found is None else plan(found.node, found.decision, found.victims)
 
     def _choose(
         self,
@@ -522,6 +660,7 @@ class Preemptor:
         if evicted:
             gone = [str(v) for v in found.victims if v.key in evicted]
             log.info("preempting on %s for %s: %s", found.node, me, ", ".join(gone))
-            message = f"evicting on {found.node} for cards: {', '.join(gone)}"
+            done = [v for v in found.victims if v.key in evicted]
+            message = dataclasses.replace(found, victims=tuple(done)).describe()
             self.events.record(pod, "TesseraPreempting", message, "Normal")
         return evicted, refused

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -332,6 +332,10 @@ class SchedulerState:
     def _model(self, uuid: str) -> str:
         return self._model_of.get(uuid, "")
 
+    def card_models(self) -> list[str]:
+        """The card models of the cluster's nodes (lock held)."""
+        return sorted(self._card_memory)
+
     def _held_quota(self, request: PodRequest, priority: int | None) -> dict[str, Usage]:
         """Per model, what the holds of GPU preemption keep in ``request``'s namespace for
         other pods at least as important (None: no priority given, nothing counted)."""
@@ -361,6 +365,20 @@ class SchedulerState:
             if why:
                 out[model] = why
         return out
+
+    def quota_fits_without(
+        self, request: PodRequest, priority: int, model: str, gone: Iterable[str]
+    ) -> bool:
+        """Whether ``request`` on cards of ``model`` would fit its namespace's quotas once
+        the pods ``gone`` no longer hold anything (holds counted as in
+        ``quota_exclusions``)."""
+        quotas = self.quota_book.of(request.namespace)
+        held = self._held_quota(request, priority)
+        for key in gone:
+            for m, u in self.quota_usage.held_by(key).items():
+                held[m] = held.get(m, Usage()) - u
+        demand = demand_on(request, self._card_memory.get(model, 0))
+        return not why_over(quotas, self.quota_usage, model, demand, held=held)
 
     def quota_never_fits(self, request: PodRequest) -> str:
         """Why ``request`` alone is larger than its namespace's quotas allow on every card

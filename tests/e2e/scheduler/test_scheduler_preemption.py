@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.kube import NODES, PODS, Kind, NotFound, Obj
+from tessera.kube import GPUQUOTAS, NODES, PODS, Conflict, Kind, NotFound, Obj
 from tessera.kube.kinds import EVENTS
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
@@ -52,7 +52,8 @@ def two_cards(harness: Harness) -> Iterator[Harness]:
     h = harness
     h.env.create_gpu_nodes([NodeInventory(NODE, make_cards(NODE, 2, "A100"),
                                           cpu_milli=16_000, memory_mib=64 * 1024)])  # fmt: skip
-    h.admin.create(NAMESPACES, {"metadata": {"name": NS}})
+    with contextlib.suppress(Conflict):  # made by an earlier test of this file
+        h.admin.create(NAMESPACES, {"metadata": {"name": NS}})
     h.ensure_default_service_account(NS)
     for name, value in (("gpu-low", 10), ("gpu-high", 1000)):
         h.admin.create(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value})
@@ -187,3 +188,34 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     assert sorted(_bound(h)) == sorted([kept, "urgent"])
     assert len(_events(h, "TesseraPreempting")) == 1
     assert "preemption: none would help" in run(h.env.kubeconfig, "why", "peer", "-n", NS).stdout
+
+
+def test_a_pod_its_quota_keeps_out_has_a_less_important_pod_of_its_namespace_evicted(
+    two_cards: Harness,
+) -> None:
+    """The namespace may hold one A100 and its low pod holds it; a card is free. The
+    urgent pod of the same namespace is kept out by the quota, not by the cards: the low
+    pod is evicted for quota room, and the urgent pod is bound."""
+    h = two_cards
+    limit = {"name": "a100", "models": ["A100"], "cards": 1}
+    quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+             "metadata": {"name": "gpus"}, "spec": {"limits": [limit]}}  # fmt: skip
+    h.admin.create(GPUQUOTAS, quota, NS)
+    try:
+        h.admin.create(PODS, _pod("low-q", "gpu-low"), NS)
+        wait_for("low-q bound", lambda: "low-q" in _bound(h), 60, 0.5)
+
+        def used() -> int | None:
+            status = h.admin.get(GPUQUOTAS, "gpus", NS).get("status") or {}
+            return next((lim["used"]["cards"] for lim in status.get("limits") or []), None)
+
+        wait_for("the quota to count low-q", lambda: used() == 1, 60, 0.5)
+        h.admin.create(PODS, _pod("urgent-q", "gpu-high"), NS)
+        wait_for("urgent-q bound", lambda: "urgent-q" in _bound(h), 120, 0.5,
+                 lambda: str(_failed(h, "urgent-q")))  # fmt: skip
+        assert "low-q" not in _bound(h)
+        [preempting] = [e for e in _events(h, "TesseraPreempting")
+                        if e["involvedObject"]["name"] == "urgent-q"]  # fmt: skip
+        assert preempting["message"] == f"evicting for quota room: {NS}/low-q (priority 10)"
+    finally:
+        h.admin.delete(GPUQUOTAS, "gpus", NS)
