@@ -12,7 +12,7 @@ Every write either succeeds whole or raises and changes nothing.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from types import MappingProxyType
 
 import numpy as np
@@ -106,6 +106,17 @@ class ClusterState:
     def pods_on(self, node: str) -> list[str]:
         """The keys of the pods booked on ``node``, sorted (none for an unknown node)."""
         return sorted(self._pods_on.get(node, ()))
+
+    def node_without(self, node: str, gone: Collection[str]) -> ClusterState:
+        """A private state of ``node`` alone with its bookings but those of ``gone``: the
+        node as it will be once they have left. Raises as ``assign`` does if its bookings
+        do not add up on their own."""
+        copy = ClusterState([self.node(node)])
+        for key in self.pods_on(node):
+            booking = self._bookings[key]
+            if key not in gone:
+                copy.assign(booking.pod, booking.assignment, placing=False)
+        return copy
 
     def __contains__(self, name: object) -> bool:
         return name in self._rows

@@ -112,14 +112,9 @@ def leaves_room(
     kept = [(h.request, h.decision) for h in holds if h.request and h.decision]
     if len(kept) < len(holds):
         return False  # a placement not known: the whole node is held
-    node = assignment.node
-    leaving = {v for h in holds for v in h.victims} | {h.key for h in holds}
-    scratch = ClusterState([cluster.node(node)])
+    leaving = {v for h in holds for v in h.victims} | {h.key for h in holds} | {pod.key}
     try:
-        for key in cluster.pods_on(node):
-            booking = cluster.booking(key)
-            if booking is not None and key not in leaving and key != pod.key:
-                scratch.assign(booking.pod, booking.assignment, placing=False)
+        scratch = cluster.node_without(assignment.node, leaving)
         scratch.assign(pod, assignment, placing=False)
         for request, decision in kept:
             scratch.assign(request, decision, placing=False)

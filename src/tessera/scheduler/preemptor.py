@@ -49,7 +49,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from tessera.cluster.state import ClusterState
 from tessera.errors import FormatError, PlacementError, SpecError
 from tessera.kube.errors import ApiError, Conflict, NotFound
 from tessera.kube.events import EventRecorder
@@ -274,19 +273,11 @@ class Preemptor:
             candidates = []
             for key in self.state.quota_usage.holding_model(request.namespace, model):
                 info, booking = self.state.pods.get(key), self.state.cluster.booking(key)
-                if (
-                    info is None
-                    or booking is None
-                    or key == request.key
-                    or info.priority >= priority
-                    or info.terminating
-                    or key in self.state.reservations
-                    or key in going
-                    or key in passed_over
-                    or (within_budgets and self._protected(info))
-                ):
+                if info is None or booking is None or key == request.key:
                     continue
-                candidates.append(Holder(info.uid, info.priority, booking.pod, booking.assignment))
+                if self._victim(key, info, priority, going, passed_over, within_budgets):
+                    h = Holder(info.uid, info.priority, booking.pod, booking.assignment)
+                    candidates.append(h)
             # The least important first: lower priority, then the later key (the order
             # placement.preemption gives victims in).
             candidates.sort(key=lambda h: h.key, reverse=True)
@@ -338,12 +329,8 @@ class Preemptor:
                 pass
             freed = {h.assignment.node for h in gone} - held.keys()
             for node in sorted(freed):
-                scratch = ClusterState([self.state.cluster.node(node)])
                 try:
-                    for key in self.state.cluster.pods_on(node):
-                        b = self.state.cluster.booking(key)
-                        if b is not None and key not in gone_keys:
-                            scratch.assign(b.pod, b.assignment, placing=False)
+                    scratch = self.state.cluster.node_without(node, gone_keys)
                     on = place(scratch.snapshot(), pod, self.policy)
                 except (PlacementError, SpecError):
                     continue
@@ -603,15 +590,7 @@ class Preemptor:
                 if booking is None:
                     continue
                 info = self.state.pods.get(key)
-                evictable = (
-                    info is not None
-                    and not info.terminating
-                    and key not in self.state.reservations
-                    and key not in going
-                    and key not in passed_over
-                    and info.priority < priority
-                    and not (within_budgets and self._protected(info))
-                )
+                evictable = self._victim(key, info, priority, going, passed_over, within_budgets)
                 prio = info.priority if info is not None else priority  # unknown: no victim
                 uid = info.uid if info is not None else ""
                 holders.append(Holder(uid, prio, booking.pod, booking.assignment, evictable))
@@ -620,6 +599,29 @@ class Preemptor:
                 if len(out) >= room:
                     break
         return out
+
+    def _victim(
+        self,
+        key: str,
+        info: PodInfo | None,
+        priority: int,
+        going: set[str],
+        passed_over: frozenset[str],
+        within_budgets: bool,
+    ) -> bool:
+        """Whether pod ``key`` may be evicted for a pod of ``priority`` (lock held): known
+        and less important; not terminating, being bound or being evicted already; not
+        passed over (its eviction was refused); and, ``within_budgets``, let go by its
+        disruption budget."""
+        return (
+            info is not None
+            and info.priority < priority
+            and not info.terminating
+            and key not in self.state.reservations
+            and key not in going
+            and key not in passed_over
+            and not (within_budgets and self._protected(info))
+        )
 
     def _protected(self, info: PodInfo) -> bool:
         """Whether a disruption budget keeps the Eviction API from evicting the pod."""
