@@ -119,8 +119,8 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
     # kubectl tessera why says what preemption would do.
     why = run(h.env.kubeconfig, "why", "urgent", "-n", NS).stdout
     assert (
-        f"preemption: evicting {NS}/low-1 (priority 10) on {NODE} would make room, but "
-        f"the Eviction API would refuse {NS}/low-1: PodDisruptionBudget keep-low"
+        f"preemption: evicting on {NODE} for cards: {NS}/low-1 (priority 10) would make "
+        f"room, but the Eviction API would refuse {NS}/low-1: PodDisruptionBudget keep-low"
     ) in why
     # The budget goes: the preemptor's next try (every 10 s while the pod waits) evicts
     # one of them. The victim's finalizer keeps it terminating, on its card, until the

@@ -51,23 +51,16 @@ def _preemption_plan(planner: Any, unread: str, state: Any, pod: Any, outcome: A
     nodes = list(outcome.failed)
     found = planner.plan(pod, outcome.request, nodes)
     if found is not None:
-        return f"  preemption: {_evicting(found)} would make room{unread}"
+        return f"  preemption: {found.describe()} would make room{unread}"
     blocked = planner.blocked(pod, outcome.request, nodes)
     if blocked is not None and blocked[1]:
         found, why = blocked
         refusals = "; ".join(f"{key}: {reason}" for key, reason in why.items())
         return (
-            f"  preemption: {_evicting(found)} would make room, but the Eviction API would "
+            f"  preemption: {found.describe()} would make room, but the Eviction API would "
             f"refuse {refusals} (tried again while the pod waits)"
         )
     return "  preemption: none would help (no pod of lower priority holds cards it could use)"
-
-
-def _evicting(found: Any) -> str:
-    """``evicting A, B on NODE``; with pods evicted for quota room, which are which."""
-    if not found.for_quota:
-        return f"evicting {', '.join(map(str, found.victims))} on {found.node}"
-    return str(found.describe())
 
 
 def _preemption_under_way(state: Any, pod: Any) -> str:
