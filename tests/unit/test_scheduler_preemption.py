@@ -642,3 +642,18 @@ def test_quota_room_and_cards_together_and_only_from_its_own_namespace() -> None
         assert w.schedule(w.kube.get(PODS, "urgent", "team")) == "a1"
     finally:
         w.close()
+
+
+def test_a_bind_with_no_reservation_keeps_off_what_a_hold_keeps(world: World) -> None:
+    """kube-scheduler may bind a pod whose filter reservation expired (or, scored, on a
+    node it chose): that bind must not take the card freed for the preempting pod."""
+    w = world
+    urgent = held_for_urgent(w)  # low-1 evicted and gone; a1's freed card held
+    late = prio_pod("late", 10)
+    late["spec"]["preemptionPolicy"] = "Never"
+    out = w.bind(w.create(late), "a1")  # no filter before it: no reservation
+    assert out["Error"] == (
+        "pod default/late: a1 is held for default/urgent (priority 1000), which preempted "
+        "pods here and has not been placed yet"
+    )
+    assert w.schedule(urgent) == "a1"

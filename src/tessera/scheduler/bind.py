@@ -46,6 +46,7 @@ from tessera.model import annotations as keys
 from tessera.model.types import Assignment, PodRequest
 from tessera.placement.place import pick_cards
 from tessera.scheduler.filter import without_models
+from tessera.scheduler.holds import leaves_room
 from tessera.scheduler.placer import Placer
 from tessera.scheduler.state import SchedulerState, pod_priority
 from tessera.scheduler.wire import BindingArgs
@@ -101,6 +102,9 @@ def _reserve(
         why = state.quota_refusal(request, assignment, priority)
         if why:
             raise BindError("quota", f"pod {key}: {why}")
+        holds = state.holds.against(key, priority).get(args.node)
+        if holds and not leaves_room(state.cluster, holds, request, assignment):
+            raise BindError("held", f"pod {key}: {args.node} is {holds[0].reason()}")
         try:
             res = state.reserve(request, uid, assignment)
         except PlacementError as exc:
