@@ -28,13 +28,9 @@ def _load() -> ModuleType | None:
 
 cel = _load()
 
-__all__ = ["Selector", "available", "device_variable"]
+__all__ = ["Selector", "device_variable"]
 
 _TYPED = ("string", "int", "bool", "version")
-
-
-def available() -> bool:
-    return cel is not None
 
 
 def device_variable(dev: Mapping[str, Any], driver: str) -> dict[str, Any]:

@@ -92,10 +92,14 @@ def _ask(name: str, spec: Obj, where: str, constraints: int) -> Ask | None:
     count = int(spec.get("count") or 1)
     if spec.get("allocationMode") == "All":
         count = 0  # every matching card of a node: not weighed as a count
-    selectors = tuple(
+    return Ask(name, device_class, count, mib, compute, _expressions(spec), constraints)
+
+
+def _expressions(spec: Obj) -> tuple[str, ...]:
+    """The CEL expressions of ``spec.selectors`` (a request's, or a DeviceClass's spec)."""
+    return tuple(
         str((s.get("cel") or {}).get("expression") or "") for s in spec.get("selectors") or []
     )
-    return Ask(name, device_class, count, mib, compute, selectors, constraints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +180,7 @@ def _describe(ask: Ask) -> str:
 
 
 def _class_selectors(device_class: str, classes: Mapping[str, Obj] | None) -> tuple[str, ...]:
-    spec = ((classes or {}).get(device_class) or {}).get("spec") or {}
-    return tuple(
-        str((s.get("cel") or {}).get("expression") or "") for s in spec.get("selectors") or []
-    )
+    return _expressions(((classes or {}).get(device_class) or {}).get("spec") or {})
 
 
 def _weigh(ask: Ask, free: list[_Free], classes: Mapping[str, Obj] | None) -> str:
