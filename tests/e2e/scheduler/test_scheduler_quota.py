@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from tessera.kube import GPUQUOTAS, PODS, ApiError, Kind, Obj
 from tessera.kube.client import KubeClient
 from tessera.model.annotations import GPU_MODEL
+from tessera.model.quantity import parse_quantity
 from tessera.quota.spec import parse_quota
 from tessera.quota.usage import Usage, holding
 from tests.e2e.scheduler.checks import assignment_of, book_all, events_by_pod
@@ -224,6 +226,12 @@ def test_burst_of_three_namespaces_stays_inside_their_quotas(harness: Harness) -
 RESOURCEQUOTAS = Kind("v1", "ResourceQuota", "resourcequotas", True)
 
 
+def _used(client: KubeClient, ns: str, name: str, resource: str) -> Fraction:
+    """What a ResourceQuota's status says is used of one resource, as the controller counted it."""
+    used = client.get(RESOURCEQUOTAS, name, ns).get("status", {}).get("used", {})
+    return parse_quantity(used.get(resource, "0"), resource).value
+
+
 def test_resourcequota_and_gpuquota_together(harness: Harness) -> None:
     """ResourceQuota refuses at creation (namespace-wide, as written in the spec);
     GpuQuota holds a pod Pending until its model has room (per model, at placement)."""
@@ -259,6 +267,10 @@ def test_resourcequota_and_gpuquota_together(harness: Harness) -> None:
         # gives its ResourceQuota share back.
         h.admin.delete(PODS, "second", ns)
         wait_for("second gone", lambda: view.get("second") is None, 60, 0.2)
+        # The quota controller recounts usage after the delete, on its own time.
+        wait_for("the ResourceQuota to count second out",
+                 lambda: _used(h.admin, ns, "gpu-memory", f"requests.{mem}") <= 10000,
+                 60, 0.2)  # fmt: skip
         h.admin.create(PODS, _pod("t4", {mem: "10000"}, {GPU_MODEL: "T4"}), ns)
         wait_for("t4 bound", lambda: bool((view.get("t4") or {}).get("spec", {}).get(
             "nodeName")), 60, 0.2)  # fmt: skip
