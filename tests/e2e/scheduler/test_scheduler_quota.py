@@ -250,6 +250,10 @@ def test_resourcequota_and_gpuquota_together(harness: Harness) -> None:
         assert ext is not None
         wait_for("the extender to see the quota",
                  lambda: ext.metric("tessera_scheduler_quotas") >= 1, 30, 0.1)  # fmt: skip
+        # Until the quota controller has counted the namespace, admission refuses any pod.
+        wait_for("the quota controller to count the namespace",
+                 lambda: h.admin.get(RESOURCEQUOTAS, "gpu-memory", ns).get("status", {}).get(
+                     "hard"), 60, 0.2)  # fmt: skip
         first = h.admin.create(PODS, _pod("first", {mem: "10000"}, a100), ns)
         wait_for("first bound", lambda: bool((view.get("first") or {}).get("spec", {}).get(
             "nodeName")), 60, 0.2)  # fmt: skip
