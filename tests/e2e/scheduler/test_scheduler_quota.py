@@ -181,12 +181,21 @@ def test_burst_of_three_namespaces_stays_inside_their_quotas(harness: Harness) -
         assert problems == []
         waiting = [p for p in live if not p["spec"].get("nodeName")]
         assert len(waiting) > 300  # the quotas, not the 100 nodes, hold them back
-        # Each waiting pod says why: its namespace's quota.
-        events = {ns: events_by_pod(h.admin, ns) for ns in QUOTAS}
-        for p in waiting[:60]:
-            ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
-            messages = [e.get("message", "") for e in events[ns].get(name, [])]
-            assert any(f"quota: {ns}/gpus" in m for m in messages), (name, messages)
+
+        # Each waiting pod says why: its namespace's quota (events are written apart from
+        # the pod's condition, so the last may land a moment after it).
+        def unexplained() -> list[str]:
+            events = {ns: events_by_pod(h.admin, ns) for ns in QUOTAS}
+            out = []
+            for p in waiting[:60]:
+                ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
+                messages = [e.get("message", "") for e in events[ns].get(name, [])]
+                if not any(f"quota: {ns}/gpus" in m for m in messages):
+                    out.append(f"{name}: {messages}")
+            return out
+
+        wait_for("every waiting pod's event to name its quota", lambda: not unexplained(),
+                 30, 0.5, lambda: str(unexplained()[:3]))  # fmt: skip
         # The status shows the use.
         status = h.admin.get(GPUQUOTAS, "gpus", "q-a").get("status") or {}
         assert [lim["name"] for lim in status.get("limits", [])] == ["a100", "t4"]
@@ -261,8 +270,13 @@ def test_resourcequota_and_gpuquota_together(harness: Harness) -> None:
         h.admin.create(PODS, _pod("second", {mem: "10000"}, a100), ns)
         wait_for("second unschedulable", lambda: unschedulable(view.get("second") or {}),
                  60, 0.2)  # fmt: skip
-        messages = [e.get("message", "") for e in events_by_pod(h.admin, ns).get("second", [])]
-        assert any(f"quota: {ns}/gpus a100 (A100)" in m for m in messages), messages
+
+        def messages() -> list[str]:
+            return [e.get("message", "") for e in events_by_pod(h.admin, ns).get("second", [])]
+
+        wait_for("second's event to name the quota",
+                 lambda: any(f"quota: {ns}/gpus a100 (A100)" in m for m in messages()),
+                 30, 0.2, lambda: str(messages()))  # fmt: skip
         # Over the ResourceQuota (20000 + 10000 > 25000): refused at creation, by Kubernetes.
         with pytest.raises(ApiError) as info:
             h.admin.create(PODS, _pod("third", {mem: "10000"}, a100), ns)
