@@ -142,11 +142,23 @@ def test_cel_selectors_narrow_the_cards_counted() -> None:
     assert _one("true", other).endswith(": no card in service passes its CEL selectors")
 
 
+def test_capacities_are_quantities_as_kubernetes_cel_reads_them() -> None:
+    """The cards have 40 GiB: a selector asking 80 passes none, one asking 40 both."""
+    big = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("80Gi")) >= 0'
+    assert _one(big).endswith(": no card in service passes its CEL selectors"), _one(big)
+    fits = f'device.capacity["{DRIVER}"].memory.isLessThan(quantity("40960Mi").add(1))'
+    assert "room on 2 card(s) of 1 node(s)" in _one(fits) and "not weighed" not in _one(fits)
+    shared = "device.allowMultipleAllocations"
+    assert "room on 2 card(s) of 1 node(s)" in _one(shared), _one(shared)
+
+
 def test_a_selector_that_does_not_evaluate_is_not_weighed_and_says_why() -> None:
-    quantity = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("80Gi")) >= 0'
-    line = _one(quantity)
+    ip = 'isIP("10.0.0.1")'  # a Kubernetes function this CEL does not have
+    line = _one(ip)
     assert "room on 2 card(s) of 1 node(s)" in line  # not narrowed by it
-    assert f"; 1 selector(s) or constraint(s) not weighed; `{quantity}`: " in line, line
+    assert f"; 1 selector(s) or constraint(s) not weighed; `{ip}`: " in line, line
+    wrong = 'quantity("1Gi") < quantity("2Gi")'  # no such overload, as in Kubernetes
+    assert f"not weighed; `{wrong}`: TypeError: No such overload" in _one(wrong), _one(wrong)
     missing = _one('device.attributes["example.com"].rack == "r1"')  # no such domain
     assert "; 1 selector(s) or constraint(s) not weighed; " in missing, missing
     broken = _one("device.driver ==")

@@ -1,22 +1,25 @@
 """The CEL selectors of ResourceClaims and DeviceClasses, evaluated against this driver's
 devices as kube-scheduler's DRA allocator evaluates them (pure; ``kubectl tessera why``).
 
-The variable ``device`` is built from a ResourceSlice device: ``driver``, and
-``attributes`` by domain (a name without a domain is the driver's), each the typed value
-the slice gives (string, int, bool; a version as its string). ``capacity`` is left
-out: its values are Kubernetes quantities, with ``quantity()`` and its methods, which the
-CEL library here does not have. A selector that reads them, calls Kubernetes' own
-functions (``semver``) or names an attribute a device lacks does not evaluate; it is then
-not weighed, and said so. The library is the optional ``cel`` extra
-(common-expression-language); without it no selector is weighed.
+The variable ``device`` is built from a ResourceSlice device: ``driver``,
+``allowMultipleAllocations``, and ``attributes`` and ``capacity`` by domain (a name
+without a domain is the driver's). An attribute is the typed value the slice gives
+(string, int, bool, or a version as Kubernetes' semver); a capacity is a quantity.
+Kubernetes' quantity and semver functions are those of ``cel_kube.py``. A selector that
+calls another Kubernetes function (``isIP``, ``url``...) or names an attribute a device
+lacks does not evaluate; it is then not weighed, and said so. The library is the
+optional ``cel`` extra (common-expression-language); without it no selector is weighed.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
+
+from tessera.view.cel_kube import FUNCTIONS, quantity_value, semver_value
 
 
 def _load() -> ModuleType | None:
@@ -27,21 +30,63 @@ def _load() -> ModuleType | None:
 
 
 cel = _load()
+# The library logs every failed call of a function to its logger; the failure is kept in
+# the selector's ``problem``, so it is not printed a second time beside the command's output.
+logging.getLogger("cel").addHandler(logging.NullHandler())
 
 __all__ = ["Selector", "device_variable"]
 
-_TYPED = ("string", "int", "bool", "version")
+_TYPED = ("string", "int", "bool")
 
 
 def device_variable(dev: Mapping[str, Any], driver: str) -> dict[str, Any]:
-    """``device`` as a selector sees one device of ``driver``'s ResourceSlice."""
+    """``device`` as a selector sees one device of ``driver``'s ResourceSlice. A value
+    Kubernetes would not read either (a version that is no semver, a capacity that is
+    no quantity) is left out, so a selector naming it does not evaluate."""
     attributes: dict[str, dict[str, Any]] = {}
     for name, value in (dev.get("attributes") or {}).items():
-        domain, _, short = str(name).rpartition("/")
-        typed = next((value[k] for k in _TYPED if isinstance(value, Mapping) and k in value), None)
+        if not isinstance(value, Mapping):
+            continue
+        typed = next((value[k] for k in _TYPED if k in value), None)
+        if isinstance(value.get("version"), str):
+            typed = _or_none(semver_value, value["version"])
         if typed is not None:
-            attributes.setdefault(domain or driver, {})[short] = typed
-    return {"driver": driver, "attributes": attributes}
+            attributes.setdefault(_domain(name, driver), {})[_short(name)] = typed
+    capacity: dict[str, dict[str, Any]] = {}
+    for name, value in (dev.get("capacity") or {}).items():
+        raw = value.get("value") if isinstance(value, Mapping) else None
+        amount = _or_none(quantity_value, raw) if isinstance(raw, str) else None
+        if amount is not None:
+            capacity.setdefault(_domain(name, driver), {})[_short(name)] = amount
+    return {
+        "driver": driver,
+        "allowMultipleAllocations": dev.get("allowMultipleAllocations") is True,
+        "attributes": attributes,
+        "capacity": capacity,
+    }
+
+
+def _domain(name: object, driver: str) -> str:
+    return str(name).rpartition("/")[0] or driver
+
+
+def _short(name: object) -> str:
+    return str(name).rpartition("/")[2]
+
+
+def _or_none(read: Any, raw: str) -> Any:
+    try:
+        return read(raw)
+    except TypeError:  # cel_kube.CelArgumentError
+        return None
+
+
+def _context() -> Any:
+    assert cel is not None
+    context = cel.Context()
+    for name, function in FUNCTIONS.items():
+        context.add_function(name, function)
+    return context
 
 
 class Selector:
@@ -52,7 +97,9 @@ class Selector:
         self.expression = expression
         self.problem = "" if cel is not None else "CEL is not installed (the cel extra)"
         self._program: Any = None
+        self._context: Any = None
         if cel is not None:
+            self._context = _context()
             try:
                 self._program = cel.compile(expression)
             except ValueError as exc:
@@ -64,7 +111,8 @@ class Selector:
         if self._program is None:
             return None
         try:
-            got = self._program.execute({"device": device})
+            self._context.add_variable("device", device)
+            got = self._program.execute(self._context)
         except Exception as exc:  # the library raises KeyError, RuntimeError, TypeError...
             self.problem = self.problem or f"{type(exc).__name__}: {exc}"
             return None
