@@ -657,3 +657,28 @@ def test_a_bind_with_no_reservation_keeps_off_what_a_hold_keeps(world: World) ->
         "pods here and has not been placed yet"
     )
     assert w.schedule(urgent) == "a1"
+
+
+def test_quota_victims_are_the_fewest_after_the_least_important_are_given_back() -> None:
+    """team may hold four A100s and holds them: p-2 (priority 2) both cards of a1, p-1 and
+    p-3 (priorities 1 and 3) one each on a2. Its urgent pod asks two cards. Taken least
+    important first, p-1 alone is not room enough and p-1 with p-2 is; given back most
+    important first, p-2 alone is room enough, and its node takes the urgent pod."""
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    try:
+        for name, node, gpu, prio in (("p-2", "a1", 2, 2), ("p-1", "a2", 1, 1),
+                                      ("p-3", "a2", 1, 3)):  # fmt: skip
+            p = w.create(prio_pod(name, prio, gpu=gpu, ns="team"))
+            assert w.filter(p, [node])["NodeNames"] == [node]
+            assert w.bind(w.kube.get(PODS, name, "team"), node)["Error"] == ""
+        confirmed(w)
+        w.kube.create(GPUQUOTAS, gpu_quota("team", 4), "team")
+        eventually(lambda: w.app.state.quota_book.of("team"))
+        urgent = w.create(prio_pod("urgent", 1000, gpu=2, ns="team"))
+        assert w.filter(urgent)["NodeNames"] == []
+        eventually(lambda: evictions(w) == ["team/p-2"])
+        eventually(lambda: "team/p-2" not in w.app.state.pods)
+        assert w.schedule(w.kube.get(PODS, "urgent", "team")) == "a1"
+        assert evictions(w) == ["team/p-2"]
+    finally:
+        w.close()

@@ -287,13 +287,19 @@ class Preemptor:
                 keys = [v.key for v in victims]
                 return self.state.quota_fits_without(request, priority, model, keys)
 
-            chosen: list[Holder] = []
-            for h in candidates:
-                chosen.append(h)
-                if fits(chosen):
-                    break
-            else:
+            if not candidates or not fits(candidates):
                 return None
+            # The shortest prefix that fits: more pods gone never leaves less room, so a
+            # bisection finds it in log k checks (each O(k)) where adding one at a time
+            # made k.
+            lo, hi = 1, len(candidates)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if fits(candidates[:mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            chosen = candidates[:lo]
             for h in sorted(chosen, key=lambda h: (-h.priority, h.key)):  # give back
                 rest = [c for c in chosen if c is not h]
                 if rest and fits(rest):
