@@ -52,6 +52,7 @@ from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryPods
 from tessera.node.kube_source import KubeNode
 from tessera.testenv.chart import deployed
+from tessera.view.claim_cel import Selector, device_variable
 from tessera.view.cordon import change_cordons
 from tests.e2e.plugin import run
 from tests.e2e.scheduler.browser import browser
@@ -63,6 +64,7 @@ NAMESPACES = Kind("v1", "Namespace", "namespaces", namespaced=False)
 RESOURCE_QUOTAS = Kind("v1", "ResourceQuota", "resourcequotas", namespaced=True)
 NS = "claims"
 NODE_COUNT = 50
+DRIVER_VERSION = "550.54.15"
 MODELS = ("A100", "H100", "T4", "A10")
 SELECTOR = {"tessera.io/e2e-claims": "true"}
 EXAMPLES = REPO / "examples" / "claims"
@@ -115,8 +117,9 @@ def _agent(h: Harness, root: Path, node: NodeInventory) -> Agent:
     pods = MemoryPods(cfg.resource, frozenset(c.uuid for c in node.cards))
     # A client of its own, as each agent process has: its slice watch holds a connection.
     api = KubeClient.from_kubeconfig(str(h.env.kubeconfig))
-    return Agent(cfg, FakeDiscovery(node.cards), pods, MemoryEvents(), KubeNode(api), None,
-                 kube=api)  # fmt: skip
+    # An NVIDIA-style driver version, so the slices carry driverVersion as a real node's do.
+    discovery = FakeDiscovery(node.cards, driver_version=DRIVER_VERSION)
+    return Agent(cfg, discovery, pods, MemoryEvents(), KubeNode(api), None, kube=api)
 
 
 def _apply(h: Harness, kind: Kind, doc: Obj, namespace: str | None = None) -> None:
@@ -423,6 +426,55 @@ def test_a_cordoned_claims_card_is_tainted_and_not_allocated_until_uncordoned(
             h.admin.delete(PODS, "on-cordoned", ns)
         with contextlib.suppress(NotFound):
             h.admin.delete(RESOURCE_CLAIMS, "on-cordoned", ns)
+
+
+def test_why_weighs_capacity_and_version_selectors_as_the_allocator_does(world: World) -> None:
+    """Selectors on a card's memory (a quantity) and its driver version (a semver):
+    `kubectl tessera why` evaluates them on the real slices' devices, and the real
+    kube-scheduler's allocator agrees -- the one every card passes is allocated, the one
+    none passes is refused, and why says so."""
+    h, ns = world.h, "claims-cel"
+    _apply(h, NAMESPACES, {"metadata": {"name": ns}})
+    h.ensure_default_service_account(ns)
+    memory = f'device.capacity["{DRIVER}"].memory'
+    version = f'device.attributes["{DRIVER}"].driverVersion'
+    every = (
+        f'{memory}.compareTo(quantity("8Gi")) >= 0 && device.allowMultipleAllocations'
+        f' && {version}.isGreaterThan(semver("535.104.5")) && {version}.major() == 550'
+    )
+    none = f'{memory}.isGreaterThan(quantity("1Ti")) || {version}.isLessThan(semver("470.0.0"))'
+    slices = h.admin.list(RESOURCE_SLICES).items
+    devices = [device_variable(d, DRIVER) for s in slices if s["spec"]["driver"] == DRIVER
+               for d in s["spec"].get("devices") or []]  # fmt: skip
+    assert devices and all(Selector(every).test(d) is True for d in devices)
+    assert all(Selector(none).test(d) is False for d in devices)
+    names = {"every": every, "none": none}
+    try:
+        for name, expression in names.items():
+            exactly = {"deviceClassName": "gpu.tessera.io",
+                       "selectors": [{"cel": {"expression": expression}}],
+                       "capacity": {"requests": {"memory": "1Gi"}}}  # fmt: skip
+            requests = [{"name": "gpu", "exactly": exactly}]
+            claim = {"metadata": {"name": name}, "spec": {"devices": {"requests": requests}}}
+            h.admin.create(RESOURCE_CLAIMS, claim, ns)
+            pod = _claim_pod(name, "unused")
+            pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": name}]
+            h.admin.create(PODS, pod, ns)
+        wait_for("the claim every card passes to be allocated and its pod bound",
+                 lambda: h.admin.get(PODS, "every", ns)["spec"].get("nodeName"),
+                 60, 0.5)  # fmt: skip
+        wait_for("the claim no card passes to be refused",
+                 lambda: unschedulable(h.admin.get(PODS, "none", ns)), 60, 0.5)  # fmt: skip
+        why = run(h.env.kubeconfig, "why", "none", "-n", ns).stdout
+        assert (f"request gpu: 1 card(s) of {DRIVER} with 1024 MiB and 0 % compute: no card "
+                "in service passes its CEL selectors\n") in why, why  # fmt: skip
+        assert "not weighed" not in why, why
+    finally:
+        for name in names:
+            with contextlib.suppress(NotFound):
+                h.admin.delete(PODS, name, ns)
+            with contextlib.suppress(NotFound):
+                h.admin.delete(RESOURCE_CLAIMS, name, ns)
 
 
 def test_a_gpuquota_caps_claims_and_extender_pods_together(world: World) -> None:
