@@ -45,14 +45,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
-from tessera.kube import FakeKube  # noqa: E402
-from tessera.kube.events import EventRecorder  # noqa: E402
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
 from tessera.scheduler.budgets import BudgetBook  # noqa: E402
 from tessera.scheduler.filter import filter_pod  # noqa: E402
 from tessera.scheduler.holds import Hold  # noqa: E402
 from tessera.scheduler.placer import Placer  # noqa: E402
-from tessera.scheduler.preemptor import Preemptor  # noqa: E402
+from tessera.scheduler.preemption_planner import PreemptionPlanner  # noqa: E402
 from tessera.scheduler.state import SchedulerState  # noqa: E402
 from tessera.scheduler.wire import ExtenderArgs  # noqa: E402
 from tests.unit._scheduler_world import pod_obj  # noqa: E402
@@ -115,10 +113,8 @@ def main() -> None:
     state = build(args.nodes)
     names = sorted(state.cluster.node_names())
     placer = Placer()
-    kube = FakeKube()
-    preemptor = Preemptor(state, kube, EventRecorder(kube, "bench", "bench"), lambda: True)
-    budgeted = Preemptor(state, kube, EventRecorder(kube, "bench", "bench"), lambda: True,
-                         budgets=budget_over_all(len(state.pods)))  # fmt: skip
+    planner = PreemptionPlanner(state, BudgetBook())
+    budgeted = PreemptionPlanner(state, budget_over_all(len(state.pods)))
 
     def pod(priority: int) -> dict[str, Any]:
         p = pod_obj("urgent", gpu=1)
@@ -133,7 +129,7 @@ def main() -> None:
         out = filter_pod(state, placer, ExtenderArgs(pod=urgent, node_names=names))
         assert not out.node_names
 
-    def decide(p: dict[str, Any], planner: Preemptor = preemptor) -> Any:
+    def decide(p: dict[str, Any], planner: PreemptionPlanner = planner) -> Any:
         def once() -> Any:
             found = planner.plan(p, request, names)  # what the preemptor weighs
             if p["spec"]["priority"] > 10:

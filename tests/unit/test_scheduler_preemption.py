@@ -180,7 +180,7 @@ def test_the_least_important_node_wins_among_the_first_max_nodes() -> None:
         confirmed(w)
         assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
         eventually(lambda: evictions(w) == ["default/p3"])  # a2's victims matter least
-        w.app.preemptor.max_nodes = 1  # only the first offered node is weighed
+        w.app.preemptor.planner.max_nodes = 1  # only the first offered node is weighed
         eventually(lambda: "default/p3" not in w.app.state.pods)
         assert w.schedule(w.kube.get(PODS, "urgent", "default")) == "a2"
         confirmed(w)

@@ -19,30 +19,29 @@ from tessera.view.kubectl.common import (
 
 
 def _planner(api: Any, state: Any) -> tuple[Any, str]:
-    """A preemptor that decides nothing but plans (scheduler/preemptor.py), with the
-    cluster's PodDisruptionBudgets, and what could not be read; it holds for each pending
+    """The preemptor's planner (scheduler/preemption_planner.py), with the cluster's
+    PodDisruptionBudgets, and what could not be read; it holds for each pending
     pod what its own preemption is freeing (its ``tessera.io/preempting``), as the
     leader does, so other pods are judged against those holds."""
     from tessera.kube.errors import ApiError
-    from tessera.kube.events import EventRecorder
     from tessera.kube.kinds import POD_DISRUPTION_BUDGETS
     from tessera.scheduler.budgets import BudgetBook
-    from tessera.scheduler.preemptor import Preemptor
+    from tessera.scheduler.preemption_planner import PreemptionPlanner
+    from tessera.scheduler.preemptor import adopt_holds
 
     budgets, unread = BudgetBook(), ""
     try:
         budgets.replace(list(api.list(POD_DISRUPTION_BUDGETS).items))
     except ApiError as exc:
         unread = f" (PodDisruptionBudgets not weighed: {exc})"
-    recorder = EventRecorder(api, "kubectl-tessera")
-    planner = Preemptor(state, api, recorder, lambda: False, budgets=budgets)
+    planner = PreemptionPlanner(state, budgets)
     with state.lock:
-        planner.adopt_holds()
+        adopt_holds(state, until=float("inf"))
     return planner, unread
 
 
 def _preemption_plan(planner: Any, unread: str, state: Any, pod: Any, outcome: Any) -> str:
-    """What Tessera's preemption would evict for the pod now (scheduler/preemptor.py)."""
+    """What Tessera's preemption would evict for the pod now (scheduler/preemption_planner.py)."""
     if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
         return "  preemption: none (preemptionPolicy: Never)"
     under_way = _preemption_under_way(state, pod)
