@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from tessera.cluster import ClusterState  # noqa: E402
 from tessera.kube import EVENTS, PODS, ApiError, Kind  # noqa: E402
+from tessera.kube.kinds import NAMESPACES  # noqa: E402
 from tessera.placement.policies import make_policy  # noqa: E402
 from tessera.placement.preemption import Holder, choose_preemption  # noqa: E402
 from tessera.scheduler.state import pod_priority  # noqa: E402
@@ -72,7 +73,6 @@ from tests.e2e.scheduler.test_scheduler_slow_bind import (  # noqa: E402
 from tests.e2e.scheduler.workload import mixed_pods  # noqa: E402
 
 NS = "chaos"
-NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 PRIORITY_CLASSES = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
 LOW, HIGH = ("chaos-low", 10), ("chaos-high", 1000)
 

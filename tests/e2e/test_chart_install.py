@@ -17,6 +17,7 @@ from kubernetes.dynamic import DynamicClient
 
 from tessera.kube import Kind, NotFound
 from tessera.kube.client import KubeClient
+from tessera.kube.kinds import NAMESPACES
 from tessera.model.clusterspec import synthetic_nodes
 from tessera.testenv import TestEnv
 from tessera.testenv.chart import CHART, CRDS, helm_on, render
@@ -25,7 +26,6 @@ from tests.e2e.wait import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "tessera-system"
-NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 SECRETS = Kind("v1", "Secret", "secrets", True)
 DEPLOYMENTS = Kind("apps/v1", "Deployment", "deployments", True)
 DAEMONSETS = Kind("apps/v1", "DaemonSet", "daemonsets", True)

@@ -159,14 +159,42 @@ def test_required_pod_anti_affinity_both_ways_and_pod_affinity() -> None:
     assert ineligible(first, nodes, []) == {}
 
 
-def test_a_term_that_selects_namespaces_by_label_is_not_weighed() -> None:
-    term = {"labelSelector": {"matchLabels": {"app": "db"}},
-            "topologyKey": "kubernetes.io/hostname", "namespaceSelector": {}}  # fmt: skip
-    pod_ = me(
-        affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    )
-    nodes = [node("a", {"kubernetes.io/hostname": "a"})]
-    assert ineligible(pod_, nodes, [placed("db-0", "a", {"app": "db"})]) == {}
+def test_a_term_that_selects_namespaces_by_label_reads_their_labels() -> None:
+    """As InterPodAffinity: the namespaces a term names or its namespaceSelector selects
+    (an empty one: every namespace); naming neither, the owner's own. Without the
+    namespaces' labels such a term is not weighed."""
+    host = "kubernetes.io/hostname"
+    nodes = [node(n, {host: n}) for n in ("a", "b", "c")]
+    pods = [placed("db-0", "a", {"app": "db"}, ns="prod"),
+            placed("db-1", "b", {"app": "db"}, ns="dev"),
+            placed("db-2", "c", {"app": "db"})]  # fmt: skip
+    labels = {"prod": {"tier": "prod"}, "dev": {"tier": "dev"}, "default": {}}
+
+    def avoiding(**term: Any) -> dict[str, Any]:
+        full = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": host, **term}
+        return me(affinity={"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [full]}})  # fmt: skip
+
+    prod_only = avoiding(namespaceSelector={"matchLabels": {"tier": "prod"}})
+    assert ineligible(prod_only, nodes, pods, labels) == {
+        "a": f"pod anti-affinity: prod/db-0 in its {host}"}  # fmt: skip
+    everywhere = avoiding(namespaceSelector={})
+    assert ineligible(everywhere, nodes, pods, labels).keys() == {"a", "b", "c"}
+    named_too = avoiding(namespaces=["dev"], namespaceSelector={"matchLabels": {"tier": "prod"}})
+    assert ineligible(named_too, nodes, pods, labels).keys() == {"a", "b"}  # not its own
+    assert ineligible(avoiding(), nodes, pods, labels).keys() == {"c"}  # its own namespace
+    assert ineligible(prod_only, nodes, pods) == {}  # the labels unknown: not weighed
+    # A placed pod's term that selects the pending pod's namespace by label keeps it off.
+    guard = placed("guard", "b", {"app": "x"}, ns="prod", affinity={"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {}, "topologyKey": host, "namespaceSelector": {}}]}})  # fmt: skip
+    assert ineligible(me(), nodes, [guard], labels) == {
+        "b": f"the anti-affinity of prod/guard in its {host}"}  # fmt: skip
+    # Pod affinity: to a prod db pod's node.
+    near = me(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": host,
+        "namespaceSelector": {"matchLabels": {"tier": "prod"}}}]}})  # fmt: skip
+    assert ineligible(near, nodes, pods, labels).keys() == {"b", "c"}
 
 
 def spread(key: str = "zone", max_skew: int = 1, **more: Any) -> dict[str, Any]:

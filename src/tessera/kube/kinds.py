@@ -38,6 +38,7 @@ class Kind:
 
 
 NODES = Kind("v1", "Node", "nodes", namespaced=False)
+NAMESPACES = Kind("v1", "Namespace", "namespaces", namespaced=False)
 PODS = Kind("v1", "Pod", "pods", namespaced=True)
 POD_DISRUPTION_BUDGETS = Kind(
     "policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", namespaced=True

@@ -9,9 +9,9 @@ Given the pods placed, also three that depend on them (NodePorts, InterPodAffini
 PodTopologySpread): a host port another pod on the node holds; required pod affinity
 and anti-affinity, the pod's own and the anti-affinity of the pods already placed; and
 the pod's topology spread constraints that may not be broken (``whenUnsatisfiable:
-DoNotSchedule``). A term that selects namespaces by label (``namespaceSelector``) is not
-weighed, since the namespaces' labels are not read. The CPU and memory kube-scheduler
-counts are left to kube-scheduler, whose events ``why`` prints.
+DoNotSchedule``). A term that selects namespaces by label (``namespaceSelector``) is
+weighed with the namespaces' labels, when they are given, and left out when not. The CPU
+and memory kube-scheduler counts are left to kube-scheduler, whose events ``why`` prints.
 """
 
 from __future__ import annotations
@@ -30,10 +30,17 @@ Obj = Mapping[str, Any]
 _UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
-def ineligible(pod: Obj, nodes: Iterable[Obj], placed: Iterable[Obj] = ()) -> dict[str, str]:
+def ineligible(
+    pod: Obj,
+    nodes: Iterable[Obj],
+    placed: Iterable[Obj] = (),
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, str]:
     """Node name -> why kube-scheduler's own filters would not offer it to ``pod``; the
     nodes not named would be offered. ``placed``: the cluster's pods (those bound and not
-    finished count), for ports and inter-pod affinity."""
+    finished count), for ports and inter-pod affinity. ``namespace_labels``: each
+    namespace's labels, for affinity terms with a ``namespaceSelector`` (None: such terms
+    are not weighed)."""
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or []
     nodes = list(nodes)
@@ -43,7 +50,7 @@ def ineligible(pod: Obj, nodes: Iterable[Obj], placed: Iterable[Obj] = ()) -> di
     on_node: dict[str, list[Obj]] = {}
     for p in others:
         on_node.setdefault(_bound(p), []).append(p)
-    affinity = _affinity_rule(pod, labels_of, others)
+    affinity = _affinity_rule(pod, labels_of, others, namespace_labels)
     spread = _spread_rule(pod, nodes, others)
     out = {}
     for node in nodes:
@@ -108,18 +115,38 @@ def _terms(pod: Obj, kind: str) -> list[Obj]:
     return list(affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
 
 
-def _selects(term: Obj, owner: Obj, pod: Obj) -> bool:
-    """Whether ``term`` (of ``owner``) selects ``pod``: its namespaces (the owner's when
-    none are named) and its label selector."""
-    namespaces = term.get("namespaces") or [(owner.get("metadata") or {}).get("namespace")]
-    if (pod.get("metadata") or {}).get("namespace") not in namespaces:
-        return False
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return selects(term.get("labelSelector"), labels)  # none: selects no pod
+class _Terms:
+    """Which pods an affinity term selects, as kube-scheduler's InterPodAffinity reads
+    it: in the namespaces it names, or those its ``namespaceSelector`` selects (an
+    empty one: every namespace), or, naming neither, the owner's own; and by its label
+    selector."""
+
+    def __init__(self, namespace_labels: Mapping[str, Mapping[str, str]] | None) -> None:
+        self.namespace_labels = namespace_labels
+
+    def weighed(self, term: Obj) -> bool:
+        """False for a term that selects namespaces by label when their labels are unknown."""
+        return term.get("namespaceSelector") is None or self.namespace_labels is not None
+
+    def selects(self, term: Obj, owner: Obj, pod: Obj) -> bool:
+        """Whether ``term`` (of ``owner``) selects ``pod``."""
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace")
+        named = term.get("namespaces") or []
+        by_label = term.get("namespaceSelector")
+        if not named and by_label is None:
+            named = [(owner.get("metadata") or {}).get("namespace")]
+        in_scope = ns in named or (
+            by_label is not None
+            and self.namespace_labels is not None
+            and selects(by_label, self.namespace_labels.get(str(ns), {}))
+        )
+        return in_scope and selects(term.get("labelSelector"), meta.get("labels") or {})
 
 
-def _affinity_rule(pod: Obj, labels_of: Mapping[str, Mapping[str, str]],
-                   others: list[Obj]) -> Callable[[str], str]:  # fmt: skip
+def _affinity_rule(pod: Obj, labels_of: Mapping[str, Mapping[str, str]], others: list[Obj],
+                   namespace_labels: Mapping[str, Mapping[str, str]] | None,
+                   ) -> Callable[[str], str]:  # fmt: skip
     """Why required inter-pod affinity or anti-affinity keeps ``pod`` off a node. The
     terms are matched against the pods once; a node is then a lookup of its topology
     values (a pass over every pod for each node would be minutes at 5,000 nodes)."""
@@ -133,27 +160,28 @@ def _affinity_rule(pod: Obj, labels_of: Mapping[str, Mapping[str, str]],
                 out.setdefault(value, _key(o))
         return out
 
+    terms = _Terms(namespace_labels)
     rules: list[tuple[str, dict[str, str], str]] = []  # (key, domains, what keeps it off)
     for term in _terms(pod, "podAntiAffinity"):
-        if term.get("namespaceSelector") is None:
+        if terms.weighed(term):
             key = str(term.get("topologyKey") or "")
-            taken = domains(key, (o for o in others if _selects(term, pod, o)))
+            taken = domains(key, (o for o in others if terms.selects(term, pod, o)))
             rules.append((key, taken, "pod anti-affinity: "))
     theirs: dict[str, dict[str, str]] = {}  # the placed pods' anti-affinity, by key
     for other in others:
         for term in _terms(other, "podAntiAffinity"):
-            if term.get("namespaceSelector") is None and _selects(term, other, pod):
+            if terms.weighed(term) and terms.selects(term, other, pod):
                 key = str(term.get("topologyKey") or "")
                 for value, who in domains(key, [other]).items():
                     theirs.setdefault(key, {}).setdefault(value, who)
     rules += [(key, taken, "the anti-affinity of ") for key, taken in theirs.items()]
     wanted: list[tuple[str, dict[str, str]]] = []
     for term in _terms(pod, "podAffinity"):
-        if term.get("namespaceSelector") is not None:
+        if not terms.weighed(term):
             continue
         key = str(term.get("topologyKey") or "")
-        matching = [o for o in others if _selects(term, pod, o)]
-        if matching or not _selects(term, pod, pod):  # else the first of its group
+        matching = [o for o in others if terms.selects(term, pod, o)]
+        if matching or not terms.selects(term, pod, pod):  # else the first of its group
             wanted.append((key, domains(key, matching)))
 
     def why(node: str) -> str:

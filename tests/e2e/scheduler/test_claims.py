@@ -38,6 +38,7 @@ from tessera.kube.errors import ApiError, NotFound
 from tessera.kube.kinds import (
     DEVICE_CLASSES,
     EVENTS,
+    NAMESPACES,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -60,7 +61,6 @@ from tests.e2e.scheduler.checks import api_writes, assignment_of, book_all
 from tests.e2e.scheduler.harness import REPO, Harness, PodView, unschedulable
 from tests.e2e.wait import wait_for
 
-NAMESPACES = Kind("v1", "Namespace", "namespaces", namespaced=False)
 RESOURCE_QUOTAS = Kind("v1", "ResourceQuota", "resourcequotas", namespaced=True)
 NS = "claims"
 NODE_COUNT = 50

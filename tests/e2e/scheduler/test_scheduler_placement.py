@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tessera.errors import PlacementError
-from tessera.kube import PODS, ApiError, Kind, Obj
+from tessera.kube import PODS, ApiError, Obj
+from tessera.kube.kinds import NAMESPACES
 from tessera.placement.place import place
 from tessera.placement.policies import make_policy
 from tests.e2e.scheduler.checks import (
@@ -30,8 +31,6 @@ from tests.e2e.scheduler.workload import mixed_pods
 from tests.e2e.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 
 
 def _namespace(h: Harness, name: str) -> str:

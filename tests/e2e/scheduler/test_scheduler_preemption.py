@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tessera.kube import GPUQUOTAS, NODES, PODS, Conflict, Kind, NotFound, Obj
-from tessera.kube.kinds import EVENTS
+from tessera.kube.kinds import EVENTS, NAMESPACES
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tests.e2e.plugin import run
@@ -25,7 +25,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "preempt"
 NODE = "preempt-0"
-NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 PRIORITY_CLASSES = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False)
 BUDGETS = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True)
 # Keeps an evicted pod terminating until the test lets it go (its cards stay its own).

@@ -15,6 +15,7 @@ import pytest
 
 from tessera.kube import GPUQUOTAS, PODS, ApiError, Kind, Obj
 from tessera.kube.client import KubeClient
+from tessera.kube.kinds import NAMESPACES
 from tessera.model.annotations import GPU_MODEL
 from tessera.model.quantity import parse_quantity
 from tessera.quota.spec import parse_quota
@@ -26,7 +27,6 @@ from tests.e2e.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 QUOTAS = {
     "q-a": [
         {"name": "a100", "models": ["A100"], "memoryMiB": 60000},

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tessera.kube import PODS, Kind, Obj
+from tessera.kube.kinds import NAMESPACES
 from tessera.testenv.process import free_port
 from tests.e2e.scheduler.checks import book_all, events_by_pod
 from tests.e2e.scheduler.harness import Harness, PodView
@@ -31,7 +32,6 @@ from tests.e2e.wait import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 HOLD_S = 12.0  # > httpTimeout (5 s) + kube-scheduler's first backoff (1 s), with margin
-NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 WEBHOOKS = Kind(
     "admissionregistration.k8s.io/v1",
     "ValidatingWebhookConfiguration",

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tessera.kube import GPUQUOTAS, NODES, PODS, Kind, NotFound
+from tessera.kube.kinds import NAMESPACES
 from tessera.model.annotations import ASSIGNMENT, GPU_MODEL, GPU_UUID, INVENTORY
 from tests.e2e.plugin import rows, run
 from tests.e2e.scheduler.browser import browser
@@ -25,7 +26,6 @@ from tests.e2e.wait import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "view"
-NAMESPACES = Kind("v1", "Namespace", "namespaces", False)
 
 
 def _role_kubeconfig(h: Harness, account: str, roles: list[str]) -> Path:
@@ -221,6 +221,42 @@ def test_why_names_the_node_topology_spread_keeps_the_pod_off(
         assert "1 node(s) didn't match pod topology spread constraints" in r.stdout, r.stdout
     finally:
         for name in ("spread-waits", "spread-anchor"):
+            with contextlib.suppress(NotFound):
+                h.admin.delete(PODS, name, NS)
+
+
+def test_why_weighs_anti_affinity_that_selects_namespaces_by_label(
+    placed: dict[str, Any], harness: Harness
+) -> None:
+    """A pod that avoids, on its host, pods of namespaces labelled as this one is: `why`
+    (as the viewer, who may list namespaces) reads the labels and leaves the anchor's
+    node out, and kube-scheduler's own FailedScheduling says the same of one node."""
+    h, kc = harness, placed["kubeconfig"]
+    tier = {"tessera.io/e2e-tier": "view"}
+    h.admin.merge_patch(NAMESPACES, NS, {"metadata": {"labels": tier}})
+    small = {"tessera.io/gpu-memory": "1000", "tessera.io/gpu-cores": "10"}
+    anchor = _pod("ns-anchor", small)
+    anchor["metadata"]["labels"] = {"ns-aff": "e2e"}
+    avoids = _pod("ns-avoids", small, {GPU_MODEL: "B200"})  # no B200: it waits
+    avoids["spec"]["affinity"] = {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"ns-aff": "e2e"}},
+            "topologyKey": "kubernetes.io/hostname", "namespaceSelector": {"matchLabels": tier},
+        }]}}  # fmt: skip
+    try:
+        h.admin.create(PODS, anchor, NS)
+        node = wait_for("the anchor bound", lambda: h.admin.get(PODS, "ns-anchor", NS)
+                        ["spec"].get("nodeName"), 60, 0.5)  # fmt: skip
+        h.admin.create(PODS, avoids, NS)
+        wait_for("the avoiding pod unschedulable",
+                 lambda: unschedulable(h.admin.get(PODS, "ns-avoids", NS)), 60, 0.5)  # fmt: skip
+        r = run(kc, "why", "ns-avoids")
+        said = f"1 node: pod anti-affinity: {NS}/ns-anchor in its kubernetes.io/hostname"
+        assert said in r.stdout, r.stdout
+        assert node and "namespaces not read" not in r.stdout, r.stdout
+        assert "1 node(s) didn't match pod anti-affinity rules" in r.stdout, r.stdout
+    finally:
+        for name in ("ns-avoids", "ns-anchor"):
             with contextlib.suppress(NotFound):
                 h.admin.delete(PODS, name, NS)
 

@@ -124,8 +124,8 @@ def why(
     """Why a pod is not placed: the placement core's grouped reasons against the cluster
     as it is now (for a pod on the claims path, where each of its claims stands), and
     the scheduler's last recorded events for the pod."""
-    from tessera.kube.errors import NotFound
-    from tessera.kube.kinds import EVENTS, GPUQUOTAS, NODES, PODS
+    from tessera.kube.errors import ApiError, NotFound
+    from tessera.kube.kinds import EVENTS, GPUQUOTAS, NAMESPACES, NODES, PODS
     from tessera.scheduler.filter import filter_pod
     from tessera.scheduler.placer import Placer
     from tessera.scheduler.reasons import summarise
@@ -152,7 +152,15 @@ def why(
         state.replace_quotas(api.list(GPUQUOTAS).items)
     # Only the nodes kube-scheduler's own filters would offer (view/eligible.py: cordons,
     # nodeName, nodeSelector, required affinity, taints); the rest are its to judge.
-    left_out = ineligible(obj, nodes, pods)
+    # Namespaces' labels, for affinity terms that select namespaces by label.
+    namespace_labels: dict[str, Any] | None = None
+    try:
+        namespace_labels = {str(n["metadata"]["name"]): n["metadata"].get("labels") or {}
+                            for n in api.list(NAMESPACES).items}  # fmt: skip
+    except ApiError as exc:
+        typer.echo(f"namespaces not read ({exc}): affinity terms with a namespaceSelector "
+                   "are not weighed")  # fmt: skip
+    left_out = ineligible(obj, nodes, pods, namespace_labels)
     names = [str(n["metadata"]["name"]) for n in nodes
              if n["metadata"]["name"] not in left_out]  # fmt: skip
     if left_out:
