@@ -1,6 +1,6 @@
-"""A full cluster for the benches that need one: ``nodes`` nodes of 8 A100s (40 GB), each
-card holding as many 8,000 MiB / 10 % slices as it fits, every pod bound with its
-assignment annotation and of priority 10."""
+"""Clusters for the benches, as the API server would list them, every pod bound with its
+assignment annotation: a full one (``full_cluster``) and one with pods spread thin
+(``spread_cluster``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ SLICES_PER_CARD = CARD_MIB // 8000  # as many 8,000 MiB slices as a card holds
 
 
 def full_cluster(nodes: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The node and pod objects, as the API server would list them."""
+    """``nodes`` nodes of 8 A100s (40 GB), each card holding as many 8,000 MiB / 10 %
+    slices as it fits, every pod of priority 10."""
     node_objs = [node_obj(f"n{i}", 8, cpu="512") for i in range(nodes)]
     pods = []
     for i in range(nodes):
@@ -37,3 +38,26 @@ def full_cluster(nodes: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                 spec["nodeName"], spec["priority"] = name, 10
                 pods.append(p)
     return node_objs, pods
+
+
+def spread_cluster(
+    nodes: int, pods: int, models: tuple[str, ...] = ("A100",), namespaces: tuple[str, ...] = ()
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``nodes`` nodes of 8 cards (of ``models`` in turn) and ``pods`` pods of 1,000 MiB /
+    10 %, the n-th on node n mod ``nodes``, each node's cards filled in turn; in
+    ``namespaces`` in turn (none: ``default``)."""
+    node_objs = [node_obj(f"n{i}", 8, models[i % len(models)]) for i in range(nodes)]
+    cards = {f"n{i}": make_cards(f"n{i}", 8, models[i % len(models)]) for i in range(nodes)}
+    pod_objs = []
+    for j in range(pods):
+        n = f"n{j % nodes}"
+        c = cards[n][(j // nodes) % 8]
+        a = Assignment(n, (ContainerAssignment("main", (CardSlice(c.uuid, 1000, 10),)),))
+        ns = namespaces[j % len(namespaces)] if namespaces else "default"
+        p = pod_obj(f"p{j}", gpu=1, memory=1000, cores=10, ns=ns,
+                    annotations={ASSIGNMENT: encode_assignment(a)})  # fmt: skip
+        p["metadata"]["uid"] = f"uid-{j}"
+        p["metadata"]["resourceVersion"] = str(j)
+        p["spec"]["nodeName"] = n
+        pod_objs.append(p)
+    return node_objs, pod_objs

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _full import spread_cluster
 from _machine import describe
 from _stats import pct
 from rich.console import Console
@@ -31,32 +32,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
-from tessera.model.annotations import ASSIGNMENT, encode_assignment  # noqa: E402
-from tessera.model.clusterspec import make_cards  # noqa: E402
-from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
 from tessera.scheduler.filter import filter_pod  # noqa: E402
 from tessera.scheduler.placer import Placer  # noqa: E402
 from tessera.scheduler.state import SchedulerState  # noqa: E402
 from tessera.scheduler.wire import ExtenderArgs  # noqa: E402
-from tests.unit._scheduler_world import node_obj, pod_obj  # noqa: E402
+from tests.unit._scheduler_world import pod_obj  # noqa: E402
 
 MODELS = ("A100", "T4")
 
 
 def world(nodes: int, pods: int, namespaces: int) -> tuple[list[Any], list[Any], list[Any]]:
-    node_objs = [node_obj(f"n{i}", 8, MODELS[i % 2]) for i in range(nodes)]
-    cards = {f"n{i}": make_cards(f"n{i}", 8, MODELS[i % 2]) for i in range(nodes)}
-    pod_objs = []
-    for j in range(pods):
-        n = f"n{j % nodes}"
-        c = cards[n][(j // nodes) % 8]
-        a = Assignment(n, (ContainerAssignment("main", (CardSlice(c.uuid, 1000, 10),)),))
-        p = pod_obj(f"p{j}", gpu=1, memory=1000, cores=10, ns=f"ns-{j % namespaces}",
-                    annotations={ASSIGNMENT: encode_assignment(a)})  # fmt: skip
-        p["metadata"]["uid"] = f"uid-{j}"
-        p["metadata"]["resourceVersion"] = str(j)
-        p["spec"]["nodeName"] = n
-        pod_objs.append(p)
+    names = tuple(f"ns-{k}" for k in range(namespaces))
+    node_objs, pod_objs = spread_cluster(nodes, pods, MODELS, names)
     limits = [
         {"name": "a100", "models": ["A100"], "memoryMiB": 10**9, "coresPercent": 10**7},
         {"name": "t4", "models": ["T4"], "cards": 1000},

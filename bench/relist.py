@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _full import spread_cluster
 from _machine import describe
 from _stats import pct
 from rich.console import Console
@@ -43,32 +44,13 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
 from tessera.claims.devices import resource_slice  # noqa: E402
-from tessera.model.annotations import ASSIGNMENT, encode_assignment  # noqa: E402
 from tessera.model.clusterspec import make_cards  # noqa: E402
-from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
 from tessera.scheduler.claims_book import ClaimsBook  # noqa: E402
 from tessera.scheduler.filter import filter_pod  # noqa: E402
 from tessera.scheduler.placer import Placer  # noqa: E402
 from tessera.scheduler.state import SchedulerState  # noqa: E402
 from tessera.scheduler.wire import ExtenderArgs  # noqa: E402
-from tests.unit._scheduler_world import node_obj, pod_obj  # noqa: E402
-
-
-def world(nodes: int, pods: int) -> tuple[list[Any], list[Any]]:
-    node_objs = [node_obj(f"n{i}", 8) for i in range(nodes)]
-    cards = {f"n{i}": make_cards(f"n{i}", 8, "A100") for i in range(nodes)}
-    pod_objs = []
-    for j in range(pods):
-        n = f"n{j % nodes}"
-        c = cards[n][(j // nodes) % 8]
-        a = Assignment(n, (ContainerAssignment("main", (CardSlice(c.uuid, 1000, 10),)),))
-        p = pod_obj(f"p{j}", gpu=1, memory=1000, cores=10,
-                    annotations={ASSIGNMENT: encode_assignment(a)})  # fmt: skip
-        p["metadata"]["uid"] = f"uid-{j}"
-        p["metadata"]["resourceVersion"] = str(j)
-        p["spec"]["nodeName"] = n
-        pod_objs.append(p)
-    return node_objs, pod_objs
+from tests.unit._scheduler_world import pod_obj  # noqa: E402
 
 
 def claims_world(nodes: int, claims: int) -> tuple[list[Any], list[Any]]:
@@ -138,10 +120,10 @@ def main() -> None:
     console = Console()
     slices = None
     if args.what == "claims":
-        nodes, _ = world(args.nodes, 0)
+        nodes, _ = spread_cluster(args.nodes, 0)
         slices, pods = claims_world(args.nodes, args.pods)
     else:
-        nodes, pods = world(args.nodes, args.pods)
+        nodes, pods = spread_cluster(args.nodes, args.pods)
     t = Table(
         title=f"filter during a re-list of {args.pods:,} {args.what}, {args.nodes:,} nodes "
         f"({describe()})"
