@@ -34,6 +34,13 @@ def prio_pod(name: str, priority: int, **kw: Any) -> dict[str, Any]:
     return p
 
 
+def place_on(w: World, pod: dict[str, Any], node: str) -> None:
+    """Filter ``pod`` on ``node`` alone and bind it there, as kube-scheduler would."""
+    assert w.filter(w.create(pod), [node])["NodeNames"] == [node]
+    meta = pod["metadata"]
+    assert w.bind(w.kube.get(PODS, meta["name"], meta["namespace"]), node)["Error"] == ""
+
+
 @pytest.fixture
 def world() -> Any:
     w = World([node_obj("a1", 2, "A100")])
@@ -560,18 +567,13 @@ def test_a_preemptions_quota_room_is_held_against_less_important_pods_of_its_nam
     try:
         w.kube.graceful_evictions = True
 
-        def place_on(pod: dict[str, Any], node: str) -> None:
-            assert w.filter(w.create(pod), [node])["NodeNames"] == [node]
-            assert w.bind(w.kube.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"]),
-                          node)["Error"] == ""  # fmt: skip
-
         for name, node, ns, prio in (
             ("o-0", "a1", "other", 10),
             ("o-1", "a1", "other", 10),
             ("o-3", "a3", "other", 10_000),
             ("t-0", "a2", "team", 10),
         ):
-            place_on(prio_pod(name, prio, ns=ns), node)  # fmt: skip
+            place_on(w, prio_pod(name, prio, ns=ns), node)  # fmt: skip
         confirmed(w)
         limit = {"name": "a100", "models": ["A100"], "cards": 2}
         quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
@@ -609,12 +611,6 @@ def test_quota_room_and_cards_together_and_only_from_its_own_namespace() -> None
     for the second card on a1. other's pods on a2 and team's more important pod stay."""
     w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100"), node_obj("a3", 1, "A100")])
     try:
-
-        def place_on(pod: dict[str, Any], node: str) -> None:
-            assert w.filter(w.create(pod), [node])["NodeNames"] == [node]
-            meta = pod["metadata"]
-            assert w.bind(w.kube.get(PODS, meta["name"], meta["namespace"]), node)["Error"] == ""
-
         for name, node, ns, prio in (
             ("t-0", "a1", "team", 10),
             ("o-0", "a1", "other", 10),
@@ -622,7 +618,7 @@ def test_quota_room_and_cards_together_and_only_from_its_own_namespace() -> None
             ("o-2", "a2", "other", 10),
             ("t-1", "a3", "team", 10),
         ):
-            place_on(prio_pod(name, prio, ns=ns), node)  # fmt: skip
+            place_on(w, prio_pod(name, prio, ns=ns), node)  # fmt: skip
         confirmed(w)
         w.kube.create(GPUQUOTAS, gpu_quota("team", 2), "team")
         eventually(lambda: w.app.state.quota_book.of("team"))
@@ -668,9 +664,7 @@ def test_quota_victims_are_the_fewest_after_the_least_important_are_given_back()
     try:
         for name, node, gpu, prio in (("p-2", "a1", 2, 2), ("p-1", "a2", 1, 1),
                                       ("p-3", "a2", 1, 3)):  # fmt: skip
-            p = w.create(prio_pod(name, prio, gpu=gpu, ns="team"))
-            assert w.filter(p, [node])["NodeNames"] == [node]
-            assert w.bind(w.kube.get(PODS, name, "team"), node)["Error"] == ""
+            place_on(w, prio_pod(name, prio, gpu=gpu, ns="team"), node)
         confirmed(w)
         w.kube.create(GPUQUOTAS, gpu_quota("team", 4), "team")
         eventually(lambda: w.app.state.quota_book.of("team"))
