@@ -8,7 +8,7 @@ from typing import Any
 
 from tessera.claims.devices import DRIVER, resource_slice
 from tessera.model.clusterspec import make_cards
-from tessera.view.claim_wait import Ask, claim_asks, explain
+from tessera.view.claim_wait import Ask, Constraint, claim_asks, explain
 from tessera.view.gpumap import build_map
 
 CARDS = make_cards("n1", 2, "A100")  # 40,960 MiB each, 16 slots
@@ -115,11 +115,38 @@ def test_a_claim_not_made_missing_or_malformed_says_so() -> None:
     ]
 
 
-def test_constraints_are_said_to_be_left_out() -> None:
-    claim = _claim("c", "1Gi", selectors=[{"cel": {"expression": "true"}}])
-    claim["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/nvlinkIsland"}]
-    lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim])
-    assert lines[1].endswith("; 1 selector(s) or constraint(s) not weighed"), lines
+def test_constraints_group_the_cards_one_allocation_may_take() -> None:
+    """Four A100s in NVLink pairs (islands 0 and 2); cards 0 and 2 are full, so the room
+    left is one card in each island. Two cards on one island: none; on distinct islands:
+    both; a constraint that binds another request too is weighed within this one only."""
+    cards = make_cards("n1", 4, "A100", nvlink="pairs")
+    full = [_allocated("a", "gpu-0", "40Gi"), _allocated("b", "gpu-2", "40Gi")]
+    island = f"{DRIVER}/nvlinkIsland"
+
+    def line(*constraints: dict[str, Any], more: bool = False) -> str:
+        claim = _claim("c", "8Gi", count=2)
+        if more:
+            claim["spec"]["devices"]["requests"].append(
+                {"name": "nic", "exactly": {"deviceClassName": "nic.example.com"}}
+            )
+        claim["spec"]["devices"]["constraints"] = list(constraints)
+        return _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim, *full], cards)[1]
+
+    assert line().endswith("room on 2 card(s) of 1 node(s) now (most free: 40960 MiB on n1 "
+                           "card 1)")  # fmt: skip
+    assert line({"matchAttribute": island}).endswith(": no node has room for it now")
+    assert line({"requests": ["gpu"], "matchAttribute": island}).endswith(
+        ": no node has room for it now")  # fmt: skip
+    assert line({"requests": ["nic"], "matchAttribute": island}).endswith("card 1)")  # not it
+    assert "room on 2 card(s)" in line({"distinctAttribute": island})
+    assert line({"matchAttribute": f"{DRIVER}/rack"}).endswith(": no node has room for it now")
+    spanning = line({"matchAttribute": island}, more=True)
+    said = ("no node has room for it now; 1 selector(s) or constraint(s) not weighed "
+            "(constraints only within this request)")  # fmt: skip
+    assert spanning.endswith(said), spanning
+    one = _claim("c")
+    one["spec"]["devices"]["constraints"] = [{"matchAttribute": island}]
+    assert claim_asks(one) == [Ask("gpu", DRIVER, 1, None, 0, (), (Constraint(island),))]
 
 
 def _one(expression: str, classes: Any = CLASSES) -> str:

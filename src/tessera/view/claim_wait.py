@@ -5,9 +5,11 @@ kube-scheduler's own allocator places these pods, not Tessera's extender, so thi
 reading in the allocator's terms. A request of one of this driver's DeviceClasses needs
 ``count`` cards of one node, each in service (healthy, not cordoned) with a free slot,
 the memory asked (the whole card when none is) and the compute asked, that pass the CEL
-selectors of the request and of its DeviceClass (``claim_cel.py``). A selector that
-does not evaluate, and the claim's constraints, are not weighed: they can only narrow
-what is counted, and the lines say which were left out.
+selectors of the request and of its DeviceClass (``claim_cel.py``), and, under the
+claim's constraints that name it, share one value of each ``matchAttribute`` and hold
+distinct values of each ``distinctAttribute``. A selector that does not evaluate is not
+weighed, nor is what a constraint asks across several requests (each is weighed within
+one): they can only narrow what is counted, and the lines say which were left out.
 """
 
 from __future__ import annotations
@@ -23,9 +25,19 @@ from tessera.model.types import Card
 from tessera.view.claim_cel import Selector, device_variable
 from tessera.view.gpumap import GpuMap
 
-__all__ = ["Ask", "claim_asks", "explain", "pod_claims"]
+__all__ = ["Ask", "Constraint", "claim_asks", "explain", "pod_claims"]
 
 Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A claim's constraint as it bears on one request: the devices given for it share
+    one value of ``attribute`` (``distinct``: no two share one)."""
+
+    attribute: str  # fully qualified: DOMAIN/NAME
+    distinct: bool = False
+    across: bool = False  # it names other requests too: only weighed within this one
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +50,7 @@ class Ask:
     memory_mib: int | None  # None: the whole card's (the slice's default)
     compute: int
     selectors: tuple[str, ...] = ()  # the request's CEL expressions
-    constraints: int = 0  # the claim's, not weighed here
+    constraints: tuple[Constraint, ...] = ()  # the claim's that name this request
 
 
 def _ours(device_class: str) -> bool:
@@ -63,7 +75,8 @@ def claim_asks(claim: Obj) -> list[Ask]:
     """The requests of ``claim`` for this driver's classes. Raises SpecError naming the
     field for a capacity that is not a quantity."""
     devices = (claim.get("spec") or {}).get("devices") or {}
-    constraints = len(devices.get("constraints") or [])
+    constraints = devices.get("constraints") or []
+    requests = {str(r.get("name") or "") for r in devices.get("requests") or []}
     out = []
     for i, req in enumerate(devices.get("requests") or []):
         # One request, or a list of alternatives (firstAvailable), each read alike.
@@ -74,13 +87,30 @@ def claim_asks(claim: Obj) -> list[Ask]:
         else:
             subs = [(name, req.get("exactly") or {}, f"{where}.exactly")]
         for sub_name, spec, sub_where in subs:
-            ask = _ask(sub_name, spec, sub_where, constraints)
+            ask = _ask(sub_name, spec, sub_where, _bearing(sub_name, constraints, requests))
             if ask is not None:
                 out.append(ask)
     return out
 
 
-def _ask(name: str, spec: Obj, where: str, constraints: int) -> Ask | None:
+def _bearing(name: str, constraints: list[Obj], requests: set[str]) -> tuple[Constraint, ...]:
+    """The constraints that name request ``name`` (``main`` or ``main/sub``), or name no
+    request at all, which binds every one of the claim's ``requests``."""
+    main = name.partition("/")[0]
+    out = []
+    for c in constraints:
+        named = [str(r) for r in c.get("requests") or []]
+        if named and name not in named and main not in named:
+            continue
+        bound = {r.partition("/")[0] for r in named} if named else requests
+        across = bool(bound - {main})
+        for key, distinct in (("matchAttribute", False), ("distinctAttribute", True)):
+            if c.get(key):
+                out.append(Constraint(str(c[key]), distinct, across))
+    return tuple(out)
+
+
+def _ask(name: str, spec: Obj, where: str, constraints: tuple[Constraint, ...]) -> Ask | None:
     """One request (or alternative) of this driver's classes, else None."""
     device_class = str(spec.get("deviceClassName") or "")
     if not _ours(device_class):
@@ -151,6 +181,13 @@ def _selected(selectors: list[Selector], free: list[_Free]) -> tuple[list[_Free]
     return passed, unweighed
 
 
+def _value(f: _Free, attribute: str) -> Any:
+    """The card's value of a fully qualified attribute (None: it has none)."""
+    domain, _, name = attribute.rpartition("/")
+    value = (f.device.get("attributes") or {}).get(domain, {}).get(name)
+    return None if value is None else (type(value).__name__, str(value))  # type is value
+
+
 def _room(ask: Ask, free: list[_Free]) -> str:
     fits = [
         f
@@ -159,14 +196,25 @@ def _room(ask: Ask, free: list[_Free]) -> str:
         and f.cores >= ask.compute
         and f.mib >= (ask.memory_mib if ask.memory_mib is not None else f.card.memory_mib)
     ]
-    per_node: dict[str, int] = {}
+    # The cards one allocation may take together: one node's, and under each
+    # matchAttribute one value's; a card without a constrained attribute is never taken.
+    matched = [c.attribute for c in ask.constraints if not c.distinct]
+    distinct = [c.attribute for c in ask.constraints if c.distinct]
+    groups: dict[tuple[Any, ...], list[_Free]] = {}
     for f in fits:
-        per_node[f.node] = per_node.get(f.node, 0) + 1
-    nodes = [n for n, k in per_node.items() if k >= max(ask.count, 1)]
-    if not nodes:
+        values = [_value(f, a) for a in (*matched, *distinct)]
+        if all(v is not None for v in values):
+            groups.setdefault((f.node, *values[: len(matched)]), []).append(f)
+
+    def takes(cards: list[_Free]) -> int:  # how many of them one allocation may take
+        return min((len({_value(f, a) for f in cards}) for a in distinct), default=len(cards))
+
+    enough = [g for g in groups.values() if takes(g) >= max(ask.count, 1)]
+    if not enough:
         return "no node has room for it now"
-    best = max((f for f in fits if f.node in nodes), key=lambda f: (f.mib, f.node))
-    cards = sum(per_node[n] for n in nodes)
+    nodes = {g[0].node for g in enough}
+    best = max((f for g in enough for f in g), key=lambda f: (f.mib, f.node))
+    cards = len({f.card.uuid for g in enough for f in g})
     return (
         f"room on {cards} card(s) of {len(nodes)} node(s) now (most free: {best.mib} MiB on "
         f"{best.node} card {best.card.index})"
@@ -194,9 +242,10 @@ def _weigh(ask: Ask, free: list[_Free], classes: Mapping[str, Obj] | None) -> st
     passed, selectors = _selected([Selector(e) for e in every], free)
     room = _room(ask, passed) if passed else "no card in service passes its CEL selectors"
     left = []
-    if selectors or ask.constraints:
-        left.append(f"{len(selectors) + ask.constraints} selector(s) or constraint(s) not "
-                    "weighed")  # fmt: skip
+    across = sum(1 for c in ask.constraints if c.across)
+    if selectors or across:
+        left.append(f"{len(selectors) + across} selector(s) or constraint(s) not weighed"
+                    + (" (constraints only within this request)" if across else ""))  # fmt: skip
         left += [f"`{s.expression}`: {s.problem}" for s in selectors if s.problem][:1]
     if classes is None:
         left.append(f"the selectors of DeviceClass {ask.device_class} not read")

@@ -432,7 +432,8 @@ def test_why_weighs_capacity_and_version_selectors_as_the_allocator_does(world: 
     """Selectors on a card's memory (a quantity) and its driver version (a semver):
     `kubectl tessera why` evaluates them on the real slices' devices, and the real
     kube-scheduler's allocator agrees -- the one every card passes is allocated, the one
-    none passes is refused, and why says so."""
+    none passes is refused, and why says so. Likewise a constraint: two T4s on one NVLink
+    island, which no T4 node has (its cards are islands of one)."""
     h, ns = world.h, "claims-cel"
     _apply(h, NAMESPACES, {"metadata": {"name": ns}})
     h.ensure_default_service_account(ns)
@@ -448,14 +449,17 @@ def test_why_weighs_capacity_and_version_selectors_as_the_allocator_does(world: 
                for d in s["spec"].get("devices") or []]  # fmt: skip
     assert devices and all(Selector(every).test(d) is True for d in devices)
     assert all(Selector(none).test(d) is False for d in devices)
-    names = {"every": every, "none": none}
+    t4 = f'device.attributes["{DRIVER}"].model == "T4"'
+    one_island = [{"matchAttribute": f"{DRIVER}/nvlinkIsland"}]
+    names = {"every": (every, 1, []), "none": (none, 1, []), "t4-pair": (t4, 2, one_island)}
     try:
-        for name, expression in names.items():
-            exactly = {"deviceClassName": "gpu.tessera.io",
+        for name, (expression, count, constraints) in names.items():
+            exactly = {"deviceClassName": "gpu.tessera.io", "count": count,
                        "selectors": [{"cel": {"expression": expression}}],
                        "capacity": {"requests": {"memory": "1Gi"}}}  # fmt: skip
             requests = [{"name": "gpu", "exactly": exactly}]
-            claim = {"metadata": {"name": name}, "spec": {"devices": {"requests": requests}}}
+            devices = {"requests": requests, "constraints": constraints}
+            claim = {"metadata": {"name": name}, "spec": {"devices": devices}}
             h.admin.create(RESOURCE_CLAIMS, claim, ns)
             pod = _claim_pod(name, "unused")
             pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": name}]
@@ -463,12 +467,16 @@ def test_why_weighs_capacity_and_version_selectors_as_the_allocator_does(world: 
         wait_for("the claim every card passes to be allocated and its pod bound",
                  lambda: h.admin.get(PODS, "every", ns)["spec"].get("nodeName"),
                  60, 0.5)  # fmt: skip
-        wait_for("the claim no card passes to be refused",
-                 lambda: unschedulable(h.admin.get(PODS, "none", ns)), 60, 0.5)  # fmt: skip
+        for name in ("none", "t4-pair"):
+            wait_for(f"the claim {name} to be refused",
+                     lambda n=name: unschedulable(h.admin.get(PODS, n, ns)), 60, 0.5)  # fmt: skip
         why = run(h.env.kubeconfig, "why", "none", "-n", ns).stdout
         assert (f"request gpu: 1 card(s) of {DRIVER} with 1024 MiB and 0 % compute: no card "
                 "in service passes its CEL selectors\n") in why, why  # fmt: skip
         assert "not weighed" not in why, why
+        why = run(h.env.kubeconfig, "why", "t4-pair", "-n", ns).stdout
+        assert (f"request gpu: 2 card(s) of {DRIVER} with 1024 MiB and 0 % compute: no node "
+                "has room for it now\n") in why, why  # fmt: skip
     finally:
         for name in names:
             with contextlib.suppress(NotFound):
