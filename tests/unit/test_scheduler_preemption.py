@@ -22,7 +22,7 @@ from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.budgets import Disruptee
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.holds import Hold
-from tessera.scheduler.preemptor import Preemptor
+from tessera.scheduler.preemptor import Preemptor, adopt_holds
 from tessera.scheduler.state import PodInfo, SchedulerState
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
@@ -311,25 +311,45 @@ def test_a_new_leader_keeps_holding_the_node_while_the_victims_terminate(world: 
         new.stop()
 
 
-def test_a_new_leader_nudges_the_pod_of_a_preemption_whose_victims_are_gone() -> None:
-    state, kube = SchedulerState(), FakeKube()
+def test_a_new_leader_holds_and_nudges_a_preemption_whose_victims_are_gone() -> None:
+    """The victims went in the moment before the takeover: the new leader holds their
+    cards for keep_s, as the leader before would have, so no less important pod takes
+    them first, and nudges the pod, which the leader before may not have done."""
+    state, kube, now = SchedulerState(), FakeKube(), [100.0]
     kube.create(PODS, prio_pod("urgent", 1000), "default")
-    p = Preemptor(state, kube, EventRecorder(kube, "t", "t"), lambda: True)
+    p = Preemptor(state, kube, EventRecorder(kube, "t", "t"), lambda: True,
+                  clock=lambda: now[0])  # fmt: skip
     done = encode_preempting("a1", ["default/low"])  # low is not among the pods any more
     state.pods["default/urgent"] = PodInfo("default/urgent", "u", "1", "", None, None,
                                            priority=1000, preempting=done)  # fmt: skip
     state.pods["default/bad"] = PodInfo("default/bad", "u2", "1", "", None, None,
                                         preempting='{"v":1,"node":"a1"}')  # fmt: skip
     p.step()
-    assert len(state.holds) == 0
-    # The leader before may have died before it told kube-scheduler to try it again.
+    hold = state.holds.get("default/urgent")
+    assert hold is not None and hold.freed_at == 100.0 and hold.node == "a1"
+    assert state.holds.against("default/late", 10).keys() == {"a1"}
     annotations = kube.get(PODS, "urgent", "default")["metadata"]["annotations"]
     assert QUOTA_RETRY in annotations
-    state.pods["default/low"] = PodInfo("default/low", "u3", "1", "a1", None, None)
-    p._adopted = False  # as at the next takeover
+    now[0] += p.keep_s  # kept as long as any freed hold, then let go
     p.step()
-    assert state.holds.get("default/urgent") is not None
+    assert len(state.holds) == 0
+    state.pods["default/low"] = PodInfo("default/low", "u3", "1", "a1", None, None)
+    p._adopted = False  # as at the next takeover, with the victim still there
+    p.step()
+    hold = state.holds.get("default/urgent")
+    assert hold is not None and hold.freed_at is None
     assert state.holds.get("default/bad") is None  # malformed: warned about, skipped
+
+
+def test_why_holds_only_the_preemptions_whose_victims_still_go() -> None:
+    """kubectl tessera why has no clock to end a freed hold by: it leaves those out."""
+    state = SchedulerState()
+    for key, victims in (("default/going", ["default/low"]), ("default/done", ["default/x"])):
+        state.pods[key] = PodInfo(key, f"u-{key}", "1", "", None, None, priority=1000,
+                                  preempting=encode_preempting("a1", victims))  # fmt: skip
+    state.pods["default/low"] = PodInfo("default/low", "u3", "1", "a1", None, None)
+    assert adopt_holds(state, until=float("inf")) == ["default/done"]
+    assert [h.key for h in state.holds] == ["default/going"]
 
 
 def test_the_preemptor_acts_only_once_the_pods_are_listed() -> None:

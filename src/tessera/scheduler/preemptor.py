@@ -247,7 +247,8 @@ class Preemptor:
     def adopt_holds(self) -> list[str]:
         """Hold again what the leader before evicted pods for (lock held); see
         ``adopt_holds`` below."""
-        return adopt_holds(self.state, self.clock() + self.hold_s)
+        now = self.clock()
+        return adopt_holds(self.state, now + self.hold_s, freed_at=now)
 
     def _follow_holds(self) -> None:
         """End the holds whose pod is placed or gone, or that were kept long enough; nudge
@@ -342,13 +343,17 @@ class Preemptor:
         return evicted, refused
 
 
-def adopt_holds(state: SchedulerState, until: float) -> list[str]:
+def adopt_holds(state: SchedulerState, until: float, freed_at: float | None = None) -> list[str]:
     """Hold again, as a new leader, what an earlier one evicted pods for: from each
     pending pod's ``tessera.io/preempting`` whose victims are not all gone (lock held).
     Without it the new leader would see the preemptor still not fit while its victims
-    terminate, and evict a second set for it. Returns the pending pods whose victims
-    are all gone: the leader before may have died before it nudged them. (``kubectl
-    tessera why`` holds the same, to judge a pod as the leader does.)"""
+    terminate, and evict a second set for it. A preemption whose victims are all gone is
+    held too, as freed at ``freed_at`` (kept ``keep_s`` from then, as the leader before
+    would have kept it), so a less important pod does not take the freed cards in the
+    moment before the preemptor is tried again; None leaves those out. Returns the
+    pending pods whose victims are all gone: the leader before may have died before it
+    nudged them. (``kubectl tessera why`` holds the same but those, to judge a pod as
+    the leader does.)"""
     freed = []
     for info in list(state.pods.values()):
         if info.node_name or info.preempting is None or info.key in state.holds:
@@ -358,11 +363,14 @@ def adopt_holds(state: SchedulerState, until: float) -> list[str]:
         except FormatError as exc:
             log.warning("%s", exc)
             continue
-        if any(v in state.pods for v in record.victims):
-            hold = Hold(info.key, info.uid, info.priority, record.node, record.victims, until,
-                        request=info.request, decision=record.placement)  # fmt: skip
-            state.holds.put(hold)
-            log.info("holding %s for %s, as the leader before did", record.node, info.key)
-        else:
+        going = any(v in state.pods for v in record.victims)
+        if not going:
             freed.append(info.key)
+            if freed_at is None:
+                continue
+        hold = Hold(info.key, info.uid, info.priority, record.node, record.victims, until,
+                    freed_at=None if going else freed_at, request=info.request,
+                    decision=record.placement)  # fmt: skip
+        state.holds.put(hold)
+        log.info("holding %s for %s, as the leader before did", record.node, info.key)
     return freed
