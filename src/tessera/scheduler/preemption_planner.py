@@ -33,7 +33,30 @@ from tessera.scheduler.budgets import Budget, BudgetBook
 from tessera.scheduler.filter import without_models
 from tessera.scheduler.state import PodInfo, SchedulerState, pod_priority
 
-__all__ = ["PreemptionPlanner"]
+__all__ = ["PreemptionPlanner", "shortest_run"]
+
+
+def shortest_run(k: int, fits: Callable[[int], bool]) -> int | None:
+    """The least n in 1..k with ``fits(n)``, for a ``fits`` that stays true once true
+    (more pods gone never leave less room); None when not even k fits. Found by doubling
+    n until it fits, then halving the gap: O(log m) calls for an answer m, the longest
+    of them 2m, so a check of all k comes only when nothing shorter fits (adding one at a
+    time was m calls, O(m^2) work when a call costs its n)."""
+    short, n = 0, 1  # the longest run known not to fit, and the one tried
+    while n <= k and not fits(n):
+        if n == k:
+            return None
+        short, n = n, min(2 * n, k)
+    if n > k:
+        return None  # k is 0
+    lo, hi = short + 1, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 class PreemptionPlanner:
@@ -161,19 +184,10 @@ class PreemptionPlanner:
                 keys = [v.key for v in victims]
                 return self.state.quota_fits_without(request, priority, model, keys)
 
-            if not candidates or not fits(candidates):
+            run = shortest_run(len(candidates), lambda n: fits(candidates[:n]))
+            if run is None:
                 return None
-            # The shortest prefix that fits: more pods gone never leaves less room, so a
-            # bisection finds it in log k checks (each O(k)) where adding one at a time
-            # made k.
-            lo, hi = 1, len(candidates)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if fits(candidates[:mid]):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            chosen = candidates[:lo]
+            chosen = candidates[:run]
             for h in sorted(chosen, key=lambda h: (-h.priority, h.key)):  # give back
                 rest = [c for c in chosen if c is not h]
                 if rest and fits(rest):
