@@ -95,6 +95,25 @@ def budget_over_all(pods: int) -> BudgetBook:
     return book
 
 
+class HoldTimer:
+    """The state's lock, timing how long each outermost hold lasts (what a verb waits)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.depth, self.since, self.longest = inner, 0, 0.0, 0.0
+
+    def __enter__(self) -> None:
+        self.inner.acquire()
+        self.depth += 1
+        if self.depth == 1:
+            self.since = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.longest = max(self.longest, time.perf_counter() - self.since)
+        self.inner.release()
+
+
 def timed(fn: Any, rounds: int) -> list[float]:
     out = []
     for _ in range(rounds):
@@ -153,6 +172,23 @@ def main() -> None:
         "the same, every pod under a budget": timed(decide(urgent, budgeted), args.rounds),
         "preemption, no one less important (priority 10)": timed(decide(peer), args.rounds),
     }
+    # The namespace at its GpuQuota (every pod is in it): room comes from its own pods.
+    limit = {"name": "a100", "models": ["A100"], "memoryMiB": 8000 * len(state.pods)}
+    state.replace_quotas([{"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+                           "metadata": {"namespace": "default", "name": "gpus",
+                                        "resourceVersion": "1"},
+                           "spec": {"limits": [limit]}}])  # fmt: skip
+
+    def for_quota() -> None:
+        found = planner.plan(urgent, request, names)
+        assert found is not None and found.for_quota, "no preemption for quota room"
+
+    lock, state.lock = state.lock, HoldTimer(state.lock)  # type: ignore[assignment]
+    runs[f"the same, its namespace at its GpuQuota ({len(state.pods):,} pods in it)"] = timed(
+        for_quota, args.rounds
+    )
+    quota_hold, state.lock = state.lock.longest, lock  # type: ignore[attr-defined]
+    state.replace_quotas([])
     free_one_card(state, names[0], request)
     with_hold = timed(filter_small, args.rounds)
     state.holds.clear()
@@ -171,6 +207,8 @@ def main() -> None:
     anchor = statistics.median(runs["filter (the anchor)"])
     decision = statistics.median(runs["preemption decision, priority 1000 over 10"])
     budget = statistics.median(runs["the same, every pod under a budget"])
+    print(f"longest hold of the state lock in a decision for quota room: "
+          f"{quota_hold * 1000:.1f} ms")  # fmt: skip
     print(f"preemption decision / filter, p50: {decision / anchor:.1f}x; "
           f"under a budget / without: {budget / decision:.2f}x")  # fmt: skip
 
