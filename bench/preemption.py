@@ -37,7 +37,7 @@ from typing import Any
 
 from _full import SLICES_PER_CARD, full_cluster
 from _machine import describe
-from _stats import pct
+from _stats import HoldTimer, pct
 from rich.console import Console
 from rich.table import Table
 
@@ -93,25 +93,6 @@ def budget_over_all(pods: int) -> BudgetBook:
                    "observedGeneration": 1},
     }])  # fmt: skip
     return book
-
-
-class HoldTimer:
-    """The state's lock, timing how long each outermost hold lasts (what a verb waits)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.depth, self.since, self.longest = inner, 0, 0.0, 0.0
-
-    def __enter__(self) -> None:
-        self.inner.acquire()
-        self.depth += 1
-        if self.depth == 1:
-            self.since = time.perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        self.depth -= 1
-        if self.depth == 0:
-            self.longest = max(self.longest, time.perf_counter() - self.since)
-        self.inner.release()
 
 
 def timed(fn: Any, rounds: int) -> list[float]:

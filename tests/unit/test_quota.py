@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tessera.claims.devices import device_name
 from tessera.errors import SpecError
@@ -132,6 +134,32 @@ def test_usage_adds_replaces_and_drops_pods_and_sums_a_pool() -> None:
     u.set_pod("team-a/p2", "team-a", None)  # gone
     assert u.of("team-a", lim) == Usage(10000, 0, 0)
     assert u.holders("team-a", lim) == ["team-a/p1"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b"]),
+                          st.sets(st.sampled_from(["A100", "H100", "T4"])))))  # fmt: skip
+def test_holders_per_namespace_agree_with_every_pod_read(ops: list[Any]) -> None:
+    """Pods set, replaced (in another namespace too) and dropped in any order: a
+    namespace's holders, per model and per limit, are those of a pass over every pod."""
+    q = parse_quota(quota({"name": "pool", "models": ["A100", "H100"], "memoryMiB": 1}))
+    u, truth = QuotaUsage(), {}
+    for i, ns, models in ops:
+        key = f"{ns}/p{i}"
+        for other in ("a", "b"):  # a name lives in one namespace at a time here
+            truth.pop(f"{other}/p{i}", None)
+            u.set_pod(f"{other}/p{i}", other, None)
+        u.set_pod(key, ns, {m: Usage(1, 1, 0) for m in models})
+        if models:
+            truth[key] = (ns, models)
+    for ns in ("a", "b"):
+        for model in ("A100", "H100", "T4"):
+            assert u.holding_model(ns, model) == sorted(
+                k for k, (n, ms) in truth.items() if n == ns and model in ms
+            )
+        assert u.holders(ns, q.limits[0]) == sorted(
+            k for k, (n, ms) in truth.items() if n == ns and ms & {"A100", "H100"}
+        )
 
 
 def test_what_preemption_holds_counts_as_used_on_the_models_a_limit_covers() -> None:

@@ -85,6 +85,9 @@ class QuotaUsage:
     def __init__(self) -> None:
         self._by_ns: dict[str, dict[str, Usage]] = {}
         self._pods: dict[str, tuple[str, dict[str, Usage]]] = {}  # key -> (ns, per model)
+        # ns -> key -> per model: a namespace's holders without a pass over every pod of
+        # the cluster (200,000 of them, for each limit of each quota, every status round)
+        self._ns_pods: dict[str, dict[str, dict[str, Usage]]] = {}
 
     def set_pod(self, key: str, namespace: str, per_model: dict[str, Usage] | None) -> None:
         """Replace what pod ``key`` holds (None or empty: nothing)."""
@@ -95,8 +98,14 @@ class QuotaUsage:
                 totals[model] = totals[model] - u
                 if not totals[model]:
                     del totals[model]
+            in_ns = self._ns_pods[old[0]]
+            del in_ns[key]
+            if not in_ns:
+                del self._ns_pods[old[0]]
         if per_model:
-            self._pods[key] = (namespace, dict(per_model))
+            held = dict(per_model)
+            self._pods[key] = (namespace, held)
+            self._ns_pods.setdefault(namespace, {})[key] = held
             totals = self._by_ns.setdefault(namespace, {})
             for model, u in per_model.items():
                 totals[model] = totals.get(model, Usage()) + u
@@ -115,18 +124,14 @@ class QuotaUsage:
 
     def holding_model(self, namespace: str, model: str) -> list[str]:
         """The pods of ``namespace`` that hold cards of ``model``, by key."""
-        return sorted(
-            key
-            for key, (ns, per_model) in self._pods.items()
-            if ns == namespace and model in per_model
-        )
+        in_ns = self._ns_pods.get(namespace, {})
+        return sorted(key for key, per_model in in_ns.items() if model in per_model)
 
     def holders(self, namespace: str, limit: Limit) -> list[str]:
         """The pods of ``namespace`` that hold cards ``limit`` covers, by key."""
+        in_ns = self._ns_pods.get(namespace, {})
         return sorted(
-            key
-            for key, (ns, per_model) in self._pods.items()
-            if ns == namespace and any(limit.covers(m) for m in per_model)
+            key for key, per_model in in_ns.items() if any(limit.covers(m) for m in per_model)
         )
 
 

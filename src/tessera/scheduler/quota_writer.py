@@ -206,11 +206,14 @@ class QuotaWriter:
         return set(waiting)
 
     def _write_statuses(self) -> None:
+        # The lock is taken per quota: all of a large cluster's at once held every verb
+        # (50 quotas over 200,000 pods: 0.25 s, every period).
         with self.state.lock:
-            current = {
-                key: quota_status(self.state, ns, key)
-                for ns, key in self.state.quota_book.in_force()
-            }
+            in_force = list(self.state.quota_book.in_force())
+        current = {}
+        for ns, key in in_force:
+            with self.state.lock:
+                current[key] = quota_status(self.state, ns, key)
         for key in [k for k in self._written if k not in current]:
             del self._written[key]
         for key, status in current.items():
