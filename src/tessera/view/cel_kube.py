@@ -27,7 +27,7 @@ from typing import Any
 from tessera.errors import SpecError
 from tessera.model.quantity import parse_quantity
 
-__all__ = ["FUNCTIONS", "QUANTITY", "SEMVER", "quantity_value", "semver_value"]
+__all__ = ["FUNCTIONS", "QUANTITY", "SEMVER", "CelArgumentError", "quantity_value", "semver_value"]
 
 QUANTITY = "k8s.io/quantity"
 SEMVER = "k8s.io/semver"

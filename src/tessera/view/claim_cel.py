@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from tessera.view.cel_kube import FUNCTIONS, quantity_value, semver_value
+from tessera.view.cel_kube import FUNCTIONS, CelArgumentError, quantity_value, semver_value
 
 
 def _load() -> ModuleType | None:
@@ -74,10 +74,10 @@ def _short(name: object) -> str:
     return str(name).rpartition("/")[2]
 
 
-def _or_none(read: Any, raw: str) -> Any:
+def _or_none(read: Callable[[str], Any], raw: str) -> Any:
     try:
         return read(raw)
-    except TypeError:  # cel_kube.CelArgumentError
+    except CelArgumentError:
         return None
 
 
