@@ -84,28 +84,27 @@ class QuotaUsage:
 
     def __init__(self) -> None:
         self._by_ns: dict[str, dict[str, Usage]] = {}
-        self._pods: dict[str, tuple[str, dict[str, Usage]]] = {}  # key -> (ns, per model)
-        # ns -> key -> per model: a namespace's holders without a pass over every pod of
-        # the cluster (200,000 of them, for each limit of each quota, every status round)
+        # ns -> key -> per model, and key -> ns: a namespace's holders are read without a
+        # pass over every pod of the cluster (200,000 of them, for each limit of each
+        # quota, every status round)
         self._ns_pods: dict[str, dict[str, dict[str, Usage]]] = {}
+        self._ns_of: dict[str, str] = {}
 
     def set_pod(self, key: str, namespace: str, per_model: dict[str, Usage] | None) -> None:
         """Replace what pod ``key`` holds (None or empty: nothing)."""
-        old = self._pods.pop(key, None)
-        if old is not None:
-            totals = self._by_ns[old[0]]
-            for model, u in old[1].items():
+        old_ns = self._ns_of.pop(key, None)
+        if old_ns is not None:
+            in_ns = self._ns_pods[old_ns]
+            totals = self._by_ns[old_ns]
+            for model, u in in_ns.pop(key).items():
                 totals[model] = totals[model] - u
                 if not totals[model]:
                     del totals[model]
-            in_ns = self._ns_pods[old[0]]
-            del in_ns[key]
             if not in_ns:
-                del self._ns_pods[old[0]]
+                del self._ns_pods[old_ns]
         if per_model:
-            held = dict(per_model)
-            self._pods[key] = (namespace, held)
-            self._ns_pods.setdefault(namespace, {})[key] = held
+            self._ns_of[key] = namespace
+            self._ns_pods.setdefault(namespace, {})[key] = dict(per_model)
             totals = self._by_ns.setdefault(namespace, {})
             for model, u in per_model.items():
                 totals[model] = totals.get(model, Usage()) + u
@@ -119,8 +118,8 @@ class QuotaUsage:
 
     def held_by(self, key: str) -> dict[str, Usage]:
         """What pod ``key`` holds, per model (empty: nothing)."""
-        found = self._pods.get(key)
-        return dict(found[1]) if found is not None else {}
+        ns = self._ns_of.get(key)
+        return dict(self._ns_pods[ns][key]) if ns is not None else {}
 
     def holding_model(self, namespace: str, model: str) -> list[str]:
         """The pods of ``namespace`` that hold cards of ``model``, by key."""
