@@ -1,14 +1,24 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tessera.errors import SpecError
-from tessera.model import ComputePolicy, ContainerRequest, GpuRequest, PodRequest, ResourceNames
+from tessera.model import (
+    ComputePolicy,
+    ContainerRequest,
+    GpuRequest,
+    PodRequest,
+    ResourceNames,
+    podspec,
+)
 from tessera.model.names import PLACEMENT_POLICIES
 from tessera.model.podspec import Compat, gpu_resource_names, parse_pod
 
@@ -789,3 +799,120 @@ def test_docs_examples_parse_as_documented() -> None:
         GpuRequest(1, 7680, None, 50, policy=FIXED),
     ]
     assert got[1] is not None and got[1].placement == "spread/binpack"
+
+
+# --- the memo: a parse answers as a fresh one would -------------------------------
+
+# Each pod is a few choices; a sequence changes one choice at a time, so pods that differ
+# in one thing the parser reads follow each other, as the memo's key must tell them apart.
+_CHOICES: dict[str, list[Any]] = {
+    "limits": [{G: "1", CORES: "50"}, {MEM: "8000", CORES: "10"}, {"nvidia.com/gpu": "1"},
+               {"tencent.com/vcuda-core": "50"}, {"cpu": "1"}],
+    "count": ["1", 1, True, 1.0, "2"],  # 1, True and 1.0 hash alike
+    "requests": [None, {"cpu": "1"}, {"cpu": 1}, {G: "1"}],
+    "init": [None, {}, {"restartPolicy": "Always"}],
+    "init_limits": [{}, {G: "1"}, {"cpu": "2"}],
+    "annotations": [{}, {"tessera.io/placement": "spread"}, {"tessera.io/placement": "x"},
+                    {"tessera.io/compute-policy": "fixed-share"}, {"nvidia.com/use-gputype": "T4"},
+                    {"tencent.com/vcuda-core-limit": "50"}, {"tessera.io/gpu-model": 3},
+                    {"example.com/other": "1"}],
+    "overhead": [{}, {"overhead": {"cpu": "100m"}}, {"overhead": {"cpu": 1}}, {"overhead": "x"}],
+    "compat": [Compat.off(), HAMI, GM, BOTH],
+    "name": ["p", "q"],
+}  # fmt: skip
+
+
+def _pod_of(choice: dict[str, int]) -> tuple[dict[str, Any], Compat]:
+    c = {k: _CHOICES[k][i] for k, i in choice.items()}
+    init = ()
+    if c["init"] is not None:
+        init = (ctr("i", limits=c["init_limits"], **c["init"]),)
+    limits = {**c["limits"], G: c["count"]}
+    p = pod(ctr(limits=limits, requests=c["requests"]), init=init,
+            annotations=c["annotations"], **c["overhead"])  # fmt: skip
+    p["metadata"]["name"] = c["name"]
+    return p, c["compat"]
+
+
+@st.composite
+def _neighbours(draw: st.DrawFn) -> list[tuple[dict[str, Any], Compat]]:
+    choice = {k: draw(st.integers(0, len(v) - 1)) for k, v in _CHOICES.items()}
+    out = [_pod_of(choice)]
+    for _ in range(draw(st.integers(1, 6))):
+        k = draw(st.sampled_from(sorted(_CHOICES)))
+        choice = {**choice, k: draw(st.integers(0, len(_CHOICES[k]) - 1))}
+        out.append(_pod_of(choice))
+    return out
+
+
+def _outcome(spec: dict[str, Any], compat: Compat) -> object:
+    try:
+        return parse_pod(spec, compat=compat)
+    except SpecError as exc:
+        return (exc.field, exc.rule)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_neighbours())
+def test_a_remembered_parse_answers_as_a_fresh_one(
+    pods: list[tuple[dict[str, Any], Compat]],
+) -> None:
+    warm = podspec._MEMO = podspec._Memo()
+    try:
+        for spec, compat in pods:
+            remembered = _outcome(spec, compat)  # after the pods before it: the memo is warm
+            podspec._MEMO = podspec._Memo()
+            assert _outcome(spec, compat) == remembered
+            podspec._MEMO = warm
+    finally:
+        podspec._MEMO = podspec._Memo()
+
+
+@pytest.mark.parametrize("values", [(1, True), (True, 1), (1.0, 1), ("1", 1, True, "1")])
+def test_values_equal_in_python_are_not_one_request(
+    values: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1, 1.0 and True are one dict key; the memo must not answer True with 1's request
+    (Kubernetes has no boolean quantity)."""
+    monkeypatch.setattr(podspec, "_MEMO", podspec._Memo())  # restored after the test
+    fresh = []
+    for v in values:
+        podspec._MEMO = podspec._Memo()
+        fresh.append(_outcome(pod(ctr(limits={G: v})), Compat.off()))
+    podspec._MEMO = podspec._Memo()
+    assert [_outcome(pod(ctr(limits={G: v})), Compat.off()) for v in values] == fresh
+
+
+def _sized(mib: int, name: str = "p") -> dict[str, Any]:
+    p = pod(ctr(limits={MEM: str(mib), CORES: "10"}))
+    p["metadata"].update(name=name, uid=f"u-{name}")
+    return p
+
+
+def test_the_memo_is_used_and_keeps_each_pods_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    memo = podspec._Memo()
+    monkeypatch.setattr(podspec, "_MEMO", memo)
+    a, b = parse_pod(_sized(8000, "a")), parse_pod(_sized(8000, "b"))
+    assert a is not None and b is not None
+    assert (len(memo.entries), memo.hits) == (1, 1)
+    assert (b.name, b.uid, a.name, a.uid) == ("b", "u-b", "a", "u-a")
+    assert a.containers is b.containers  # the second was not parsed again
+    assert b == replace(a, name="b", uid="u-b")
+
+
+def test_the_memo_rests_when_pods_do_not_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    memo = podspec._Memo(size=4, rest=10)
+    monkeypatch.setattr(podspec, "_MEMO", memo)
+    for mib in range(1000, 1005):  # five sizes, no repeat: the fifth finds it full, no hit
+        parse_pod(_sized(mib))
+    assert (memo.resting, len(memo.entries)) == (10, 1)
+    for _ in range(10):
+        got = parse_pod(_sized(1004))  # resting: parsed, not looked up
+        assert got is not None and got.containers[0].gpu is not None
+        assert got.containers[0].gpu.memory_mib == 1004
+    assert (memo.resting, memo.hits) == (0, 0)
+    for mib in (1004, 3000, 3000, 3001, 3001, 3002, 3002):  # awake again: four hits
+        parse_pod(_sized(mib))
+    assert (len(memo.entries), memo.hits) == (4, 4)
+    parse_pod(_sized(4000))  # the fill had as many hits as entries: it stays awake
+    assert (memo.resting, len(memo.entries), memo.hits) == (0, 1, 0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tessera.errors import SpecError
@@ -534,6 +534,84 @@ def _pod_need(needs: list[tuple[_Container, tuple[int, int]]]) -> list[int]:
 # --- the pod ----------------------------------------------------------------------
 
 
+# The annotations the parser reads. It is handed only these, so the memo below, which
+# keys on them, cannot miss one that a later change starts reading.
+_READ_ANNOTATIONS = (
+    keys.GPU_MODEL,
+    keys.GPU_MODEL_EXCLUDE,
+    keys.GPU_UUID,
+    keys.GPU_UUID_EXCLUDE,
+    keys.COMPUTE_POLICY,
+    keys.PLACEMENT,
+    keys.HAMI_GPU_TYPE,
+    keys.HAMI_GPU_TYPE_EXCLUDE,
+    keys.HAMI_GPU_UUID,
+    keys.HAMI_GPU_UUID_EXCLUDE,
+    keys.GPU_MANAGER_CORE_LIMIT,
+)
+
+
+class _Memo:
+    """Parsed requests by everything the parser read but the pod's identity.
+
+    Pods come from a few templates: a re-list of 200,000 pods holds a handful of distinct
+    requests, and a hit costs a quarter of a parse. Refusals are not kept (each is parsed
+    again, so its error is raised fresh). When pods do not repeat (each with sizes of its
+    own), a miss costs a third more than a parse: a memo that filled with fewer hits than
+    entries rests for ``rest`` parses, then tries again.
+    """
+
+    def __init__(self, size: int = 4096, rest: int = 65536) -> None:
+        self.size, self.rest = size, rest
+        self.entries: dict[tuple[Any, ...], PodRequest] = {}
+        self.hits = 0
+        self.resting = 0
+
+    def awake(self) -> bool:
+        if self.resting:
+            self.resting -= 1
+            return False
+        return True
+
+    def get(self, key: tuple[Any, ...]) -> PodRequest | None:
+        found = self.entries.get(key)  # TypeError for an unhashable value
+        if found is not None:
+            self.hits += 1
+        return found
+
+    def put(self, key: tuple[Any, ...], request: PodRequest) -> None:
+        if len(self.entries) >= self.size:
+            if self.hits < self.size:
+                self.resting = self.rest
+            self.entries.clear()
+            self.hits = 0
+        self.entries[key] = request
+
+
+_MEMO = _Memo()
+
+
+def _memo_key(
+    names: ResourceNames,
+    compat: Compat,
+    annotations: Mapping[str, Any],
+    containers: list[_Container],
+    overhead: object,
+) -> tuple[Any, ...]:
+    """What the parse of a GPU pod depends on. Each value's type goes with it: 1, 1.0 and
+    True are equal keys, but only the first two are quantities."""
+    parts: list[Any] = [names, compat, *_items(annotations), *_items(overhead)]
+    for c in containers:
+        parts += (c.path, c.name, c.sidecar, *_items(c.limits), *_items(c.requests))
+    return tuple(parts)
+
+
+def _items(m: object) -> tuple[object, object]:
+    if not isinstance(m, Mapping):
+        return m, type(m)
+    return tuple(m.items()), tuple(map(type, m.values()))
+
+
 def parse_pod(
     pod: Mapping[str, Any],
     *,
@@ -563,6 +641,33 @@ def parse_pod(
     if not any(ours(c) for c in containers):
         return None
 
+    read = {k: annotations[k] for k in _READ_ANNOTATIONS if k in annotations}
+    overhead = spec.get("overhead")
+    memo_key = _memo_key(names, compat, read, containers, overhead) if _MEMO.awake() else None
+    if memo_key is not None:
+        try:
+            known = _MEMO.get(memo_key)
+        except TypeError:  # a value that cannot be hashed (a list): the parse refuses it
+            memo_key, known = None, None
+        if known is not None:
+            return replace(known, namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+    request = _request_of(containers, read, overhead, families, domains, names, compat, meta)
+    if memo_key is not None:
+        _MEMO.put(memo_key, request)
+    return request
+
+
+def _request_of(
+    containers: list[_Container],
+    annotations: Mapping[str, Any],
+    overhead_field: object,
+    families: dict[str, _Family],
+    domains: frozenset[str],
+    names: ResourceNames,
+    compat: Compat,
+    meta: dict[str, str],
+) -> PodRequest:
+    """The request of a GPU pod whose namespace, name and uid are ``meta``'s."""
     wide = _pod_wide(annotations, compat)
     out: list[ContainerRequest] = []
     needs: list[tuple[_Container, tuple[int, int]]] = []
@@ -587,7 +692,7 @@ def parse_pod(
         out.append(ContainerRequest(name=c.name, gpu=gpu, init=c.init and not c.sidecar))
 
     cpu, mem = _pod_need(needs)
-    overhead = _object(spec.get("overhead"), "spec.overhead", optional=True)
+    overhead = _object(overhead_field, "spec.overhead", optional=True)
     if "cpu" in overhead:
         cpu += cpu_milli(overhead["cpu"], "spec.overhead[cpu]")
     if "memory" in overhead:
