@@ -14,6 +14,7 @@ rules that tie containers together.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -87,13 +88,20 @@ def gpu_resource_names(
     return tuple(out)
 
 
-def _families(names: ResourceNames, compat: Compat) -> dict[str, _Family]:
+@functools.cache  # a process has one or two (names, compat): the webhook's, the extender's
+def _families(names: ResourceNames, compat: Compat) -> Mapping[str, _Family]:
     out = dict.fromkeys(names.all(), _Family.TESSERA)
     if compat.hami:
         out.update(dict.fromkeys(_HAMI_RESOURCES, _Family.HAMI))
     if compat.gpu_manager:
         out.update(dict.fromkeys(_GPU_MANAGER_RESOURCES, _Family.GPU_MANAGER))
     return out
+
+
+@functools.cache
+def _domains(names: ResourceNames) -> frozenset[str]:
+    """The prefixes of Tessera's resource names: another name under one is a mistake."""
+    return frozenset(n.split("/", 1)[0] for n in names.all() if "/" in n)
 
 
 # --- shape ------------------------------------------------------------------------
@@ -438,7 +446,7 @@ def _gpu_manager(c: _Container, a: dict[str, _Amount], core_limit: int | None) -
 
 def _gpu(
     c: _Container,
-    families: dict[str, _Family],
+    families: Mapping[str, _Family],
     domains: frozenset[str],
     names: ResourceNames,
     pod: _PodWide,
@@ -633,7 +641,7 @@ def parse_pod(
     containers = _containers(spec)
 
     families = _families(names, compat)
-    domains = frozenset(n.split("/", 1)[0] for n in names.all() if "/" in n)
+    domains = _domains(names)
 
     def ours(c: _Container) -> bool:
         return any(n in families or n.split("/", 1)[0] in domains for n in (*c.limits, *c.requests))
@@ -661,7 +669,7 @@ def _request_of(
     containers: list[_Container],
     annotations: Mapping[str, Any],
     overhead_field: object,
-    families: dict[str, _Family],
+    families: Mapping[str, _Family],
     domains: frozenset[str],
     names: ResourceNames,
     compat: Compat,
