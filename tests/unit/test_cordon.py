@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tessera.claims.devices import CORDONED_TAINT, UNHEALTHY_TAINT, resource_slice, slice_cards
-from tessera.kube import NODES, PODS, FakeKube, WatchEvent
+from tessera.kube import NODES, PODS, FakeKube
 from tessera.kube.errors import ApiError
 from tessera.kube.kinds import RESOURCE_SLICES
 from tessera.model import annotations as keys
@@ -145,17 +145,25 @@ def test_the_slice_taints_a_cordoned_card_and_reads_it_back() -> None:
 
 
 def test_the_agent_follows_its_node_and_says_when_the_set_changes() -> None:
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1", 2))
+    kube.create(NODES, node_obj("n2", 2))
     calls: list[frozenset[str]] = []
-    cordons = NodeCordons(FakeKube(), "n1", on_change=lambda: calls.append(cordons.current()))
-    node = node_obj("n1", 2)
-    cordons.replace([node])
-    assert calls == []  # nothing cordoned, nothing changed
-    node["metadata"]["annotations"][keys.CORDONED_CARDS] = "GPU-x"
-    cordons.apply(WatchEvent("MODIFIED", node))
-    cordons.apply(WatchEvent("MODIFIED", node))  # a heartbeat: no second call
-    assert calls == [frozenset({"GPU-x"})]
-    cordons.apply(WatchEvent("DELETED", node))
-    assert calls == [frozenset({"GPU-x"}), frozenset()]
+    cordons = NodeCordons(kube, "n1", on_change=lambda: calls.append(cordons.current()))
+    reflector = cordons.watch()
+    try:
+        assert reflector.synced.wait(5)
+        assert calls == []  # nothing cordoned, nothing changed
+        other = {"metadata": {"annotations": {keys.CORDONED_CARDS: "GPU-y"}}}
+        kube.merge_patch(NODES, "n2", other)  # another node's cordon: not ours
+        cordon = {"metadata": {"annotations": {keys.CORDONED_CARDS: "GPU-x"}}}
+        kube.merge_patch(NODES, "n1", cordon)
+        eventually(lambda: calls == [frozenset({"GPU-x"})])
+        kube.merge_patch(NODES, "n1", {"metadata": {"labels": {"beat": "1"}}})  # no change
+        kube.delete(NODES, "n1")
+        eventually(lambda: calls == [frozenset({"GPU-x"}), frozenset()])
+    finally:
+        reflector.stop()
 
 
 class _Racing(FakeKube):

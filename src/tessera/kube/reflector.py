@@ -25,7 +25,7 @@ from tessera.kube.errors import ApiError, Gone, NotFound
 from tessera.kube.kinds import Kind
 from tessera.kube.port import KubeApi, Obj, WatchEvent
 
-__all__ = ["Reflector", "ReflectorHandler"]
+__all__ = ["Reflector", "ReflectorHandler", "follow_one"]
 
 log = logging.getLogger(__name__)
 
@@ -144,3 +144,27 @@ class Reflector:
                 log.exception("%s: handler failed; listing again", self._kind.plural)
                 need_list = True
                 self._stop.wait(delay)
+
+
+class _OneObject:
+    """A handler for one object picked by name: ``seen`` gets it after every list and
+    change, None when it is gone."""
+
+    def __init__(self, seen: Callable[[Obj | None], None]) -> None:
+        self._seen = seen
+
+    def replace(self, items: list[Obj]) -> None:
+        self._seen(items[0] if items else None)
+
+    def apply(self, event: WatchEvent) -> None:
+        self._seen(None if event.type == "DELETED" else event.object)
+
+
+def follow_one(
+    api: KubeApi, kind: Kind, name: str, seen: Callable[[Obj | None], None]
+) -> Reflector:
+    """Start following the cluster-scoped object ``name`` of ``kind`` (as kubelet follows
+    its own Node); ``seen`` is called from the reflector's thread. The caller stops it."""
+    reflector = Reflector(api, kind, _OneObject(seen), field_selector=f"metadata.name={name}")
+    reflector.start()
+    return reflector

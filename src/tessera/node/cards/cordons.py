@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 
 from tessera.kube.kinds import NODES
-from tessera.kube.port import KubeApi, Obj, WatchEvent
-from tessera.kube.reflector import Reflector
+from tessera.kube.port import KubeApi, Obj
+from tessera.kube.reflector import Reflector, follow_one
 from tessera.model import annotations as keys
 
 __all__ = ["NodeCordons"]
@@ -37,18 +37,10 @@ class NodeCordons:
 
     def watch(self) -> Reflector:
         """Start following the Node; the caller stops the returned reflector."""
-        reflector = Reflector(self.api, NODES, self, field_selector=f"metadata.name={self.node}")
-        reflector.start()
-        return reflector
+        return follow_one(self.api, NODES, self.node, self.seen)
 
-    # ReflectorHandler
-    def replace(self, items: list[Obj]) -> None:
-        self._seen(items[0] if items else None)
-
-    def apply(self, event: WatchEvent) -> None:
-        self._seen(None if event.type == "DELETED" else event.object)
-
-    def _seen(self, obj: Obj | None) -> None:
+    def seen(self, obj: Obj | None) -> None:
+        """The Node as listed or changed (None: deleted)."""
         text = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(
             keys.CORDONED_CARDS
         )

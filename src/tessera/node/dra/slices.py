@@ -32,8 +32,8 @@ from tessera.claims.devices import resource_slice, slice_name
 from tessera.errors import SpecError
 from tessera.kube.errors import NotFound
 from tessera.kube.kinds import NODES, RESOURCE_SLICES
-from tessera.kube.port import KubeApi, Obj, WatchEvent
-from tessera.kube.reflector import Reflector
+from tessera.kube.port import KubeApi, Obj
+from tessera.kube.reflector import Reflector, follow_one
 from tessera.model.quantity import parse_quantity
 from tessera.model.types import Card
 
@@ -191,21 +191,11 @@ class SlicePublisher:
         want["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self.api.replace(RESOURCE_SLICES, want)
 
-    # --- the watch on our own slice (ReflectorHandler) ------------------------------------
+    # --- the watch on our own slice ------------------------------------------------------
 
     def watch(self) -> Reflector:
         """Start following the slice; the caller stops the returned reflector."""
-        reflector = Reflector(
-            self.api, RESOURCE_SLICES, self, field_selector=f"metadata.name={self.name}"
-        )
-        reflector.start()
-        return reflector
-
-    def replace(self, items: list[Obj]) -> None:
-        self._seen(items[0] if items else None)
-
-    def apply(self, event: WatchEvent) -> None:
-        self._seen(None if event.type == "DELETED" else event.object)
+        return follow_one(self.api, RESOURCE_SLICES, self.name, self._seen)
 
     def _seen(self, obj: Obj | None) -> None:
         with self._mu:
