@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from tessera.kube import NODES, FakeKube
 from tessera.scheduler import app as app_module
 from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.config import SchedulerConfig
-from tessera.scheduler.heap import freeze_long_lived
+from tessera.scheduler.heap import collector_paused, freeze_long_lived
 from tessera.scheduler.state import SchedulerState
 from tests.unit._scheduler_world import node_obj, pod_obj
 
@@ -106,3 +108,65 @@ def test_freezing_after_each_relist_keeps_only_the_current_state(clean_heap: Non
         freeze_long_lived()
         counts.append(gc.get_freeze_count())
     assert counts[-1] - counts[0] < 500, counts
+
+
+def test_pauses_of_the_collector_from_two_threads_end_with_the_last() -> None:
+    assert gc.isenabled()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def first() -> None:
+        with collector_paused():
+            first_in.set()
+            second_in.wait(5)
+        first_out.set()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    first_in.wait(5)
+    with collector_paused():
+        second_in.set()
+        first_out.wait(5)
+        seen.append(gc.isenabled())  # the first pause ended, this one has not
+    thread.join(5)
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_a_pause_leaves_a_collector_that_was_off_off() -> None:
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_app_lists_with_the_collector_paused_when_it_manages_the_heap(
+    clean_heap: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app_module, "freeze_long_lived", lambda: None)
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1"))
+    collecting: dict[bool, list[bool]] = {}
+    for manage in (True, False):
+        app = SchedulerApp(
+            SchedulerConfig(leader_elect=False, watch_timeout_s=1, freeze_heap=manage), kube
+        )
+        seen = collecting.setdefault(manage, [])
+        booked = app.state.pods_handler.replace
+
+        def replace(items: list[Any], booked: Any = booked, seen: list[bool] = seen) -> None:
+            seen.append(gc.isenabled())
+            booked(items)
+
+        monkeypatch.setattr(app.state.pods_handler, "replace", replace)
+        app.start()
+        try:
+            assert app.wait_synced(5)
+        finally:
+            app.stop()
+    kube.close()
+    assert collecting == {True: [False], False: [True]}
+    assert gc.isenabled()  # resumed after the list

@@ -16,9 +16,11 @@ thread, one call at a time; it must not block on the API.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from tessera.kube.errors import ApiError, Gone, NotFound
@@ -52,6 +54,7 @@ class Reflector:
         backoff_s: tuple[float, float] = (0.2, 5.0),
         on_relist: Callable[[], None] | None = None,
         absent_ok: bool = False,
+        while_listing: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
         self._api = api
         self._kind = kind
@@ -62,6 +65,7 @@ class Reflector:
         self._watch_timeout = watch_timeout_s
         self._backoff = backoff_s
         self._on_relist = on_relist
+        self._while_listing = while_listing  # what a list and its replace run inside
         # A resource the API server does not serve (a CRD not installed) lists as empty
         # and counts as synced; the list is tried again every backoff maximum.
         self._absent_ok = absent_ok
@@ -83,10 +87,14 @@ class Reflector:
         self._stop.set()
 
     def _list(self) -> None:
-        result = self._api.list(
-            self._kind, self._namespace, label_selector=self._labels, field_selector=self._fields
-        )
-        self._handler.replace(result.items)
+        with self._while_listing():
+            result = self._api.list(
+                self._kind,
+                self._namespace,
+                label_selector=self._labels,
+                field_selector=self._fields,
+            )
+            self._handler.replace(result.items)
         self.absent = False
         self.resource_version = result.resource_version
         self.lists += 1

@@ -29,6 +29,7 @@ allocation; a standby refuses it as unavailable (kube-scheduler tries the pod ag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -64,7 +65,7 @@ from tessera.scheduler.claims_book import ClaimsBook
 from tessera.scheduler.claims_webhook import review_claim
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.filter import filter_pod
-from tessera.scheduler.heap import freeze_long_lived
+from tessera.scheduler.heap import collector_paused, freeze_long_lived
 from tessera.scheduler.leader import LeaderElector
 from tessera.scheduler.metrics import Metrics
 from tessera.scheduler.placer import Placer
@@ -155,12 +156,14 @@ class SchedulerApp:
         else:
             self.metrics.leader.set(1)
         relisted = freeze_long_lived if config.freeze_heap else None
+        listing = collector_paused if config.freeze_heap else contextlib.nullcontext
         self.node_reflector = Reflector(
             api,
             NODES,
             self.state.nodes,
             watch_timeout_s=config.watch_timeout_s,
             on_relist=relisted,
+            while_listing=listing,
         )
         self.pod_reflector = Reflector(
             api,
@@ -169,6 +172,7 @@ class SchedulerApp:
             field_selector=f"spec.schedulerName={config.scheduler_name}",
             watch_timeout_s=config.watch_timeout_s,
             on_relist=relisted,
+            while_listing=listing,
         )
         self.quota_reflector = Reflector(
             api,
@@ -202,6 +206,7 @@ class SchedulerApp:
             watch_timeout_s=config.watch_timeout_s,
             absent_ok=True,
             on_relist=relisted,
+            while_listing=listing,
         )
         self.claim_reflector = Reflector(
             api,
@@ -210,6 +215,7 @@ class SchedulerApp:
             watch_timeout_s=config.watch_timeout_s,
             absent_ok=True,
             on_relist=relisted,
+            while_listing=listing,
         )
         # GPU preemption chooses victims within the PodDisruptionBudgets. Their list
         # gates preemption alone, not the verbs: a cluster whose RBAC lacks them still

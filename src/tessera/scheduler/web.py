@@ -18,7 +18,6 @@ over ``kubectl port-forward`` the bytes are what a page load waits for.
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import threading
@@ -31,6 +30,7 @@ from typing import Any
 
 from tessera.model.types import Assignment
 from tessera.scheduler.claims_book import ClaimsBook
+from tessera.scheduler.heap import collector_paused
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.state import SchedulerState
 from tessera.view.gpumap import GpuMap, Pending, assemble, map_json, summary
@@ -81,13 +81,8 @@ def map_body(state: SchedulerState, claims: ClaimsBook | None = None) -> bytes:
     # The build makes millions of short-lived objects, none in a cycle. The collector's
     # passes over them would hold every thread, the event loop serving filter too, for
     # ~170 ms each at 5,000 nodes; reference counting frees them all the same.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return _encode(map_json(gpu_map(state, claims)))
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _encode(doc: dict[str, Any]) -> bytes:
