@@ -10,9 +10,10 @@ them (JSON text). Each run decodes them and runs the real command on them: ``top
 GPU map, sorting, the table, written to a buffer), or ``why`` for a pending pod asking
 for 8 whole cards, which fits nowhere (the scheduler's state rebuilt, the filter, the
 preemption plan). The anchor beside it only decodes the same JSON, which every client,
-kubectl included, pays. For ``why``, a third row runs it with the pod spec parser's memo
-at rest (model/podspec.py), as every pod was parsed before it (``top`` parses only
-pending pods). Prints p50 / p99 and the
+kubectl included, pays. Both run with the garbage collector off, as the
+``kubectl-tessera`` executable runs; a row beside them runs the command with it on. For
+``why``, a row runs it with the pod spec parser's memo at rest (model/podspec.py), as
+every pod was parsed before it (``top`` parses only pending pods). Prints p50 / p99 and the
 ratio. The API server's own time to list is not included: it depends on the cluster.
 Nothing is asserted.
 """
@@ -20,6 +21,7 @@ Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -43,6 +45,7 @@ from tessera.model import podspec  # noqa: E402
 from tessera.model.annotations import ASSIGNMENT, encode_assignment  # noqa: E402
 from tessera.model.clusterspec import make_cards  # noqa: E402
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment  # noqa: E402
+from tessera.scheduler.heap import collector_paused  # noqa: E402
 from tessera.view import kubectl  # noqa: E402
 from tests.unit._scheduler_world import node_obj, pod_obj  # noqa: E402
 
@@ -97,31 +100,38 @@ def main() -> None:
         ["top", "--sort-by", "free"] if args.verb == "top" else ["why", "waiting", "-n", "ns-0"]
     )
     runner = CliRunner()
-    modes = ("memo", "no memo") if args.verb == "why" else ("memo",)
-    times: dict[str, list[float]] = {"floor": [], **{m: [] for m in modes}}
+    # How each row runs: the parser's memo on or at rest, the collector off (as the
+    # kubectl-tessera executable turns it off) or running (as before that).
+    setups = {"floor": (True, False), "ours": (True, False), "collecting": (True, True)}
+    if args.verb == "why":
+        setups["no memo"] = (False, False)
+    times: dict[str, list[float]] = {mode: [] for mode in setups}
     output = ""
     with Progress(transient=True) as progress:
         task = progress.add_task(f"{args.verb}: {args.runs} runs", total=args.runs)
         for _ in range(args.runs):
-            t0 = time.perf_counter()
-            json.loads(nodes), json.loads(pods)
-            times["floor"].append(time.perf_counter() - t0)
-            for mode in modes:
+            for mode, (memo, collecting) in setups.items():
                 podspec._MEMO = podspec._Memo()
-                if mode == "no memo":
+                if not memo:
                     podspec._MEMO.resting = 1 << 62  # never wakes: every pod parsed
-                t0 = time.perf_counter()
-                result = runner.invoke(kubectl.app, command)
-                times[mode].append(time.perf_counter() - t0)
-                assert result.exit_code == 0, result.output
-                output = result.output
+                with contextlib.nullcontext() if collecting else collector_paused():
+                    t0 = time.perf_counter()
+                    if mode == "floor":
+                        json.loads(nodes), json.loads(pods)
+                    else:
+                        result = runner.invoke(kubectl.app, command)
+                    times[mode].append(time.perf_counter() - t0)
+                if mode != "floor":
+                    assert result.exit_code == 0, result.output
+                    output = result.output
             progress.advance(task)
     t = Table(title=f"kubectl tessera {args.verb}: {args.nodes:,} nodes x 8 cards, "
                     f"{args.pods:,} pods, {args.runs} runs ({describe()})")  # fmt: skip
     for col in ("", "p50 ms", "p99 ms", "ratio p50"):
         t.add_column(col, justify="right")
     f50 = pct(times["floor"], 0.5) * 1e3
-    labels = {"floor": "decode the lists only (anchor)", "memo": f"{args.verb} (Tessera)",
+    labels = {"floor": "decode the lists only (anchor)", "ours": f"{args.verb} (Tessera)",
+              "collecting": f"{args.verb}, collector running",
               "no memo": f"{args.verb}, parser memo at rest"}  # fmt: skip
     for mode, label in labels.items():
         if mode not in times:

@@ -22,6 +22,8 @@ allocation only.
 
 from __future__ import annotations
 
+import gc
+
 from tessera.view.kubectl import capacity, cordon, quota, top, why
 from tessera.view.kubectl.common import app
 
@@ -35,4 +37,8 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """The ``kubectl-tessera`` entry point."""
+    # A command lists the cluster, answers and exits. The collector's passes over the
+    # listed objects (none in a cycle) were a third of `why` at 200,000 pods; what a
+    # command drops is freed by reference counting, the rest at exit.
+    gc.disable()
     app(prog_name="kubectl tessera")
