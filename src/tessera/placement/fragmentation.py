@@ -159,11 +159,12 @@ class Measure(Protocol):
         ``idle``, ``cpu``, ``mem``: [...] -> [..., classes]. Element by element."""
         ...
 
-    def node_value(
-        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
-    ) -> FloatArray:
-        """``node_terms(...) @ k.weight``: [...]."""
-        ...
+
+def _node_value(
+    measure: Measure, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
+) -> FloatArray:
+    """[...]: the node's measure, its classes' terms weighted by the mix."""
+    return np.asarray(measure.node_terms(sums, idle, cpu, mem, k) @ k.weight)
 
 
 class PublishedMeasure:
@@ -174,11 +175,6 @@ class PublishedMeasure:
         ok = _fits(t, rows, s, k) | (k.count == 0)  # CPU-only work leaves no share unusable
         idle = _idle(t, rows, s)[:, :, None]
         return np.stack([idle * ~ok, ok.astype(np.float64)], axis=-1)
-
-    def node_value(
-        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
-    ) -> FloatArray:
-        return np.asarray(self.node_terms(sums, idle, cpu, mem, k) @ k.weight)
 
     def node_terms(
         self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
@@ -206,11 +202,6 @@ class PackingMeasure:
         out[..., 1] = copies
         return out
 
-    def node_value(
-        self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
-    ) -> FloatArray:
-        return np.asarray(self.node_terms(sums, idle, cpu, mem, k) @ k.weight)
-
     def node_terms(
         self, sums: FloatArray, idle: FloatArray, cpu: IntArray, mem: IntArray, k: MixArrays
     ) -> FloatArray:
@@ -236,7 +227,7 @@ def frag_rows(
     idle = _idle(t, rows, s).sum(axis=1)
     sums = measure.card_features(t, rows, s, k).sum(axis=1)
     cpu, mem = _node_room(t, rows, 0, 0)
-    return measure.node_value(sums, idle, cpu, mem, k), idle
+    return _node_value(measure, sums, idle, cpu, mem, k), idle
 
 
 def _request_after(t: Tables, rows: Cells, gpu: GpuRequest) -> CardState:
@@ -285,11 +276,11 @@ def growth(
     sums = feats.sum(axis=1)
     total = idle.sum(axis=1)
     cpu, mem = _node_room(t, rows, 0, 0)
-    f_before = measure.node_value(sums, total, cpu, mem, k)
+    f_before = _node_value(measure, sums, total, cpu, mem, k)
     cpu, mem = _node_room(t, rows, cpu_milli, memory_mib)
     no_col = np.full(rows.shape[0], -1, dtype=np.int64)
     if gpu is None:
-        return measure.node_value(sums, total, cpu, mem, k) - f_before, no_col
+        return _node_value(measure, sums, total, cpu, mem, k) - f_before, no_col
     if gpu.count == 1:
         # Only the fitting (row, card) pairs: the others would be masked out anyway. Each
         # pair is indexed as a [P, 1] "row" so the per-card functions run unchanged.
@@ -317,7 +308,8 @@ def growth(
     taken = np.zeros_like(card_ok)
     np.put_along_axis(taken, order[:, : gpu.count], True, axis=1)
     taken &= card_ok
-    f_after = measure.node_value(
+    f_after = _node_value(
+        measure,
         sums + np.einsum("rc,rcmf->rmf", taken.astype(np.float64), d_feats),
         total + (taken * d_idle).sum(axis=1),
         cpu,

@@ -148,18 +148,24 @@ class Webhook:
 
     # --- mutate -------------------------------------------------------------------------
 
-    def mutate(self, body: bytes) -> AdmissionResult:
+    def _read(self, body: bytes) -> tuple[Review, PodRequest | None, AdmissionResult | None]:
+        """The review, its pod's request, and the answer when both verbs answer alike: any
+        operation but CREATE is allowed, a pod spec that does not parse refused."""
         r = decode_review(body)
-        uid, operation, pod, api_version = r.uid, r.operation, r.object, r.api_version
-        if operation not in ("CREATE", ""):
-            return _allow(api_version, uid, gpu=False)
+        if r.operation not in ("CREATE", ""):
+            return r, None, _allow(r.api_version, r.uid, gpu=False)
         try:
-            request = self._parse(pod)
+            return r, self._parse(r.object), None
         except SpecError as exc:
-            return _refuse(api_version, uid, str(exc))
+            return r, None, _refuse(r.api_version, r.uid, str(exc))
+
+    def mutate(self, body: bytes) -> AdmissionResult:
+        r, request, answer = self._read(body)
+        if answer is not None:
+            return answer
         if request is None:
-            return _allow(api_version, uid, gpu=False)
-        return _allow(api_version, uid, gpu=True, patch=self._patch(pod, request))
+            return _allow(r.api_version, r.uid, gpu=False)
+        return _allow(r.api_version, r.uid, gpu=True, patch=self._patch(r.object, request))
 
     def _canonical(self, gpu: GpuRequest) -> dict[str, str]:
         n = self.names
@@ -225,14 +231,10 @@ class Webhook:
     # --- validate -----------------------------------------------------------------------
 
     def validate(self, body: bytes) -> AdmissionResult:
-        r = decode_review(body)
-        uid, operation, pod, api_version = r.uid, r.operation, r.object, r.api_version
-        if operation not in ("CREATE", ""):
-            return _allow(api_version, uid, gpu=False)
-        try:
-            request = self._parse(pod)
-        except SpecError as exc:
-            return _refuse(api_version, uid, str(exc))
+        r, request, answer = self._read(body)
+        if answer is not None:
+            return answer
+        uid, pod, api_version = r.uid, r.object, r.api_version
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if isinstance(annotations, dict) and keys.ASSIGNMENT in annotations:
             message = (
