@@ -216,3 +216,93 @@ def test_without_the_cel_extra_no_selector_is_weighed(monkeypatch: Any) -> None:
     assert "room on 2 card(s)" in line  # not narrowed
     assert "; 2 selector(s) or constraint(s) not weighed; " in line  # the class's too
     assert "CEL is not installed (the cel extra)" in line, line
+
+
+def _all(claims: list[dict[str, Any]], slices: list[Any] | None = None,
+         offered: set[str] | None = None, **exactly: Any) -> str:  # fmt: skip
+    """The line of a request for every card ``allocationMode: All``, 1 GiB each unless
+    ``exactly`` says otherwise."""
+    spec = {"allocationMode": "All", "capacity": {"requests": {"memory": "1Gi"}}, **exactly}
+    want = _claim("want")
+    want["spec"]["devices"]["requests"][0]["exactly"].update(spec)
+    slices = slices or [resource_slice("n1", CARDS, generation=1)]
+    gmap = build_map([], [], slices=slices, claims=[*claims, want])
+    names = {c["metadata"]["name"]: c for c in [*claims, want]}
+    pod = _pod({"name": "gpu", "resourceClaimName": "want"})
+    return explain(pod, names, slices, gmap, CLASSES, offered)[1]
+
+
+def test_all_takes_every_matching_card_of_a_node_or_none_of_it() -> None:
+    """As the allocator reads allocationMode All: every card of the node that passes the
+    selectors is the request's, so one without room, or out of service, refuses the
+    node; a card the selectors leave out does not."""
+    head = f"    request gpu: every card of {DRIVER} with 1024 MiB and 0 % compute: "
+    assert _all([]) == head + "room on 1 node(s) now, all of their matching cards (most: 2 on n1)"
+    full = [_allocated("held", "gpu-0", "40Gi")]
+    assert _all(full).endswith("no node has every matching card free now (1 with one without "
+                               "room)")  # fmt: skip
+    not_card_0 = [{"cel": {"expression": f'device.attributes["{DRIVER}"].index != 0'}}]
+    assert "room on 1 node(s) now, all of their matching cards (most: 1 on n1)" in _all(
+        full, selectors=not_card_0
+    )
+    cordoned = [resource_slice("n1", [CARDS[0], replace(CARDS[1], cordoned=True)], generation=1)]
+    assert _all([], cordoned).endswith("(1 with one out of service)")
+    tolerated = [{"key": f"{DRIVER}/cordoned", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "room on 1 node(s)" in _all([], cordoned, tolerations=tolerated)
+    other_key = [{"key": f"{DRIVER}/unhealthy", "operator": "Exists"}]
+    assert _all([], cordoned, tolerations=other_key).endswith("(1 with one out of service)")
+
+
+def test_all_counts_only_cards_large_enough_and_under_its_constraints() -> None:
+    """A card smaller than the request is not among "all" (the allocator compares the
+    request with each device's capacity); the constraints must hold over every card."""
+    slices = [resource_slice("n1", CARDS, generation=1),
+              resource_slice("n2", make_cards("n2", 2, "T4"), generation=1)]  # fmt: skip
+    line = _all([], slices, capacity={"requests": {"memory": "20Gi"}})  # T4s: 15 GiB
+    assert line.endswith("room on 1 node(s) now, all of their matching cards (most: 2 on n1)")
+    assert "room on 2 node(s)" in _all([], slices)
+    assert _all([], slices, capacity={"requests": {"memory": "80Gi"}}).endswith(
+        ": no card passes its CEL selectors and is large enough"
+    )
+    pairs = [resource_slice("n1", make_cards("n1", 4, "A100", nvlink="pairs"), generation=1)]
+    want = _claim("c")
+    want["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/nvlinkIsland"}]
+    claim = _claim("want")
+    claim["spec"]["devices"]["requests"][0]["exactly"].update(
+        {"allocationMode": "All", "capacity": {"requests": {"memory": "1Gi"}}}
+    )
+    claim["spec"]["devices"]["constraints"] = want["spec"]["devices"]["constraints"]
+    gmap = build_map([], [], slices=pairs, claims=[claim])
+    line = explain(_pod({"name": "gpu", "resourceClaimName": "want"}), {"want": claim}, pairs,
+                   gmap, CLASSES)[1]  # fmt: skip
+    assert line.endswith("(1 with one against a constraint)"), line
+    claim["spec"]["devices"]["constraints"] = [{"distinctAttribute": f"{DRIVER}/uuid"}]
+    line = explain(_pod({"name": "gpu", "resourceClaimName": "want"}), {"want": claim}, pairs,
+                   gmap, CLASSES)[1]  # fmt: skip
+    assert "room on 1 node(s) now, all of their matching cards (most: 4 on n1)" in line, line
+
+
+def test_only_the_nodes_kube_scheduler_offers_are_weighed() -> None:
+    slices = [resource_slice("n1", CARDS, generation=1),
+              resource_slice("n2", make_cards("n2", 2, "A100"), generation=1)]  # fmt: skip
+    assert "room on 1 node(s)" in _all([], slices, offered={"n2"})
+    assert _all([], slices, offered={"n3"}).endswith(
+        ": no card of the claims path on the nodes it may use"
+    )
+    count = _claim("c", "1Gi")
+    gmap = build_map([], [], slices=slices, claims=[count])
+    pod = _pod({"name": "gpu", "resourceClaimName": "c"})
+    line = explain(pod, {"c": count}, slices, gmap, CLASSES, {"n1"})[1]
+    assert "room on 2 card(s) of 1 node(s)" in line, line
+
+
+def test_a_tolerated_taint_counts_the_card_in_service() -> None:
+    cordoned = [replace(c, cordoned=True) for c in CARDS]
+    plain = _claim("c", "1Gi")
+    tolerant = _claim("t", "1Gi", tolerations=[{"key": f"{DRIVER}/cordoned",
+                                                "value": "true"}])  # fmt: skip
+    assert _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [plain], cordoned)[1].endswith(
+        "no card of the claims path is in service"
+    )
+    line = _lines(_pod({"name": "gpu", "resourceClaimName": "t"}), [tolerant], cordoned)[1]
+    assert "room on 2 card(s) of 1 node(s)" in line, line

@@ -2,14 +2,23 @@
 cards have for each request (pure; ``kubectl tessera why``).
 
 kube-scheduler's own allocator places these pods, not Tessera's extender, so this is a
-reading in the allocator's terms. A request of one of this driver's DeviceClasses needs
-``count`` cards of one node, each in service (healthy, not cordoned) with a free slot,
-the memory asked (the whole card when none is) and the compute asked, that pass the CEL
-selectors of the request and of its DeviceClass (``claim_cel.py``), and, under the
-claim's constraints that name it, share one value of each ``matchAttribute`` and hold
-distinct values of each ``distinctAttribute``. A selector that does not evaluate is not
-weighed, nor is what a constraint asks across several requests (each is weighed within
-one): they can only narrow what is counted, and the lines say which were left out.
+reading in the allocator's terms, on the nodes kube-scheduler's other filters offer the
+pod. A request of one of this driver's DeviceClasses needs ``count`` cards of one node,
+each in service (healthy and not cordoned, or its taints tolerated by the request) with a
+free slot, the memory asked (the whole card when none is) and the compute asked, that
+pass the CEL selectors of the request and of its DeviceClass (``claim_cel.py``), and,
+under the claim's constraints that name it, share one value of each ``matchAttribute``
+and hold distinct values of each ``distinctAttribute``.
+
+``allocationMode: All`` is read as k8s.io/dynamic-resource-allocation's allocator reads
+it: on a node, every card that passes the selectors and is large enough for the request
+is the request's, out of service or not, and each of them must be given -- so one
+cordoned or full card among them refuses the node -- with the constraints holding over
+all of them.
+
+A selector that does not evaluate is not weighed, nor is what a constraint asks across
+several requests (each is weighed within one): they can only narrow what is counted, and
+the lines say which were left out.
 """
 
 from __future__ import annotations
@@ -18,14 +27,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.claims.devices import DRIVER, slice_cards
+from tessera.claims.devices import CORDONED_TAINT, DRIVER, UNHEALTHY_TAINT, slice_cards
 from tessera.errors import SpecError
 from tessera.model.quantity import memory_mib, parse_quantity
 from tessera.model.types import Card
 from tessera.view.claim_cel import Selector, device_variable
 from tessera.view.gpumap import GpuMap
 
-__all__ = ["Ask", "Constraint", "claim_asks", "explain", "pod_claims"]
+__all__ = ["Ask", "Constraint", "Toleration", "claim_asks", "explain", "pod_claims"]
 
 Obj = Mapping[str, Any]
 
@@ -46,11 +55,30 @@ class Ask:
 
     request: str
     device_class: str
-    count: int
+    count: int  # 0: allocationMode All
     memory_mib: int | None  # None: the whole card's (the slice's default)
     compute: int
     selectors: tuple[str, ...] = ()  # the request's CEL expressions
     constraints: tuple[Constraint, ...] = ()  # the claim's that name this request
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A request's device toleration (resource.k8s.io DeviceToleration)."""
+
+    key: str = ""  # empty: every key (with Exists)
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""  # empty: every effect
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        """As the allocator's ToleratesTaint decides it."""
+        if (self.effect and self.effect != effect) or (self.key and self.key != key):
+            return False
+        if self.operator in ("", "Equal"):
+            return self.value == value
+        return self.operator == "Exists"
 
 
 def _ours(device_class: str) -> bool:
@@ -119,10 +147,15 @@ def _ask(name: str, spec: Obj, where: str, constraints: tuple[Constraint, ...]) 
     where = f"{where}.capacity.requests"
     mib = memory_mib(asked["memory"], f"{where}.memory") if "memory" in asked else None
     compute = parse_quantity(asked.get("compute", "0"), f"{where}.compute").ceil()
-    count = int(spec.get("count") or 1)
-    if spec.get("allocationMode") == "All":
-        count = 0  # every matching card of a node: not weighed as a count
-    return Ask(name, device_class, count, mib, compute, _expressions(spec), constraints)
+    count = 0 if spec.get("allocationMode") == "All" else int(spec.get("count") or 1)
+    tolerations = tuple(
+        Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"),
+                   str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in spec.get("tolerations") or []
+    )  # fmt: skip
+    return Ask(
+        name, device_class, count, mib, compute, _expressions(spec), constraints, tolerations
+    )
 
 
 def _expressions(spec: Obj) -> tuple[str, ...]:
@@ -141,9 +174,27 @@ class _Free:
     slots: int
     device: Mapping[str, Any]  # the card as a CEL selector sees it
 
+    def usable(self, ask: Ask) -> bool:
+        """In service, or every taint the agent gave it tolerated by ``ask``."""
+        taints = [k for k, on in ((UNHEALTHY_TAINT, not self.card.healthy),
+                                  (CORDONED_TAINT, self.card.cordoned)) if on]  # fmt: skip
+        return all(
+            any(t.tolerates(key, "true", "NoSchedule") for t in ask.tolerations) for key in taints
+        )
 
-def _claims_cards(slices: Iterable[Obj], gmap: GpuMap) -> list[_Free]:
-    """Every card in service on the claims path, with what its claims leave free."""
+    def has_room(self, ask: Ask) -> bool:
+        whole = self.card.memory_mib
+        return (
+            self.usable(ask)
+            and self.slots > 0
+            and self.cores >= ask.compute
+            and self.mib >= (ask.memory_mib if ask.memory_mib is not None else whole)
+        )
+
+
+def _claims_cards(slices: Iterable[Obj], gmap: GpuMap, offered: set[str] | None) -> list[_Free]:
+    """Every card of the claims path on the ``offered`` nodes (None: every node), in
+    service or not, with what its claims leave free."""
     views = {c.uuid: c for n in gmap.nodes for c in n.cards}
     out = []
     for obj in slices:
@@ -153,13 +204,15 @@ def _claims_cards(slices: Iterable[Obj], gmap: GpuMap) -> list[_Free]:
             node, cards = slice_cards(obj)
         except SpecError:
             continue  # `top` names it among the claim problems
+        if offered is not None and node not in offered:
+            continue
         devices = {}
         for dev in (obj.get("spec") or {}).get("devices") or []:
             variable = device_variable(dev, DRIVER)
             devices[variable["attributes"].get(DRIVER, {}).get("uuid")] = variable
         for card in cards:
             view = views.get(card.uuid)
-            if view is None or not card.in_service:
+            if view is None:
                 continue
             mib, cores = card.memory_mib - view.allocated_mib, 100 - view.allocated_cores
             out.append(_Free(node, card, mib, cores, card.slots - len(view.holders),
@@ -189,13 +242,7 @@ def _value(f: _Free, attribute: str) -> Any:
 
 
 def _room(ask: Ask, free: list[_Free]) -> str:
-    fits = [
-        f
-        for f in free
-        if f.slots > 0
-        and f.cores >= ask.compute
-        and f.mib >= (ask.memory_mib if ask.memory_mib is not None else f.card.memory_mib)
-    ]
+    fits = [f for f in free if f.has_room(ask)]
     # The cards one allocation may take together: one node's, and under each
     # matchAttribute one value's; a card without a constrained attribute is never taken.
     matched = [c.attribute for c in ask.constraints if not c.distinct]
@@ -221,6 +268,46 @@ def _room(ask: Ask, free: list[_Free]) -> str:
     )
 
 
+def _room_all(ask: Ask, passed: list[_Free]) -> str:
+    """allocationMode All: a node whose every card that passes the selectors, and is large
+    enough, has room now, under the constraints over all of them."""
+    by_node: dict[str, list[_Free]] = {}
+    for f in passed:
+        if ask.memory_mib is None or f.card.memory_mib >= ask.memory_mib:
+            by_node.setdefault(f.node, []).append(f)
+    if not by_node:
+        return "no card passes its CEL selectors and is large enough"
+    blocked = {"out of service": 0, "without room": 0, "against a constraint": 0}
+    ready = []
+    for node, cards in sorted(by_node.items()):
+        if not all(f.usable(ask) for f in cards):
+            blocked["out of service"] += 1
+        elif not all(f.has_room(ask) for f in cards):
+            blocked["without room"] += 1
+        elif not _constrained_together(ask, cards):
+            blocked["against a constraint"] += 1
+        else:
+            ready.append(node)
+    if ready:
+        most = max(ready, key=lambda n: (len(by_node[n]), n))
+        return (f"room on {len(ready)} node(s) now, all of their matching cards (most: "
+                f"{len(by_node[most])} on {most})")  # fmt: skip
+    why = ", ".join(f"{n} with one {reason}" for reason, n in blocked.items() if n)
+    return f"no node has every matching card free now ({why})"
+
+
+def _constrained_together(ask: Ask, cards: list[_Free]) -> bool:
+    """Whether ``cards`` all have each constrained attribute, one value of each matched
+    one, and distinct values of each distinct one."""
+    for c in ask.constraints:
+        values = [_value(f, c.attribute) for f in cards]
+        if any(v is None for v in values):
+            return False
+        if len(set(values)) != (len(values) if c.distinct else 1):
+            return False
+    return True
+
+
 def _describe(ask: Ask) -> str:
     many = "every card" if ask.count == 0 else f"{ask.count} card(s)"
     memory = "the whole card" if ask.memory_mib is None else f"{ask.memory_mib} MiB"
@@ -235,12 +322,16 @@ def _weigh(ask: Ask, free: list[_Free], classes: Mapping[str, Obj] | None) -> st
     """The request's room, and what of it was not weighed (nothing is said of selectors
     when there was nothing to weigh them on)."""
     if not free:
+        return "no card of the claims path on the nodes it may use"
+    if not any(f.usable(ask) for f in free):
         return "no card of the claims path is in service"
-    if ask.count == 0:
-        return "allocationMode All: not weighed here"
     every = (*_class_selectors(ask.device_class, classes), *ask.selectors)
     passed, selectors = _selected([Selector(e) for e in every], free)
-    room = _room(ask, passed) if passed else "no card in service passes its CEL selectors"
+    if ask.count == 0:
+        room = _room_all(ask, passed)
+    else:
+        passed = [f for f in passed if f.usable(ask)]
+        room = _room(ask, passed) if passed else "no card in service passes its CEL selectors"
     left = []
     across = sum(1 for c in ask.constraints if c.across)
     if selectors or across:
@@ -258,11 +349,13 @@ def explain(
     slices: Iterable[Obj],
     gmap: GpuMap,
     classes: Mapping[str, Obj] | None = None,
+    offered: set[str] | None = None,
 ) -> list[str]:
     """Lines saying where each of ``pod``'s claims stands; ``claims`` by name, in the
-    pod's namespace; ``classes``: the DeviceClasses by name (None: not read)."""
+    pod's namespace; ``classes``: the DeviceClasses by name (None: not read);
+    ``offered``: the nodes kube-scheduler's other filters offer the pod (None: all)."""
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
-    free = _claims_cards(slices, gmap)
+    free = _claims_cards(slices, gmap, offered)
     lines = []
     for name, claim_name in pod_claims(pod):
         if claim_name is None:

@@ -485,6 +485,54 @@ def test_why_weighs_capacity_and_version_selectors_as_the_allocator_does(world: 
                 h.admin.delete(RESOURCE_CLAIMS, name, ns)
 
 
+def test_why_weighs_a_request_for_every_card_as_the_allocator_does(world: World) -> None:
+    """allocationMode All, the pod held to one node by its affinity: with one of the
+    node's claims cards cordoned the real allocator refuses the node -- "all" includes
+    the tainted card -- and `kubectl tessera why`, weighing that node only, says so.
+    Uncordoned, the claim is given all four of the node's claims cards."""
+    h, ns = world.h, "claims-all"
+    node = world.nodes[3]
+    _apply(h, NAMESPACES, {"metadata": {"name": ns}})
+    h.ensure_default_service_account(ns)
+    exactly = {"deviceClassName": "gpu.tessera.io", "allocationMode": "All",
+               "capacity": {"requests": {"memory": "1Gi"}}}  # fmt: skip
+    claim = {"metadata": {"name": "every-card"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}  # fmt: skip
+    pod = _claim_pod("every-card", "unused")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "every-card"}]
+    only = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                                {"nodeSelectorTerms": [only]}}}  # fmt: skip
+    change_cordons(h.admin, node.name, ["6"], cordon=True)
+    try:
+        name = slice_name(node.name)
+        wait_for("the agent to taint the cordoned card", lambda: any(
+            d.get("taints") for d in h.admin.get(RESOURCE_SLICES, name)["spec"]["devices"]),
+            30, 0.2)  # fmt: skip
+        h.admin.create(RESOURCE_CLAIMS, claim, ns)
+        h.admin.create(PODS, pod, ns)
+        wait_for("the pod to be refused",
+                 lambda: unschedulable(h.admin.get(PODS, "every-card", ns)), 60, 0.5)  # fmt: skip
+        why = run(h.env.kubeconfig, "why", "every-card", "-n", ns).stdout
+        assert "kube-scheduler's own filters leave out" in why, why  # the affinity, read alike
+        said = (f"request gpu: every card of {DRIVER} with 1024 MiB and 0 % compute: no node "
+                "has every matching card free now (1 with one out of service)\n")  # fmt: skip
+        assert said in why, why
+    finally:
+        change_cordons(h.admin, node.name, [], cordon=False)
+    try:
+        wait_for("the pod bound once the card is back", lambda: h.admin.get(
+            PODS, "every-card", ns)["spec"].get("nodeName") == node.name, 60, 0.5)  # fmt: skip
+        results = h.admin.get(RESOURCE_CLAIMS, "every-card", ns)["status"]["allocation"][
+            "devices"]["results"]  # fmt: skip
+        assert sorted(r["device"] for r in results) == [f"gpu-{i}" for i in range(4, 8)]
+    finally:
+        with contextlib.suppress(NotFound):
+            h.admin.delete(PODS, "every-card", ns)
+        with contextlib.suppress(NotFound):
+            h.admin.delete(RESOURCE_CLAIMS, "every-card", ns)
+
+
 def test_a_gpuquota_caps_claims_and_extender_pods_together(world: World) -> None:
     # Before the big workload, which fills the claims path. The chart's claims webhook
     # (deploy/webhook.yaml, claims.tessera.io) is installed with the harness's others.

@@ -90,10 +90,10 @@ def _preemption_under_way(state: Any, pod: Any) -> str:
 
 
 def _claims_lines(
-    api: Any, pod: Any, nodes: list[Any], pods: list[Any], namespace: str
+    api: Any, pod: Any, nodes: list[Any], pods: list[Any], namespace: str, offered: set[str]
 ) -> list[str]:
-    """Where each of the pod's claims stands, and the claims path's room for each request
-    (view/claim_wait.py)."""
+    """Where each of the pod's claims stands, and the room for each request on the claims
+    path's cards of the ``offered`` nodes (view/claim_wait.py)."""
     from tessera.kube.errors import ApiError
     from tessera.kube.kinds import DEVICE_CLASSES, RESOURCE_CLAIMS
     from tessera.view.claim_wait import explain
@@ -112,7 +112,7 @@ def _claims_lines(
     classes = None  # not readable: the lines say its selectors were not
     with contextlib.suppress(ApiError):
         classes = {str(c["metadata"]["name"]): c for c in api.list(DEVICE_CLASSES).items}
-    return explain(pod, mine, slices, gmap, classes)
+    return explain(pod, mine, slices, gmap, classes, offered)
 
 
 def why(
@@ -173,7 +173,7 @@ def why(
     elif outcome.request is None and (obj.get("spec") or {}).get("resourceClaims"):
         typer.echo(f"pod {key} is on the claims path: kube-scheduler's own allocator places "
                    "it, not Tessera's extender")  # fmt: skip
-        for line in _claims_lines(api, obj, nodes, pods, ns):
+        for line in _claims_lines(api, obj, nodes, pods, ns, set(names)):
             typer.echo(line)
     elif outcome.request is None:
         typer.echo(f"pod {key} asks for no Tessera GPU resource; Tessera does not place it")
