@@ -29,7 +29,6 @@ allocation; a standby refuses it as unavailable (kube-scheduler tries the pod ag
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -156,7 +155,7 @@ class SchedulerApp:
         else:
             self.metrics.leader.set(1)
         relisted = freeze_long_lived if config.freeze_heap else None
-        listing = collector_paused if config.freeze_heap else contextlib.nullcontext
+        listing = collector_paused  # counted, so harmless beside other apps in one process
         self.node_reflector = Reflector(
             api,
             NODES,

@@ -48,7 +48,7 @@ class SchedulerConfig:
     quota_status_s: float = 5.0  # how often GpuQuota statuses are brought up to date
     web: bool = False  # serve the GPU map page (/gpus, /gpus.json) on the extender port
     preemption: bool = True  # evict lower-priority GPU pods for a pod that finds no cards
-    # Freeze the state read by each (re)list out of full GC passes, and pause the collector
-    # while a list is decoded and booked (scheduler/heap.py). Process-wide: the CLI turns
-    # it on; tests, which run many apps, leave it off.
+    # Freeze the state read by each (re)list out of full GC passes (scheduler/heap.py). A
+    # process-wide setting: the CLI turns it on; tests, which run many apps, leave it off.
+    # (The collector's pause while a list is decoded and booked is always on.)
     freeze_heap: bool = False
