@@ -8,12 +8,14 @@ The extender's state (``SchedulerState``) holds ``--nodes`` nodes of 8 cards. A
 re-list (what the pod reflector does after its watch expired) delivers ``--pods`` bound
 pods, each with its assignment, none of which the state has seen; meanwhile a client
 thread calls ``filter`` for new pods one after another, as kube-scheduler would, and
-times each call. Two ways, in one run:
+times each call. Each re-list ends as the extender's does, with what it made frozen
+out of later collections (scheduler/heap.py). Three ways, in one run:
 
 * **chunked** (Tessera now): the pods are decoded outside the verbs' lock and booked 500
-  at a time (``SchedulerState.replace_pods``), with the garbage collector paused as the
-  extender pauses it while it lists (scheduler/heap.py);
-* **chunked, collector running**: the same, as it was before that pause;
+  at a time (``SchedulerState.replace_pods``) inside ``listing()``: the collector's
+  pass before the list, the collector paused during it, the freeze with no pass;
+* **chunked, collector running**: the same, as it was before: the collector running,
+  then a pass over the whole heap and the freeze;
 * **whole** (the anchor, as before): decoded and booked under the lock in one go.
 
 With ``--what claims`` the re-list is the claim reflector's instead (the claims book,
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import statistics
 import sys
 import threading
@@ -50,7 +53,7 @@ from tessera.claims.devices import resource_slice  # noqa: E402
 from tessera.model.clusterspec import make_cards  # noqa: E402
 from tessera.scheduler.claims_book import ClaimsBook  # noqa: E402
 from tessera.scheduler.filter import filter_pod  # noqa: E402
-from tessera.scheduler.heap import collector_paused  # noqa: E402
+from tessera.scheduler.heap import freeze_listed, freeze_long_lived, listing  # noqa: E402
 from tessera.scheduler.placer import Placer  # noqa: E402
 from tessera.scheduler.state import SchedulerState  # noqa: E402
 from tessera.scheduler.wire import ExtenderArgs  # noqa: E402
@@ -80,12 +83,15 @@ def run(
     book = ClaimsBook(state)
     if slices is not None:
         book.slices_handler.replace(slices)
+    # The heap as the extender's earlier lists leave it: frozen (the bench's own lists
+    # of objects to re-list with it, which the extender would not hold).
+    freeze_long_lived()
     names = [n["metadata"]["name"] for n in nodes]
     done = threading.Event()
     waits: list[float] = []
 
     def relist() -> None:
-        with collector_paused() if mode == "chunked" else contextlib.nullcontext():
+        with listing() if mode == "chunked" else contextlib.nullcontext():
             if slices is not None:
                 if mode != "whole":
                     book.claims_handler.replace(pods)
@@ -97,6 +103,10 @@ def run(
             else:
                 with state.lock:
                     state.replace_pods(pods, chunk=len(pods))
+            if mode == "chunked":
+                freeze_listed()  # as the extender does after a list, in the pause
+        if mode != "chunked":
+            freeze_long_lived()  # as it did before: a pass over the heap, then the freeze
         done.set()
 
     t0 = time.perf_counter()
@@ -113,7 +123,9 @@ def run(
             state.release(f"default/new-{i}")  # keep the cluster as the re-list leaves it
         i += 1
     thread.join()
-    return waits, time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    gc.unfreeze()  # the next run starts from the same heap
+    return waits, took
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The heap after each list: garbage collected first, the survivors frozen out of full passes."""
+"""The heap around each list: garbage collected before it, the collector paused during it,
+what it made frozen out of later passes after it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tessera.kube import NODES, FakeKube
 from tessera.scheduler import app as app_module
 from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.config import SchedulerConfig
-from tessera.scheduler.heap import collector_paused, freeze_long_lived
+from tessera.scheduler.heap import collector_paused, freeze_listed, listing
 from tessera.scheduler.state import SchedulerState
 from tests.unit._scheduler_world import node_obj, pod_obj
 
@@ -32,27 +33,45 @@ def clean_heap() -> Iterator[None]:
     gc.unfreeze()  # the rest of the test session keeps a plain heap
 
 
-def test_garbage_is_collected_and_the_survivors_frozen(clean_heap: None) -> None:
+def test_a_list_collects_first_and_freezes_what_it_made_with_no_pass(clean_heap: None) -> None:
     garbage = _Node()
     garbage.peer = _Node()
     garbage.peer.peer = garbage  # a cycle: only the collector can free it
     gone = weakref.ref(garbage)
     del garbage
-    state = [_Node() for _ in range(100)]
+    passes: list[int] = []
 
-    freeze_long_lived()
+    def counted(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
 
-    assert gone() is None  # collected before freezing, not frozen for ever
+    with listing():
+        assert gone() is None  # collected before the list, not frozen for ever
+        assert not gc.isenabled()
+        gc.callbacks.append(counted)
+        try:
+            state = [_Node() for _ in range(100)]  # what the list makes
+            freeze_listed()
+        finally:
+            gc.callbacks.remove(counted)
+    assert gc.isenabled()
+    assert passes == []  # the freeze walked nothing
     assert gc.get_freeze_count() >= len(state)
     tracked = {id(o) for o in gc.get_objects()}  # the three generations, not the frozen
     assert not any(id(n) in tracked for n in state)
 
 
-def test_app_freezes_after_the_first_lists_and_after_each_relist(
+def test_app_freezes_after_each_list_inside_its_pause(
     clean_heap: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     freezes: list[float] = []
-    monkeypatch.setattr(app_module, "freeze_long_lived", lambda: freezes.append(time.monotonic()))
+    collecting: list[bool] = []
+
+    def freeze() -> None:
+        freezes.append(time.monotonic())
+        collecting.append(gc.isenabled())
+
+    monkeypatch.setattr(app_module, "freeze_listed", freeze)
     kube = FakeKube()
     kube.create(NODES, node_obj("n1"))
     app = SchedulerApp(
@@ -61,17 +80,15 @@ def test_app_freezes_after_the_first_lists_and_after_each_relist(
     app.start()
     try:
         assert app.wait_synced(5)
-        wait = time.monotonic() + 5
-        while not freezes and time.monotonic() < wait:
-            time.sleep(0.01)
-        assert len(freezes) == 1  # once, after both reflectors listed
+        # After the first list of nodes, pods, slices and claims (quotas are not frozen).
+        assert len(freezes) == 4
         kube.expire_history()  # the watches get Gone and list again
         wait = time.monotonic() + 10
-        while len(freezes) < 5 and time.monotonic() < wait:
+        while len(freezes) < 8 and time.monotonic() < wait:
             time.sleep(0.01)
         time.sleep(0.2)
-        # Once more per re-list of nodes, pods, slices and claims (quotas are not frozen).
-        assert len(freezes) == 5
+        assert len(freezes) == 8  # once more per re-list
+        assert collecting == [False] * 8  # each before the list's pause ends
     finally:
         app.stop()
         kube.close()
@@ -79,7 +96,7 @@ def test_app_freezes_after_the_first_lists_and_after_each_relist(
 
 def test_app_leaves_the_heap_alone_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     freezes: list[float] = []
-    monkeypatch.setattr(app_module, "freeze_long_lived", lambda: freezes.append(time.monotonic()))
+    monkeypatch.setattr(app_module, "freeze_listed", lambda: freezes.append(time.monotonic()))
     kube = FakeKube()
     app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), kube)
     app.start()
@@ -104,8 +121,9 @@ def test_freezing_after_each_relist_keeps_only_the_current_state(clean_heap: Non
         pods = [pod_obj(f"p{generation}-{i}", gpu=1) for i in range(100)]
         for i, p in enumerate(pods):
             p["metadata"]["uid"] = f"uid-{generation}-{i}"
-        state.replace_pods(pods)
-        freeze_long_lived()
+        with listing():
+            state.replace_pods(pods)
+            freeze_listed()  # no pass: a cycle the booking made would be frozen here
         counts.append(gc.get_freeze_count())
     assert counts[-1] - counts[0] < 500, counts
 
@@ -146,7 +164,7 @@ def test_a_pause_leaves_a_collector_that_was_off_off() -> None:
 def test_app_lists_with_the_collector_paused_whether_or_not_it_freezes(
     clean_heap: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(app_module, "freeze_long_lived", lambda: None)
+    monkeypatch.setattr(app_module, "freeze_listed", lambda: None)
     kube = FakeKube()
     kube.create(NODES, node_obj("n1"))
     collecting: dict[bool, list[bool]] = {}

@@ -52,7 +52,7 @@ class Reflector:
         field_selector: str | None = None,
         watch_timeout_s: int = 300,
         backoff_s: tuple[float, float] = (0.2, 5.0),
-        on_relist: Callable[[], None] | None = None,
+        after_list: Callable[[], None] | None = None,
         absent_ok: bool = False,
         while_listing: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
@@ -64,7 +64,7 @@ class Reflector:
         self._fields = field_selector
         self._watch_timeout = watch_timeout_s
         self._backoff = backoff_s
-        self._on_relist = on_relist
+        self._after_list = after_list  # called after each list, inside while_listing
         self._while_listing = while_listing  # what a list and its replace run inside
         # A resource the API server does not serve (a CRD not installed) lists as empty
         # and counts as synced; the list is tried again every backoff maximum.
@@ -95,11 +95,11 @@ class Reflector:
                 field_selector=self._fields,
             )
             self._handler.replace(result.items)
+            self.lists += 1
+            if self._after_list is not None:
+                self._after_list()
         self.absent = False
         self.resource_version = result.resource_version
-        self.lists += 1
-        if self.lists > 1 and self._on_relist is not None:
-            self._on_relist()
         self.synced.set()
 
     def _absent(self, exc: ApiError) -> None:

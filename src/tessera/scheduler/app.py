@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +63,8 @@ from tessera.scheduler.claims_book import ClaimsBook
 from tessera.scheduler.claims_webhook import review_claim
 from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.filter import filter_pod
-from tessera.scheduler.heap import collector_paused, freeze_long_lived
+from tessera.scheduler.heap import collector_paused, freeze_listed
+from tessera.scheduler.heap import listing as heap_listing
 from tessera.scheduler.leader import LeaderElector
 from tessera.scheduler.metrics import Metrics
 from tessera.scheduler.placer import Placer
@@ -154,14 +154,17 @@ class SchedulerApp:
             )
         else:
             self.metrics.leader.set(1)
-        relisted = freeze_long_lived if config.freeze_heap else None
-        listing = collector_paused  # counted, so harmless beside other apps in one process
+        # The collector paused while each list is booked (harmless beside other apps in
+        # one process: pauses are counted); with freeze_heap, a pass before and a freeze
+        # after, inside the pause (scheduler/heap.py).
+        listed = freeze_listed if config.freeze_heap else None
+        listing = heap_listing if config.freeze_heap else collector_paused
         self.node_reflector = Reflector(
             api,
             NODES,
             self.state.nodes,
             watch_timeout_s=config.watch_timeout_s,
-            on_relist=relisted,
+            after_list=listed,
             while_listing=listing,
         )
         self.pod_reflector = Reflector(
@@ -170,7 +173,7 @@ class SchedulerApp:
             self.state.pods_handler,
             field_selector=f"spec.schedulerName={config.scheduler_name}",
             watch_timeout_s=config.watch_timeout_s,
-            on_relist=relisted,
+            after_list=listed,
             while_listing=listing,
         )
         self.quota_reflector = Reflector(
@@ -204,7 +207,7 @@ class SchedulerApp:
             field_selector=f"spec.driver={DRIVER}",
             watch_timeout_s=config.watch_timeout_s,
             absent_ok=True,
-            on_relist=relisted,
+            after_list=listed,
             while_listing=listing,
         )
         self.claim_reflector = Reflector(
@@ -213,7 +216,7 @@ class SchedulerApp:
             self.claims_book.claims_handler,
             watch_timeout_s=config.watch_timeout_s,
             absent_ok=True,
-            on_relist=relisted,
+            after_list=listed,
             while_listing=listing,
         )
         # GPU preemption chooses victims within the PodDisruptionBudgets. Their list
@@ -249,10 +252,6 @@ class SchedulerApp:
         if self.config.preemption:
             self.budget_reflector.start()
             self.preemptor.start()
-        if self.config.freeze_heap:
-            threading.Thread(
-                target=self._freeze_when_synced, name="tessera-heap", daemon=True
-            ).start()
         if self.leader is not None:
             self.leader.start()
 
@@ -265,10 +264,6 @@ class SchedulerApp:
         if self.leader is not None:
             self.leader.stop(release=True)
         self.events.stop()
-
-    def _freeze_when_synced(self) -> None:
-        if self.wait_synced(None):  # the re-lists freeze through on_relist
-            freeze_long_lived()
 
     def _reflectors(self) -> tuple[Reflector, ...]:
         return (
