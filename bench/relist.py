@@ -8,14 +8,16 @@ The extender's state (``SchedulerState``) holds ``--nodes`` nodes of 8 cards. A
 re-list (what the pod reflector does after its watch expired) delivers ``--pods`` bound
 pods, each with its assignment, none of which the state has seen; meanwhile a client
 thread calls ``filter`` for new pods one after another, as kube-scheduler would, and
-times each call. Each re-list ends as the extender's does, with what it made frozen
-out of later collections (scheduler/heap.py). Three ways, in one run:
+times each call. Each re-list decodes the list's JSON, as the reflector does, and ends
+as the extender's does, with what it made frozen out of later collections
+(scheduler/heap.py) and the decoded objects let go. Three ways, in one run:
 
 * **chunked** (Tessera now): the pods are decoded outside the verbs' lock and booked 500
   at a time (``SchedulerState.replace_pods``) inside ``listing()``: the collector's
-  pass before the list, the collector paused during it, the freeze with no pass;
+  pass before the list, the collector paused during it, the freeze with no pass, and
+  the decoded objects let go 500 at a time (``kube.reflector.let_go``);
 * **chunked, collector running**: the same, as it was before: the collector running,
-  then a pass over the whole heap and the freeze;
+  then a pass over the whole heap and the freeze, the decoded objects freed at once;
 * **whole** (the anchor, as before): decoded and booked under the lock in one go.
 
 With ``--what claims`` the re-list is the claim reflector's instead (the claims book,
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import statistics
 import sys
 import threading
@@ -50,6 +53,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
 from tessera.claims.devices import resource_slice  # noqa: E402
+from tessera.kube.reflector import let_go  # noqa: E402
 from tessera.model.clusterspec import make_cards  # noqa: E402
 from tessera.scheduler.claims_book import ClaimsBook  # noqa: E402
 from tessera.scheduler.filter import filter_pod  # noqa: E402
@@ -75,9 +79,10 @@ def claims_world(nodes: int, claims: int) -> tuple[list[Any], list[Any]]:
 
 
 def run(
-    mode: str, nodes: list[Any], pods: list[Any], slices: list[Any] | None = None
+    mode: str, nodes: list[Any], listed: str, slices: list[Any] | None = None
 ) -> tuple[list[float], float]:
-    """``slices`` given: ``pods`` are claims, re-listed into a claims book."""
+    """``listed``: the list's JSON, decoded by the re-list as the reflector decodes it;
+    ``slices`` given, its items are claims, re-listed into a claims book."""
     state, placer = SchedulerState(), Placer()
     state.replace_nodes(nodes)
     book = ClaimsBook(state)
@@ -92,6 +97,7 @@ def run(
 
     def relist() -> None:
         with listing() if mode == "chunked" else contextlib.nullcontext():
+            pods = json.loads(listed)
             if slices is not None:
                 if mode != "whole":
                     book.claims_handler.replace(pods)
@@ -107,6 +113,9 @@ def run(
                 freeze_listed()  # as the extender does after a list, in the pause
         if mode != "chunked":
             freeze_long_lived()  # as it did before: a pass over the heap, then the freeze
+            del pods  # as it did before: the list's objects freed at once
+        else:
+            let_go(pods)  # as the reflector lets them go now
         done.set()
 
     t0 = time.perf_counter()
@@ -141,6 +150,8 @@ def main() -> None:
         slices, pods = claims_world(args.nodes, args.pods)
     else:
         nodes, pods = spread_cluster(args.nodes, args.pods)
+    listed = json.dumps(pods)
+    del pods
     t = Table(
         title=f"filter during a re-list of {args.pods:,} {args.what}, {args.nodes:,} nodes "
         f"({describe()})"
@@ -154,7 +165,7 @@ def main() -> None:
         "chunked": "chunked (Tessera)",
     }
     for mode, label in labels.items():
-        waits, took = run(mode, nodes, pods, slices)
+        waits, took = run(mode, nodes, listed, slices)
         results[mode] = waits
         q = sorted(waits)
         t.add_row(

@@ -626,8 +626,10 @@ class SchedulerState:
         Between chunks the verbs see the pods not yet applied as they were before the
         list (still booked as they were), never fewer bookings than either view has.
         """
-        updates = [self.prepare_pod(o) for o in items]
-        present = {(u.key, u.uid) for u in updates}
+        batches = [
+            [self.prepare_pod(o) for o in items[i : i + chunk]] for i in range(0, len(items), chunk)
+        ]
+        present = {(u.key, u.uid) for batch in batches for u in batch}
         with self.lock:
             for key, obs in list(self.observed.items()):
                 if (key, obs.uid) not in present:
@@ -641,10 +643,14 @@ class SchedulerState:
                     res.binding = False
             for key in [k for k, info in self.pods.items() if (k, info.uid) not in present]:
                 del self.pods[key]
-        for start in range(0, len(updates), chunk):
+        batches.reverse()
+        while batches:
+            batch = batches.pop()
             with self.lock:
-                for upd in updates[start : start + chunk]:
+                for upd in batch:
                     self.apply_update(upd)
+            # Freed a chunk at a time: 200,000 updates dropped at once hold the interpreter.
+            del batch
             # A released lock is not handed to a waiting verb: this thread would take it
             # straight back. Sleeping lets the waiter in (100 chunks: ~0.1 s in all).
             time.sleep(RELIST_PAUSE_S)
