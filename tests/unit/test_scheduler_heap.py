@@ -188,3 +188,24 @@ def test_app_lists_with_the_collector_paused_whether_or_not_it_freezes(
     kube.close()
     assert collecting == {True: [False], False: [False]}
     assert gc.isenabled()  # resumed after the list
+
+
+def test_a_list_beside_another_does_not_walk_what_that_one_is_making() -> None:
+    passes: list[int] = []
+
+    def counted(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.callbacks.append(counted)
+    gc.disable()  # no pass of the collector's own in between: only the ones asked for
+    try:
+        with listing():
+            pass
+        assert passes == [2]  # alone: one full pass before the list
+        with collector_paused(), listing():  # another list under way
+            pass
+        assert passes == [2]
+    finally:
+        gc.enable()
+        gc.callbacks.remove(counted)

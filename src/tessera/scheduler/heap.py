@@ -59,8 +59,11 @@ def freeze_listed() -> None:
 @contextlib.contextmanager
 def listing() -> Iterator[None]:
     """Where a list runs: garbage collected first (a pass over what is not frozen), then
-    the collector paused until the list is booked and frozen."""
-    gc.collect()
+    the collector paused until the list is booked and frozen. With another list (or the
+    GPU map's build) under way, no pass: it would walk the millions of objects that one
+    is making (lists come together after an API server restart)."""
+    if not _PAUSES.any():
+        gc.collect()
     with collector_paused():
         yield
 
@@ -73,6 +76,10 @@ class _Pauses:
         self._mu = threading.Lock()
         self._depth = 0
         self._resume = False
+
+    def any(self) -> bool:
+        with self._mu:
+            return self._depth > 0
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -90,4 +97,5 @@ class _Pauses:
                     gc.enable()
 
 
-collector_paused = _Pauses().paused
+_PAUSES = _Pauses()
+collector_paused = _PAUSES.paused
