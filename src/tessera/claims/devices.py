@@ -35,6 +35,7 @@ __all__ = [
     "CORDONED_TAINT",
     "DRIVER",
     "UNHEALTHY_TAINT",
+    "card_taints",
     "claims_pool",
     "device_name",
     "nvlink_islands",
@@ -138,14 +139,19 @@ def _device(card: Card, island: int, driver_version: str | None) -> dict[str, An
             },
         },
     }
-    taints = [
+    taints = card_taints(card)
+    if taints:
+        device["taints"] = taints
+    return device
+
+
+def card_taints(card: Card) -> list[dict[str, str]]:
+    """The taints a card out of service carries in its slice (none when in service)."""
+    return [
         {"key": key, "value": "true", "effect": "NoSchedule"}
         for key, on in ((UNHEALTHY_TAINT, not card.healthy), (CORDONED_TAINT, card.cordoned))
         if on
     ]
-    if taints:
-        device["taints"] = taints
-    return device
 
 
 def resource_slice(

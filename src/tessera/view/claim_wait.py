@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.claims.devices import CORDONED_TAINT, DRIVER, UNHEALTHY_TAINT, slice_cards
+from tessera.claims.devices import DRIVER, card_taints, slice_cards
 from tessera.errors import SpecError
 from tessera.model.quantity import memory_mib, parse_quantity
 from tessera.model.types import Card
@@ -176,10 +176,9 @@ class _Free:
 
     def usable(self, ask: Ask) -> bool:
         """In service, or every taint the agent gave it tolerated by ``ask``."""
-        taints = [k for k, on in ((UNHEALTHY_TAINT, not self.card.healthy),
-                                  (CORDONED_TAINT, self.card.cordoned)) if on]  # fmt: skip
         return all(
-            any(t.tolerates(key, "true", "NoSchedule") for t in ask.tolerations) for key in taints
+            any(t.tolerates(taint["key"], taint["value"], taint["effect"]) for t in ask.tolerations)
+            for taint in card_taints(self.card)
         )
 
     def has_room(self, ask: Ask) -> bool:
