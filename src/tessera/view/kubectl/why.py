@@ -146,8 +146,11 @@ def why(
     pods = api.list(PODS).items
     state = SchedulerState()
     state.replace_nodes(nodes)
-    state.replace_pods([p for p in pods if p.get("metadata", {}).get("uid")
-                        != obj.get("metadata", {}).get("uid")])  # fmt: skip
+    others = [p for p in pods if p.get("metadata", {}).get("uid")
+              != obj.get("metadata", {}).get("uid")]  # fmt: skip
+    # One chunk: no verb waits on this lock here, so the re-list's 1 ms between chunks
+    # (0.4 s at 200,000 pods) would be spent for nothing.
+    state.replace_pods(others, chunk=max(len(others), 1))
     with contextlib.suppress(NotFound):  # the GpuQuota CRD is not installed: no quotas
         state.replace_quotas(api.list(GPUQUOTAS).items)
     # Only the nodes kube-scheduler's own filters would offer (view/eligible.py: cordons,
