@@ -16,8 +16,8 @@ a kept-alive connection, for ``--seconds``, in two phases of one run:
   answers are, on the event loop -- as the server did before it moved the build to a
   thread of its own (the bench answers the ``Offload`` in place).
 
-Also timed: one build of the map on its own (``map build``). The server builds it at
-most once a second (scheduler/web.py).
+Also timed: one build of the map on its own (``map build``), gzip-encoded as the server
+keeps it. The server builds it at most once a second (scheduler/web.py).
 
 Prints p50 / p99 / max of each and the ratio of the loaded filter to the quiet one.
 Nothing is asserted.

@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 
 from tessera.kube import NODES, PODS, ApiError, Conflict
+from tessera.model.clusterspec import make_cards
+from tessera.model.types import NodeInventory
 from tessera.scheduler import http as http_server
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.http import serve
-from tessera.scheduler.web import MapBody, MapCache, _encode, accepts_gzip
+from tessera.scheduler.web import MapBody, MapCache, _gzip_json, accepts_gzip
+from tessera.view.gpumap import Pending, assemble, map_json, map_parts
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
 
@@ -231,7 +234,7 @@ def test_the_gpu_map_is_built_off_the_loop_so_filter_is_served_meanwhile() -> No
         builds.append(1)
         building.set()
         release.wait(30)
-        return MapBody.of(b'{"nodes": []}')
+        return MapBody(gzip.compress(b'{"nodes": []}'))
 
     w.app._map._build = slow_build
     server = http_server.Server(w.app, "127.0.0.1", 0, shutdown_timeout_s=0.5)
@@ -273,30 +276,34 @@ def test_the_map_cache_builds_once_per_max_age() -> None:
     def build(seconds: float = 0.0) -> MapBody:
         now[0] += seconds
         builds.append(1)
-        return MapBody.of(str(len(builds)).encode())
+        return MapBody(gzip.compress(str(len(builds)).encode()))
+
+    def got(cache: MapCache) -> bytes:
+        return gzip.decompress(cache.get().gzip)
 
     cache = MapCache(build, 1.0, lambda: now[0])
-    assert cache.get().json == b"1" and cache.get().json == b"1"
+    assert got(cache) == b"1" and got(cache) == b"1"
     now[0] = 0.99
-    assert cache.get().json == b"1"
+    assert got(cache) == b"1"
     now[0] = 1.0
-    assert cache.get().json == b"2"
+    assert got(cache) == b"2"
     cache = MapCache(lambda: build(0.5), 1.0, lambda: now[0])  # kept 5 x 0.5 s
-    assert cache.get().json == b"3"
+    assert got(cache) == b"3"
     now[0] += 2.4
-    assert cache.get().json == b"3"
+    assert got(cache) == b"3"
     now[0] += 0.1
-    assert cache.get().json == b"4"
+    assert got(cache) == b"4"
 
 
 def test_the_map_goes_gzip_encoded_to_a_client_that_accepts_it() -> None:
     w = World([node_obj("n1", 2)], web=True)
     try:
         plain = w.app.handle("GET", "/gpus.json", b"")
-        assert plain.encoding == "" and json.loads(plain.body)["nodes"][0]["name"] == "n1"
+        text = b"".join(plain.pieces)
+        assert plain.encoding == "" and json.loads(text)["nodes"][0]["name"] == "n1"
         packed = w.app.handle("GET", "/gpus.json", b"", "gzip, deflate, br")
-        assert packed.encoding == "gzip" and gzip.decompress(packed.body) == plain.body
-        assert len(packed.body) < len(plain.body)
+        assert packed.encoding == "gzip" and gzip.decompress(packed.body) == text
+        assert len(packed.body) < len(text)
         assert w.app.handle("GET", "/gpus.json", b"", "gzip;q=0, br").encoding == ""
     finally:
         w.close()
@@ -442,7 +449,7 @@ def test_the_gpu_map_page_is_off_by_default_and_shows_the_extenders_view() -> No
         def mapped() -> dict[str, Any] | None:
             r = w.app.handle("GET", "/gpus.json", b"")
             assert r.status == 200 and r.content_type == "application/json"
-            doc = json.loads(r.body)
+            doc = json.loads(b"".join(r.pieces))
             holders = [h for n in doc["nodes"] for c in n["cards"] for h in c["holders"]]
             return doc if holders and doc["pending"] else None
 
@@ -460,7 +467,7 @@ def test_the_gpu_map_page_is_off_by_default_and_shows_the_extenders_view() -> No
             w.app.state.holds.put(Hold("default/waits", uid, 1000, "n1", frozenset(), 0.0))
 
         def held() -> str:  # once the last build is stale (a second)
-            doc = json.loads(w.app.handle("GET", "/gpus.json", b"").body)
+            doc = json.loads(b"".join(w.app.handle("GET", "/gpus.json", b"").pieces))
             return str(next(n["held"] for n in doc["nodes"] if n["name"] == "n1"))
 
         # No placement in this hold (as one taken over from an old record): all of it.
@@ -472,8 +479,43 @@ def test_the_gpu_map_page_is_off_by_default_and_shows_the_extenders_view() -> No
         w.close()
 
 
-def test_the_map_is_the_same_json_encoded_an_item_at_a_time() -> None:
-    doc = {"nodes": [{"name": "n1", "cards": [{"a": 1}]}, {"name": "n2", "cards": []}],
-           "pending": [], "note": {"x": "y"}}  # fmt: skip
-    assert json.loads(_encode(doc)) == doc
-    assert _encode(doc) == json.dumps(doc, separators=(",", ":")).encode()
+def test_the_map_is_the_same_json_packed_an_item_at_a_time() -> None:
+    big = [{"name": f"n{i}", "cards": [{"uuid": "x" * 900}] * 8} for i in range(40)]  # 290 KB
+    parts = [("nodes", big), ("pending", []), ("podProblems", [{"pod": "a", "problem": "é"}])]
+    doc = {key: items for key, items in parts}
+    body = MapBody(_gzip_json((key, iter(items)) for key, items in parts))
+    assert gzip.decompress(body.gzip) == json.dumps(doc, separators=(",", ":")).encode()
+    pieces = body.json_pieces(64 * 1024)
+    assert len(pieces) > 4 and all(0 < len(p) <= 64 * 1024 for p in pieces)
+    assert json.loads(b"".join(pieces)) == doc
+    assert MapBody(b"").json_pieces() == ()
+
+
+def test_the_map_as_json_is_its_parts_in_order() -> None:
+    gmap = assemble([NodeInventory("n1", make_cards("n1", 1, "A100"), 0, 0)], {},
+                    pending=[Pending("default", "p", "main: 1 card")])  # fmt: skip
+    doc = map_json(gmap)
+    assert list(doc) == ["nodes", "pending", "podProblems", "claimProblems"]
+    assert doc == {key: list(items) for key, items in map_parts(gmap)}
+    assert doc["pending"] == [{"namespace": "default", "pod": "p", "asks": "main: 1 card"}]
+
+
+def test_the_server_sends_the_map_unpacked_in_pieces_to_a_client_without_gzip() -> None:
+    w = World([node_obj("n1", 2)], web=True)
+    text = json.dumps({"nodes": [{"name": f"n{i}", "pad": "x" * 1000} for i in range(3000)]})
+    w.app._map._build = lambda: MapBody(gzip.compress(text.encode()))  # 3 MB: three pieces and more
+    server = http_server.Server(w.app, "127.0.0.1", 0, shutdown_timeout_s=0.5)
+    server.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("GET", "/gpus.json")
+        resp = conn.getresponse()
+        got = resp.read()
+        assert resp.status == 200 and resp.getheader("Content-Encoding") is None
+        assert resp.getheader("Content-Length") == str(len(text)) and got == text.encode()
+        conn.request("GET", "/healthz")  # the connection is still good after it
+        assert conn.getresponse().read() == b"ok"
+        conn.close()
+    finally:
+        server.stop()
+        w.close()

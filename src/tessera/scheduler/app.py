@@ -97,6 +97,9 @@ class Response:
     body: bytes
     content_type: str = JSON
     encoding: str = ""  # Content-Encoding of ``body``, e.g. "gzip"; "" for none
+    # A body too large to copy whole (the GPU map's JSON): sent one piece after another,
+    # in place of ``body``.
+    pieces: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +201,7 @@ class SchedulerApp:
             self.state, assume_ttl_s=config.reservation_ttl_s, keep_objects=config.web
         )
         self.claims_book.on_release = lambda ns: self.quota_writer.raised({ns})
-        self._map = web.MapCache(lambda: web.MapBody.of(web.map_body(self.state, self.claims_book)))
+        self._map = web.MapCache(lambda: web.map_body(self.state, self.claims_book))
         self.quota_writer.before_round = self.claims_book.expire
         self.slice_reflector = Reflector(
             api,
@@ -454,7 +457,7 @@ class SchedulerApp:
         body = self._map.get()
         if gzipped:
             return Response(200, body.gzip, JSON, "gzip")
-        return Response(200, body.json, JSON)
+        return Response(200, b"", JSON, pieces=body.json_pieces())
 
     def _prioritize(self, body: bytes) -> Response:
         args = decode_extender_args(body)

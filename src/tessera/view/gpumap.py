@@ -14,7 +14,7 @@ does not read.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -377,19 +377,32 @@ def card_json(node: NodeView, card: CardView) -> dict[str, Any]:
 
 def map_json(gmap: GpuMap) -> dict[str, Any]:
     """The whole map: nodes with their cards (or their problem), pending pods, problems."""
-    return {
-        "nodes": [
-            {
-                "name": n.name,
-                "problem": n.problem,
-                "held": n.held,
-                "cards": [card_json(n, c) for c in n.cards],
-            }
-            for n in gmap.nodes
-        ],
-        "pending": [
-            {"namespace": p.namespace, "pod": p.pod, "asks": p.summary} for p in gmap.pending
-        ],
-        "podProblems": [{"pod": key, "problem": why} for key, why in gmap.problems],
-        "claimProblems": [{"object": key, "problem": why} for key, why in gmap.claim_problems],
-    }
+    return {key: list(items) for key, items in map_parts(gmap)}
+
+
+def map_parts(gmap: GpuMap) -> list[tuple[str, Iterator[dict[str, Any]]]]:
+    """``map_json``'s keys, each with its items made one at a time: a caller that encodes
+    them as they come (the scheduler's /gpus.json) never holds the whole document."""
+    return [
+        (
+            "nodes",
+            (
+                {
+                    "name": n.name,
+                    "problem": n.problem,
+                    "held": n.held,
+                    "cards": [card_json(n, c) for c in n.cards],
+                }
+                for n in gmap.nodes
+            ),
+        ),
+        (
+            "pending",
+            ({"namespace": p.namespace, "pod": p.pod, "asks": p.summary} for p in gmap.pending),
+        ),
+        ("podProblems", ({"pod": key, "problem": why} for key, why in gmap.problems)),
+        (
+            "claimProblems",
+            ({"object": key, "problem": why} for key, why in gmap.claim_problems),
+        ),
+    ]
