@@ -599,7 +599,9 @@ class SchedulerState:
             if obs is not None and (obs.uid, obs.assignment) == (upd.uid, assignment):
                 return
             base = upd.request or request_from_assignment(key, assignment, None)
-            self.observed[key] = _Held(upd.uid, dataclasses.replace(base, uid=upd.uid), assignment)
+            if base.uid != upd.uid:  # a request parsed from this update has its uid
+                base = dataclasses.replace(base, uid=upd.uid)
+            self.observed[key] = _Held(upd.uid, base, assignment)
         elif obs is None:
             return
         elif obs.uid != upd.uid:
