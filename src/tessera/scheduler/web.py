@@ -87,8 +87,8 @@ def map_body(state: SchedulerState, claims: ClaimsBook | None = None) -> MapBody
     with collector_paused():
         gmap = gpu_map(state, claims)
         body = MapBody(_gzip_json(map_parts(gmap)))
-        # Freed at once, the map's 5,000 nodes (at 5,000 full nodes) are one call into C
-        # that holds the interpreter ~70 ms; a few hundred at a time let the loop in.
+        # Freed at once, a map of 5,000 full nodes is one call into C that holds the
+        # interpreter ~70 ms; 500 nodes at a time let the loop in between.
         nodes = list(gmap.nodes)
         del gmap
         let_go(nodes)
