@@ -173,3 +173,32 @@ def test_evict_refuses_a_pod_two_budgets_cover() -> None:
         kube.evict("default", "a", a["metadata"]["uid"])
     assert refused.value.status == 500
     assert "more than one PodDisruptionBudget" in str(refused.value)
+
+
+def _names(items: list[dict]) -> list[str]:
+    return [o["metadata"]["name"] for o in items]
+
+
+def test_a_paged_list_reads_one_snapshot_until_its_version_is_compacted() -> None:
+    kube = FakeKube(history=3)
+    for i in range(5):
+        kube.create(PODS, _pod(f"p{i}"), "default")
+    first = kube.list(PODS, limit=2)
+    kube.create(PODS, _pod("late"), "default")  # after the snapshot: not in its pages
+    second = kube.list(PODS, limit=2, continue_token=first.continue_token)
+    again = kube.list(PODS, limit=2, continue_token=first.continue_token)  # tokens keep
+    last = kube.list(PODS, limit=2, continue_token=second.continue_token)
+    assert [_names(r.items) for r in (first, second, again, last)] == [
+        ["p0", "p1"], ["p2", "p3"], ["p2", "p3"], ["p4"]]  # fmt: skip
+    assert last.continue_token == "" and first.continue_token and second.continue_token
+    assert {r.resource_version for r in (first, second, last)} == {first.resource_version}
+    assert _names(kube.list(PODS).items) == ["p0", "p1", "p2", "p3", "p4", "late"]
+    assert kube.list(PODS, limit=10).continue_token == ""  # one page: no token
+    with pytest.raises(ApiError) as bad:
+        kube.list(PODS, limit=2, continue_token="not-a-token")
+    assert bad.value.status == 400 and "continue key is not valid" in str(bad.value)
+    stale = kube.list(PODS, limit=2)
+    for i in range(4):  # more changes than the history keeps
+        kube.create(PODS, _pod(f"q{i}"), "default")
+    with pytest.raises(Gone):
+        kube.list(PODS, limit=2, continue_token=stale.continue_token)

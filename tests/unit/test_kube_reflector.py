@@ -103,3 +103,66 @@ def test_after_a_list_the_objects_are_let_go_a_step_at_a_time() -> None:
     steps = Steps(range(1234))
     let_go(steps)
     assert steps == [] and sizes == [500, 500, 234]
+
+
+class PagedView(View):
+    """Takes a list a page at a time, checking each page is emptied once the next one
+    is asked for."""
+
+    def __init__(self, kube: FakeKube | None = None, expire_once: bool = False) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+        self.emptied: list[bool] = []
+        self._kube, self._expire_once = kube, expire_once
+
+    def replace_pages(self, pages: Any) -> None:
+        names: set[str] = set()
+        before: list[dict] | None = None
+        for page in pages:
+            if before is not None:
+                self.emptied.append(before == [])
+            self.sizes.append(len(page))
+            names |= {o["metadata"]["name"] for o in page}
+            before = page
+            if self._kube is not None and self._expire_once:
+                self._expire_once = False
+                self._kube.expire_history()  # the list's version is compacted away
+        with self.lock:
+            self.names = names
+            self.replaces += 1
+
+
+def test_a_paged_handler_gets_the_list_a_page_at_a_time() -> None:
+    kube = FakeKube()
+    for i in range(1234):
+        kube.create(NODES, {"metadata": {"name": f"n{i}"}})
+    view = PagedView()
+    r = Reflector(kube, NODES, view, watch_timeout_s=1)
+    r.start()
+    try:
+        assert r.synced.wait(5)
+        assert view.sizes == [500, 500, 234] and view.emptied == [True, True]
+        assert view.names == {f"n{i}" for i in range(1234)}
+        assert r.resource_version == kube.list(NODES).resource_version
+        kube.create(NODES, {"metadata": {"name": "late"}})  # then it watches from there
+        _eventually(lambda: "late" in view.names)
+    finally:
+        r.stop()
+        kube.close()
+
+
+def test_a_list_whose_version_expires_between_pages_is_listed_again() -> None:
+    kube = FakeKube(history=100)
+    for i in range(700):
+        kube.create(NODES, {"metadata": {"name": f"n{i}"}})
+    view = PagedView(kube, expire_once=True)
+    r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
+    r.start()
+    try:
+        assert r.synced.wait(5)
+        assert view.sizes == [500, 500, 200]  # the first list's second page was Gone
+        assert view.replaces == 1 and r.lists == 1
+        assert view.names == {f"n{i}" for i in range(700)}
+    finally:
+        r.stop()
+        kube.close()

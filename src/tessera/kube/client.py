@@ -155,12 +155,21 @@ class KubeClient:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
     ) -> ListResult:
-        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        query = {
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "limit": limit,
+            "continue": continue_token,
+        }
         obj = self._request("GET", kind.path(namespace), query)
+        meta = obj.get("metadata") or {}
         return ListResult(
-            items=list(obj.get("items") or []),
-            resource_version=str(obj.get("metadata", {}).get("resourceVersion", "")),
+            items=obj.get("items") or [],
+            resource_version=str(meta.get("resourceVersion", "")),
+            continue_token=str(meta.get("continue") or ""),
         )
 
     def watch(

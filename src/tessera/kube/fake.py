@@ -4,14 +4,17 @@ For unit tests of everything above the port. It keeps what the real server guara
 and Tessera relies on: a cluster-wide resourceVersion; ``Conflict`` on a stale
 resourceVersion or UID precondition; ``Conflict`` when binding a bound pod; watches that
 deliver every change after a resourceVersion, in order, and ``Gone`` once that version
-has left the (bounded) history. ``fail_next`` injects an error into the next call of an
-operation, the way a flaky server would.
+has left the (bounded) history; paged lists (``limit``) read from one snapshot, their
+continue tokens ``Gone`` on the same terms and a malformed one refused (400).
+``fail_next`` injects an error into the next call of an operation, the way a flaky server
+would.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import threading
 import time
 import uuid
@@ -28,6 +31,7 @@ from tessera.model.quantity import parse_quantity
 __all__ = ["FakeKube"]
 
 _Key = tuple[str, str, str]  # plural, namespace ("" if cluster-scoped), name
+_Items = list[Obj]  # (inside FakeKube, ``list`` is its method)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -98,6 +102,9 @@ class FakeKube:
         self._objects: dict[_Key, Obj] = {}
         self._rv = 0
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
+        # The paged lists: snapshot id -> (its resourceVersion, its items)
+        self._snapshots: dict[int, tuple[int, _Items]] = {}
+        self._snapshot_ids = itertools.count(1)
         self.graceful_evictions = False  # evict: terminating until deleted (see evict)
         self._failures: dict[str, list[ApiError]] = {}
         self._lost_answers: dict[str, list[ApiError]] = {}
@@ -192,18 +199,52 @@ class FakeKube:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
     ) -> ListResult:
         with self._lock:
             self.calls.append(("list", kind.plural))
             self._check_failure("list")
-            items = [
-                copy.deepcopy(o)
-                for (plural, ns, _), o in self._objects.items()
-                if plural == kind.plural
-                and (namespace is None or ns == namespace)
-                and _matches(o, label_selector, field_selector)
-            ]
-            return ListResult(items=items, resource_version=str(self._rv))
+            if continue_token:
+                snapshot, offset = self._continued(continue_token)
+            else:
+                items = [
+                    copy.deepcopy(o)
+                    for (plural, ns, _), o in self._objects.items()
+                    if plural == kind.plural
+                    and (namespace is None or ns == namespace)
+                    and _matches(o, label_selector, field_selector)
+                ]
+                if not limit or len(items) <= limit:
+                    return ListResult(items=items, resource_version=str(self._rv))
+                # The pages are read from one snapshot, as etcd serves them at the
+                # revision of the first until that revision is compacted.
+                for old in [k for k, (rv, _) in self._snapshots.items() if self._compacted(rv)]:
+                    del self._snapshots[old]  # abandoned lists' snapshots
+                snapshot, offset = next(self._snapshot_ids), 0
+                self._snapshots[snapshot] = (self._rv, items)
+            rv, items = self._snapshots[snapshot]
+            end = offset + limit if limit else len(items)
+            token = f"{snapshot}.{end}" if end < len(items) else ""
+            if not token:
+                del self._snapshots[snapshot]  # its last page is served
+            return ListResult(items[offset:end], str(rv), continue_token=token)
+
+    def _continued(self, token: str) -> tuple[int, int]:
+        """The snapshot and offset a continue token names (lock held)."""
+        snapshot, _, offset = token.partition(".")
+        if not (snapshot.isdigit() and offset.isdigit()) or int(snapshot) not in self._snapshots:
+            raise ApiError(400, "BadRequest", f"continue key is not valid: {token!r}")
+        if self._compacted(self._snapshots[int(snapshot)][0]):
+            del self._snapshots[int(snapshot)]
+            raise Gone(410, "Expired", "the provided continue parameter is too old; list again")
+        return int(snapshot), int(offset)
+
+    def _compacted(self, rv: int) -> bool:
+        """Whether changes since ``rv`` have left the history (lock held): a watch from
+        it, or a page of a list read at it, gets ``Gone``."""
+        oldest = self._history[0][0] if self._history else self._rv + 1
+        return rv < self._rv and oldest > rv + 1
 
     def watch(
         self,
@@ -223,8 +264,7 @@ class FakeKube:
             with self._lock:
                 if self._closed:
                     return
-                oldest = self._history[0][0] if self._history else self._rv + 1
-                if since < self._rv and oldest > since + 1:
+                if self._compacted(since):
                     raise Gone(410, "Expired", f"too old resource version: {since}")
                 batch = [
                     (rv, t, o)

@@ -35,6 +35,9 @@ Obj = dict[str, Any]
 class ListResult:
     items: list[Obj]
     resource_version: str
+    # A page of a paged list (``limit``): pass it back as ``continue_token`` for the next
+    # page; "" on the last page.
+    continue_token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +54,13 @@ class KubeApi(Protocol):
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> ListResult: ...
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> ListResult:
+        """Every object (``limit`` None), or a page of at most ``limit`` of them; the next
+        pages with the last page's ``continue_token``, all of one consistent snapshot.
+        ``Gone`` when the token has expired (the snapshot was compacted away)."""
+        ...
 
     def watch(
         self,

@@ -3,7 +3,8 @@
 The loop (client-go's reflector, minus the cache it would own: the handler owns the
 view)::
 
-    list  -> handler.replace(items)        the whole current set; marks synced
+    list, a page of 500 at a time -> handler.replace(items)    the whole current set;
+                                                                marks synced
     watch from the list's resourceVersion -> handler.apply(event) for each change
       watch ends (server timeout)          -> watch again from the last version seen
       Gone (410: version no longer kept)    -> list again (replace, not merge)
@@ -12,6 +13,11 @@ view)::
 
 Bookmarks only advance the resourceVersion. The handler is called from the reflector's
 thread, one call at a time; it must not block on the API.
+
+A handler that can take a list a page at a time (``PagedHandler``: the pods', whose
+list is the large one) gets the pages as they come, so that the decoded objects of one
+page at a time are in memory, not the whole list's: 200,000 pods as the API serves them
+are ~3.7 GB decoded, where the extender keeps ~0.5 GB of what it reads of them.
 """
 
 from __future__ import annotations
@@ -19,15 +25,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from tessera.kube.errors import ApiError, Gone, NotFound
 from tessera.kube.kinds import Kind
 from tessera.kube.port import KubeApi, Obj, WatchEvent
 
-__all__ = ["Reflector", "ReflectorHandler", "follow_one", "let_go"]
+__all__ = ["PagedHandler", "Reflector", "ReflectorHandler", "follow_one", "let_go"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,14 @@ class ReflectorHandler(Protocol):
 
     def apply(self, event: WatchEvent) -> None:
         """One ADDED / MODIFIED / DELETED change."""
+
+
+@runtime_checkable
+class PagedHandler(ReflectorHandler, Protocol):
+    def replace_pages(self, pages: Iterator[list[Obj]]) -> None:
+        """``replace`` for a list that comes a page at a time: the complete current set is
+        every page's items. Each page is emptied once the next one is asked for (or the
+        call returns): keep the objects, not the pages."""
 
 
 class Reflector:
@@ -56,6 +70,7 @@ class Reflector:
         after_list: Callable[[], None] | None = None,
         absent_ok: bool = False,
         while_listing: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+        page_size: int = 500,
     ) -> None:
         self._api = api
         self._kind = kind
@@ -67,6 +82,7 @@ class Reflector:
         self._backoff = backoff_s
         self._after_list = after_list  # called after each list, inside while_listing
         self._while_listing = while_listing  # what a list and its replace run inside
+        self._page_size = page_size  # objects a list asks for at a time (client-go's too)
         # A resource the API server does not serve (a CRD not installed) lists as empty
         # and counts as synced; the list is tried again every backoff maximum.
         self._absent_ok = absent_ok
@@ -88,21 +104,46 @@ class Reflector:
         self._stop.set()
 
     def _list(self) -> None:
+        versions: list[str] = []
         with self._while_listing():
+            pages = self._pages(versions)
+            if isinstance(self._handler, PagedHandler):
+                self._handler.replace_pages(pages)
+                pages.close()  # the handler may not have asked past the last page
+            else:
+                items = [o for page in pages for o in page]
+                self._handler.replace(items)
+                let_go(items)  # the handler has what it keeps
+            self.lists += 1
+            if self._after_list is not None:
+                self._after_list()
+        if not versions:
+            raise RuntimeError(f"{self._kind.plural}: the handler took no page of the list")
+        self.absent = False
+        self.resource_version = versions[-1]
+        self.synced.set()
+
+    def _pages(self, versions: list[str]) -> Generator[list[Obj], None, None]:
+        """The list's pages, each emptied when the next is asked for; each page's
+        resourceVersion (the list's, on every page) is appended to ``versions``."""
+        token: str | None = None
+        while True:
             result = self._api.list(
                 self._kind,
                 self._namespace,
                 label_selector=self._labels,
                 field_selector=self._fields,
+                limit=self._page_size,
+                continue_token=token,
             )
-            self._handler.replace(result.items)
-            self.lists += 1
-            if self._after_list is not None:
-                self._after_list()
-        let_go(result.items)  # the handler has what it keeps
-        self.absent = False
-        self.resource_version = result.resource_version
-        self.synced.set()
+            versions.append(result.resource_version)
+            try:
+                yield result.items
+            finally:
+                let_go(result.items)
+            token = result.continue_token
+            if not token:
+                return
 
     def _absent(self, exc: ApiError) -> None:
         if not self.absent:
