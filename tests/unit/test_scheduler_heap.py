@@ -173,13 +173,13 @@ def test_app_lists_with_the_collector_paused_whether_or_not_it_freezes(
             SchedulerConfig(leader_elect=False, watch_timeout_s=1, freeze_heap=manage), kube
         )
         seen = collecting.setdefault(manage, [])
-        booked = app.state.pods_handler.replace
+        booked = app.state.pods_handler.replace_pages
 
-        def replace(items: list[Any], booked: Any = booked, seen: list[bool] = seen) -> None:
+        def replace(pages: Any, booked: Any = booked, seen: list[bool] = seen) -> None:
             seen.append(gc.isenabled())
-            booked(items)
+            booked(pages)
 
-        monkeypatch.setattr(app.state.pods_handler, "replace", replace)
+        monkeypatch.setattr(app.state.pods_handler, "replace_pages", replace)
         app.start()
         try:
             assert app.wait_synced(5)

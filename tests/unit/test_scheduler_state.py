@@ -288,3 +288,46 @@ def test_a_relist_of_50000_pods_lets_the_verbs_in_between() -> None:
     assert out.node_names  # a real answer, not an error
     assert booked_when_answered < total, "the filter waited for the whole re-list"
     assert len(state.pods) == total
+
+
+def test_a_paged_list_keeps_nothing_of_a_page_once_it_is_read() -> None:
+    """Decoded, 200,000 pods as the API serves them are gigabytes; the state keeps only
+    what it reads of them, so each page can go while the next is read: on a first list,
+    and on a re-list where every pod is unchanged."""
+    import weakref
+    from collections.abc import Iterator
+
+    from tessera.model.annotations import ASSIGNMENT, encode_assignment
+    from tessera.model.clusterspec import make_cards
+    from tessera.model.types import Assignment, CardSlice, ContainerAssignment
+    from tessera.scheduler.state import SchedulerState
+
+    class Listed(dict[str, Any]):  # a dict that a weak reference can follow
+        pass
+
+    cards = make_cards("n1", 2, "A100")
+    state = SchedulerState()
+    state.replace_nodes([node_obj("n1", 2)])
+
+    def pages(alive: list[int]) -> Iterator[list[Any]]:
+        for p in range(3):
+            page = []
+            for i in (2 * p, 2 * p + 1):
+                held = CardSlice(cards[i % 2].uuid, 1000, 10)
+                a = Assignment("n1", (ContainerAssignment("main", (held,)),))
+                pod = pod_obj(f"p{i}", gpu=1, memory=1000, cores=10,
+                              annotations={ASSIGNMENT: encode_assignment(a)})  # fmt: skip
+                pod["metadata"]["uid"] = f"u{i}"
+                pod["spec"]["nodeName"] = "n1"
+                page.append(Listed(pod))
+            refs = [weakref.ref(o) for o in page]
+            yield page
+            page.clear()  # as the reflector empties a page once the next is asked for
+            alive.append(sum(r() is not None for r in refs))
+
+    for _ in range(2):  # a first list, then the same pods again
+        alive: list[int] = []
+        state.replace_pod_pages(pages(alive))
+        assert alive == [0, 0, 0]
+        assert sorted(state.pods) == [f"default/p{i}" for i in range(6)]
+        assert len(state.cluster.bookings()) == 6 and state.cluster.check_invariants() == []

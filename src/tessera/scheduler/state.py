@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -536,10 +536,22 @@ class SchedulerState:
         node_name = str((obj.get("spec") or {}).get("nodeName") or "")
         raw = _annotations(obj).get(keys.ASSIGNMENT)
         text = raw if isinstance(raw, str) else None
-        upd = PodUpdate(key, uid, rv, node_name, text, obj=obj, disruptee=_disruptee(key, obj))
+        upd = PodUpdate(
+            key, uid, rv, node_name, text, obj=obj, disruptee=_disruptee(key, obj),
+            priority=pod_priority(obj), terminating=_terminating(obj), preempting=_preempting(obj),
+        )  # fmt: skip
         if upd.unchanged_for(self.pods.get(key)):
             return upd  # probably a status update: parsed only if needed after all
         self._decode(upd)
+        return upd
+
+    def prepare_listed(self, obj: Obj) -> PodUpdate:
+        """``prepare_pod`` for an item of a list: always decoded, and holding nothing of
+        the object, so a list's objects can go as soon as each page is read."""
+        upd = self.prepare_pod(obj)
+        if not upd.decoded and not upd.gone:
+            self._decode(upd)
+        upd.obj = None
         return upd
 
     def _decode(self, upd: PodUpdate) -> None:
@@ -573,8 +585,8 @@ class SchedulerState:
         if known is not None and upd.unchanged_for(known) and key not in self.reservations:
             # A status update (kwok, kubelet) or a label: nothing Tessera reads changed.
             known.resource_version = upd.resource_version
-            known.terminating = _terminating(upd.obj)
-            known.preempting = _preempting(upd.obj)
+            known.terminating = upd.terminating
+            known.preempting = upd.preempting
             known.disruptee = upd.disruptee
             return
         if not upd.decoded:
@@ -584,8 +596,8 @@ class SchedulerState:
             log.warning("%s", upd.bad_assignment)
         self.pods[key] = PodInfo(
             key, uid, upd.resource_version, node_name, upd.request, upd.assignment, text,
-            priority=pod_priority(upd.obj), terminating=_terminating(upd.obj),
-            preempting=_preempting(upd.obj), disruptee=upd.disruptee,
+            priority=upd.priority, terminating=upd.terminating,
+            preempting=upd.preempting, disruptee=upd.disruptee,
         )  # fmt: skip
         self._observe(upd)
         self._confirm(upd)
@@ -621,16 +633,20 @@ class SchedulerState:
         # else: unbound with a stale annotation; the bind in flight overwrites it
 
     def replace_pods(self, items: list[Obj], chunk: int = RELIST_CHUNK) -> None:
-        """The complete set of pods (after a list). Parses outside the lock, then takes
-        the lock once to drop what is gone and once per ``chunk`` pods to book the rest:
-        a re-list of 50,000 pods never holds the verbs for more than one chunk.
+        """The complete set of pods (after a list), ``chunk`` pods to a page of
+        ``replace_pod_pages``."""
+        self.replace_pod_pages(items[i : i + chunk] for i in range(0, len(items), chunk))
 
-        Between chunks the verbs see the pods not yet applied as they were before the
+    def replace_pod_pages(self, pages: Iterable[list[Obj]]) -> None:
+        """The complete set of pods, a page at a time (a paged list). Decodes each page
+        outside the lock as it comes, keeping nothing of its objects; then takes the lock
+        once to drop what is gone and once per page to book the rest: a re-list of 50,000
+        pods never holds the verbs for more than one page.
+
+        Between pages the verbs see the pods not yet applied as they were before the
         list (still booked as they were), never fewer bookings than either view has.
         """
-        batches = [
-            [self.prepare_pod(o) for o in items[i : i + chunk]] for i in range(0, len(items), chunk)
-        ]
+        batches = [[self.prepare_listed(o) for o in page] for page in pages]
         present = {(u.key, u.uid) for batch in batches for u in batch}
         with self.lock:
             for key, obs in list(self.observed.items()):
@@ -667,13 +683,16 @@ class PodUpdate:
     resource_version: str
     node_name: str
     text: str | None  # the assignment annotation's bytes
-    obj: Obj | None = None
+    obj: Obj | None = None  # to parse later if not ``decoded``
     gone: bool = False  # deleted, or terminal: its cards go
     decoded: bool = False  # request and assignment below are filled in
     request: PodRequest | None = None
     assignment: Assignment | None = None
     bad_assignment: str = ""  # why the annotation does not decode
     disruptee: Disruptee | None = None  # labels, readiness, phase (parsed outside the lock)
+    priority: int = 0  # spec.priority
+    terminating: bool = False  # deletionTimestamp set
+    preempting: str | None = None  # tessera.io/preempting's bytes
 
     def unchanged_for(self, known: PodInfo | None) -> bool:
         """Whether nothing Tessera reads differs from ``known`` (same pod, node and
@@ -741,6 +760,9 @@ class _PodHandler:
 
     def replace(self, items: list[Obj]) -> None:
         self._s.replace_pods(items)  # takes the lock in steps
+
+    def replace_pages(self, pages: Iterator[list[Obj]]) -> None:
+        self._s.replace_pod_pages(pages)  # takes the lock in steps
 
     def apply(self, event: WatchEvent) -> None:
         upd = self._s.prepare_pod(event.object, deleted=event.type == "DELETED")
