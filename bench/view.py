@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO / "src"))
 from typer.testing import CliRunner  # noqa: E402
 
 from tessera.kube.kinds import NODES, PODS, Kind  # noqa: E402
+from tessera.kube.port import ListResult  # noqa: E402
 from tessera.model import podspec  # noqa: E402
 from tessera.model.annotations import ASSIGNMENT, encode_assignment  # noqa: E402
 from tessera.model.clusterspec import make_cards  # noqa: E402
@@ -81,9 +82,11 @@ class ListedApi:
         assert (kind, name) == (PODS, PENDING["metadata"]["name"]), (kind, name)
         return PENDING
 
-    def list(self, kind: Kind, namespace: str | None = None, **_: Any) -> Any:
+    def list(self, kind: Kind, namespace: str | None = None, **_: Any) -> ListResult:
+        """The whole list in one page, whatever ``limit`` asks (the API server's pages
+        are not what this times)."""
         text = self.text.get(kind.plural, '{"items": []}')  # no claims path: none listed
-        return type("L", (), {"items": json.loads(text)["items"]})
+        return ListResult(json.loads(text)["items"], "1")
 
 
 def main() -> None:

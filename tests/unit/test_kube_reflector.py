@@ -166,3 +166,18 @@ def test_a_list_whose_version_expires_between_pages_is_listed_again() -> None:
     finally:
         r.stop()
         kube.close()
+
+
+def test_listed_reads_the_next_page_only_when_it_is_reached() -> None:
+    from tessera.kube.reflector import listed
+
+    kube = FakeKube()
+    for i in range(1234):
+        kube.create(NODES, {"metadata": {"name": f"n{i}"}})
+    kube.calls.clear()
+    objects = listed(kube, NODES)
+    names = [next(objects)["metadata"]["name"] for _ in range(500)]
+    assert kube.calls == [("list", "nodes")]  # one page of 500 read so far
+    names += [o["metadata"]["name"] for o in objects]
+    assert kube.calls == [("list", "nodes")] * 3
+    assert names == [f"n{i}" for i in range(1234)]

@@ -33,7 +33,15 @@ from tessera.kube.errors import ApiError, Gone, NotFound
 from tessera.kube.kinds import Kind
 from tessera.kube.port import KubeApi, Obj, WatchEvent
 
-__all__ = ["PagedHandler", "Reflector", "ReflectorHandler", "follow_one", "let_go"]
+__all__ = [
+    "PagedHandler",
+    "Reflector",
+    "ReflectorHandler",
+    "follow_one",
+    "let_go",
+    "list_pages",
+    "listed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -124,26 +132,15 @@ class Reflector:
         self.synced.set()
 
     def _pages(self, versions: list[str]) -> Generator[list[Obj], None, None]:
-        """The list's pages, each emptied when the next is asked for; each page's
-        resourceVersion (the list's, on every page) is appended to ``versions``."""
-        token: str | None = None
-        while True:
-            result = self._api.list(
-                self._kind,
-                self._namespace,
-                label_selector=self._labels,
-                field_selector=self._fields,
-                limit=self._page_size,
-                continue_token=token,
-            )
-            versions.append(result.resource_version)
-            try:
-                yield result.items
-            finally:
-                let_go(result.items)
-            token = result.continue_token
-            if not token:
-                return
+        return list_pages(
+            self._api,
+            self._kind,
+            self._namespace,
+            label_selector=self._labels,
+            field_selector=self._fields,
+            page_size=self._page_size,
+            versions=versions,
+        )
 
     def _absent(self, exc: ApiError) -> None:
         if not self.absent:
@@ -195,6 +192,45 @@ class Reflector:
                 log.exception("%s: handler failed; listing again", self._kind.plural)
                 need_list = True
                 self._stop.wait(delay)
+
+
+def list_pages(
+    api: KubeApi,
+    kind: Kind,
+    namespace: str | None = None,
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    page_size: int = 500,
+    versions: list[str] | None = None,
+) -> Generator[list[Obj], None, None]:
+    """A list's pages of at most ``page_size`` objects, each emptied when the next is
+    asked for; each page's resourceVersion (the list's, on every page) is appended to
+    ``versions``. ``Gone`` when the list's version is compacted away before its end."""
+    token: str | None = None
+    while True:
+        result = api.list(
+            kind,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=page_size,
+            continue_token=token,
+        )
+        if versions is not None:
+            versions.append(result.resource_version)
+        try:
+            yield result.items
+        finally:
+            let_go(result.items)
+        token = result.continue_token
+        if not token:
+            return
+
+
+def listed(api: KubeApi, kind: Kind) -> Iterator[Obj]:
+    """Every object of ``kind``, a page of them in memory at a time."""
+    return (obj for page in list_pages(api, kind) for obj in page)
 
 
 def let_go(items: list[Any], step: int = 500) -> None:

@@ -77,12 +77,15 @@ def get_pod(api: Any, name: str, namespace: str) -> dict[str, Any]:
         fail(f'pods "{name}" not found in namespace {namespace}')
 
 
-def load_map(api: Any) -> GpuMap:
+def load_map(api: Any, path: tuple[list[Any], list[Any]] | None = None) -> GpuMap:
+    """The map as listed now; ``path``: the claims path already listed (``claims_path``)."""
     from tessera.kube.kinds import NODES, PODS
+    from tessera.kube.reflector import listed
     from tessera.view.gpumap import build_map
 
-    slices, claims = claims_path(api)
-    return build_map(api.list(NODES).items, api.list(PODS).items, slices=slices, claims=claims)
+    slices, claims = path if path is not None else claims_path(api)
+    # The pods a page at a time: 200,000 of them decoded at once are gigabytes.
+    return build_map(api.list(NODES).items, listed(api, PODS), slices=slices, claims=claims)
 
 
 def claims_path(api: Any) -> tuple[list[Any], list[Any]]:

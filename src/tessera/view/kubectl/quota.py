@@ -17,6 +17,7 @@ from tessera.view.kubectl.common import (
     claims_path,
     emit,
     fail,
+    load_map,
     print_table,
     slice_cards,
 )
@@ -48,11 +49,9 @@ def quota(
         objs = api.list(GPUQUOTAS, ns).items
     except NotFound:
         fail("the GpuQuota resource is not installed (deploy/gpuquota-crd.yaml)")
-    from tessera.kube.kinds import NODES, PODS
-    from tessera.view.gpumap import build_map
-
-    slices, claims = claims_path(api)
-    gmap = build_map(api.list(NODES).items, api.list(PODS).items, slices=slices, claims=claims)
+    path = claims_path(api)
+    slices, claims = path
+    gmap = load_map(api, path)
     model_of = {c.uuid: c.model for n in gmap.nodes for c in n.cards}
     used = QuotaUsage()
     for key, a in gmap.assignments.items():
