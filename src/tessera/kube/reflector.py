@@ -114,7 +114,15 @@ class Reflector:
     def _list(self) -> None:
         versions: list[str] = []
         with self._while_listing():
-            pages = self._pages(versions)
+            pages = list_pages(
+                self._api,
+                self._kind,
+                self._namespace,
+                label_selector=self._labels,
+                field_selector=self._fields,
+                page_size=self._page_size,
+                versions=versions,
+            )
             if isinstance(self._handler, PagedHandler):
                 self._handler.replace_pages(pages)
                 pages.close()  # the handler may not have asked past the last page
@@ -130,17 +138,6 @@ class Reflector:
         self.absent = False
         self.resource_version = versions[-1]
         self.synced.set()
-
-    def _pages(self, versions: list[str]) -> Generator[list[Obj], None, None]:
-        return list_pages(
-            self._api,
-            self._kind,
-            self._namespace,
-            label_selector=self._labels,
-            field_selector=self._fields,
-            page_size=self._page_size,
-            versions=versions,
-        )
 
     def _absent(self, exc: ApiError) -> None:
         if not self.absent:

@@ -160,14 +160,14 @@ class SchedulerApp:
         # The collector paused while each list is booked (harmless beside other apps in
         # one process: pauses are counted); with freeze_heap, a pass before and a freeze
         # after, inside the pause (scheduler/heap.py).
-        listed = freeze_listed if config.freeze_heap else None
+        after_list = freeze_listed if config.freeze_heap else None
         listing = heap_listing if config.freeze_heap else collector_paused
         self.node_reflector = Reflector(
             api,
             NODES,
             self.state.nodes,
             watch_timeout_s=config.watch_timeout_s,
-            after_list=listed,
+            after_list=after_list,
             while_listing=listing,
         )
         self.pod_reflector = Reflector(
@@ -176,7 +176,7 @@ class SchedulerApp:
             self.state.pods_handler,
             field_selector=f"spec.schedulerName={config.scheduler_name}",
             watch_timeout_s=config.watch_timeout_s,
-            after_list=listed,
+            after_list=after_list,
             while_listing=listing,
         )
         self.quota_reflector = Reflector(
@@ -210,7 +210,7 @@ class SchedulerApp:
             field_selector=f"spec.driver={DRIVER}",
             watch_timeout_s=config.watch_timeout_s,
             absent_ok=True,
-            after_list=listed,
+            after_list=after_list,
             while_listing=listing,
         )
         self.claim_reflector = Reflector(
@@ -219,7 +219,7 @@ class SchedulerApp:
             self.claims_book.claims_handler,
             watch_timeout_s=config.watch_timeout_s,
             absent_ok=True,
-            after_list=listed,
+            after_list=after_list,
             while_listing=listing,
         )
         # GPU preemption chooses victims within the PodDisruptionBudgets. Their list
