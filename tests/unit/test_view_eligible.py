@@ -4,11 +4,28 @@ affinity and topology spread, as kube-scheduler reads them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
 
-from tessera.view.eligible import ineligible
+from tessera.view import eligible
+from tessera.view.eligible import placed_form
+
+
+def ineligible(
+    pod: dict[str, Any],
+    nodes: list[dict[str, Any]],
+    placed: Iterable[dict[str, Any]] = (),
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, str]:
+    """``eligible.ineligible``, judged on the placed pods' objects and again on what
+    ``kubectl tessera why`` keeps of them (``placed_form``): every case must agree."""
+    placed = list(placed)
+    whole = eligible.ineligible(pod, nodes, placed, namespace_labels)
+    kept = [f for p in placed if (f := placed_form(p)) is not None]
+    assert eligible.ineligible(pod, nodes, kept, namespace_labels) == whole
+    return whole
 
 
 def node(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -263,3 +280,29 @@ def test_topology_spread_match_label_keys_and_node_taints_policy() -> None:
              node("c1", {"zone": "c"}, taints=taint)]  # fmt: skip
     assert set(ineligible(me(mine, **spread()), nodes, pods)) == {"a1", "b1", "c1"}
     assert set(ineligible(me(mine, **spread(nodeTaintsPolicy="Honor")), nodes, pods)) == {"c1"}
+
+
+def test_the_placed_form_keeps_only_what_the_filters_read() -> None:
+    """``why`` keeps this of each listed pod: none of its annotations, env, volumes or
+    status, and nothing of a pod that holds no place."""
+    full = placed("web", "a", {"app": "web"}, **with_port(8080, "10.0.0.2"))
+    full["metadata"] |= {"annotations": {"big": "x" * 1000}, "managedFields": [{}],
+                         "deletionTimestamp": "2026-11-27T00:00:00Z"}  # fmt: skip
+    full["spec"]["containers"][0] |= {"env": [{"name": "A", "value": "1"}], "image": "i"}
+    full["spec"]["containers"].append({"name": "side", "ports": [{"containerPort": 9}]})
+    full["spec"] |= {
+        "volumes": [{"name": "v"}],
+        "affinity": {
+            "nodeAffinity": {},
+            **anti("podAntiAffinity", "zone", matchLabels={"app": "db"}),
+        },
+    }
+    assert placed_form(full) == {
+        "metadata": {"name": "web", "namespace": "default", "uid": "u-web",
+                     "labels": {"app": "web"}, "deletionTimestamp": "2026-11-27T00:00:00Z"},
+        "spec": {"nodeName": "a",
+                 "containers": [{"ports": [{"hostIP": "10.0.0.2", "hostPort": 8080}]}],
+                 "affinity": anti("podAntiAffinity", "zone", matchLabels={"app": "db"})},
+    }  # fmt: skip
+    assert placed_form(placed("done", "a", phase="Failed")) is None
+    assert placed_form(me()) is None  # not bound

@@ -637,7 +637,9 @@ class SchedulerState:
         ``replace_pod_pages``."""
         self.replace_pod_pages(items[i : i + chunk] for i in range(0, len(items), chunk))
 
-    def replace_pod_pages(self, pages: Iterable[list[Obj]]) -> None:
+    def replace_pod_pages(
+        self, pages: Iterable[list[Obj]], pause_s: float = RELIST_PAUSE_S
+    ) -> None:
         """The complete set of pods, a page at a time (a paged list). Decodes each page
         outside the lock as it comes, keeping nothing of its objects; then takes the lock
         once to drop what is gone and once per page to book the rest: a re-list of 50,000
@@ -671,7 +673,7 @@ class SchedulerState:
             del batch
             # A released lock is not handed to a waiting verb: this thread would take it
             # straight back. Sleeping lets the waiter in (100 chunks: ~0.1 s in all).
-            time.sleep(RELIST_PAUSE_S)
+            time.sleep(pause_s)
 
 
 @dataclass(slots=True)

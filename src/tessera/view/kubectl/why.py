@@ -4,6 +4,7 @@ would do (or is doing) for it."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -90,12 +91,14 @@ def _preemption_under_way(state: Any, pod: Any) -> str:
 
 
 def _claims_lines(
-    api: Any, pod: Any, nodes: list[Any], pods: list[Any], namespace: str, offered: set[str]
+    api: Any, pod: Any, nodes: list[Any], namespace: str, offered: set[str]
 ) -> list[str]:
     """Where each of the pod's claims stands, and the room for each request on the claims
-    path's cards of the ``offered`` nodes (view/claim_wait.py)."""
+    path's cards of the ``offered`` nodes (view/claim_wait.py). The map lists the pods
+    again, a page at a time."""
     from tessera.kube.errors import ApiError
-    from tessera.kube.kinds import DEVICE_CLASSES, RESOURCE_CLAIMS
+    from tessera.kube.kinds import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
+    from tessera.kube.reflector import listed
     from tessera.view.claim_wait import explain
     from tessera.view.gpumap import build_map
 
@@ -103,7 +106,7 @@ def _claims_lines(
     if not slices:  # claims are listed only beside slices; the pod's own still say much
         with contextlib.suppress(ApiError):
             claims = list(api.list(RESOURCE_CLAIMS, namespace).items)
-    gmap = build_map(nodes, pods, slices=slices, claims=claims)
+    gmap = build_map(nodes, listed(api, PODS), slices=slices, claims=claims)
     mine = {
         str(c["metadata"]["name"]): c
         for c in claims
@@ -126,12 +129,13 @@ def why(
     the scheduler's last recorded events for the pod."""
     from tessera.kube.errors import ApiError, NotFound
     from tessera.kube.kinds import EVENTS, GPUQUOTAS, NAMESPACES, NODES, PODS
+    from tessera.kube.reflector import list_pages
     from tessera.scheduler.filter import filter_pod
     from tessera.scheduler.placer import Placer
     from tessera.scheduler.reasons import summarise
     from tessera.scheduler.state import SchedulerState
     from tessera.scheduler.wire import ExtenderArgs
-    from tessera.view.eligible import ineligible
+    from tessera.view.eligible import ineligible, placed_form
 
     conn = Conn(kubeconfig, context)
     ns = conn.namespace(namespace)
@@ -143,14 +147,21 @@ def why(
         typer.echo(f"pod {key} is placed: bound to {bound} (kubectl tessera pod {name} -n {ns})")
         return
     nodes = api.list(NODES).items
-    pods = api.list(PODS).items
     state = SchedulerState()
     state.replace_nodes(nodes)
-    others = [p for p in pods if p.get("metadata", {}).get("uid")
-              != obj.get("metadata", {}).get("uid")]  # fmt: skip
-    # One chunk: no verb waits on this lock here, so the re-list's 1 ms between chunks
-    # (0.4 s at 200,000 pods) would be spent for nothing.
-    state.replace_pods(others, chunk=max(len(others), 1))
+    me = (obj.get("metadata") or {}).get("uid")
+    placed: list[Any] = []  # what view/eligible.py reads of each placed pod
+
+    def others() -> Iterator[list[Any]]:
+        """The other pods a page at a time, keeping only each one's placed form: whole
+        objects of 200,000 pods would be gigabytes."""
+        for page in list_pages(api, PODS):
+            mine = [p for p in page if (p.get("metadata") or {}).get("uid") != me]
+            placed.extend(f for p in mine if (f := placed_form(p)) is not None)
+            yield mine
+
+    # No verb waits on this lock here: no pause between pages.
+    state.replace_pod_pages(others(), pause_s=0)
     with contextlib.suppress(NotFound):  # the GpuQuota CRD is not installed: no quotas
         state.replace_quotas(api.list(GPUQUOTAS).items)
     # Only the nodes kube-scheduler's own filters would offer (view/eligible.py: cordons,
@@ -163,7 +174,7 @@ def why(
     except ApiError as exc:
         typer.echo(f"namespaces not read ({exc}): affinity terms with a namespaceSelector "
                    "are not weighed")  # fmt: skip
-    left_out = ineligible(obj, nodes, pods, namespace_labels)
+    left_out = ineligible(obj, nodes, placed, namespace_labels)
     names = [str(n["metadata"]["name"]) for n in nodes
              if n["metadata"]["name"] not in left_out]  # fmt: skip
     if left_out:
@@ -176,7 +187,7 @@ def why(
     elif outcome.request is None and (obj.get("spec") or {}).get("resourceClaims"):
         typer.echo(f"pod {key} is on the claims path: kube-scheduler's own allocator places "
                    "it, not Tessera's extender")  # fmt: skip
-        for line in _claims_lines(api, obj, nodes, pods, ns, set(names)):
+        for line in _claims_lines(api, obj, nodes, ns, set(names)):
             typer.echo(line)
     elif outcome.request is None:
         typer.echo(f"pod {key} asks for no Tessera GPU resource; Tessera does not place it")
