@@ -23,9 +23,13 @@ allocation only.
 from __future__ import annotations
 
 import gc
+import sys
 
+import typer
+
+from tessera.kube.errors import ApiError
 from tessera.view.kubectl import capacity, cordon, quota, top, why
-from tessera.view.kubectl.common import app
+from tessera.view.kubectl.common import api_failure, app
 
 # In the order `kubectl tessera --help` lists them.
 for _command in (top.top, top.pod, why.why, quota.quota, capacity.capacity,
@@ -41,4 +45,8 @@ def main() -> None:
     # listed objects (none in a cycle) were a third of `why` at 200,000 pods; what a
     # command drops is freed by reference counting, the rest at exit.
     gc.disable()
-    app(prog_name="kubectl tessera")
+    try:
+        app(prog_name="kubectl tessera")
+    except ApiError as exc:  # a sentence, not a traceback, as kubectl says it
+        typer.echo(f"error: {api_failure(exc)}", err=True)
+        sys.exit(1)

@@ -43,9 +43,15 @@ class Conn:
     context: str | None
 
     def client(self) -> Any:
+        """The API client, or exit 1 saying what is wrong with the kubeconfig."""
+        from kubernetes.config import ConfigException
+
         from tessera.kube.client import KubeClient
 
-        return KubeClient.from_kubeconfig(self.kubeconfig, self.context, pool_size=4)
+        try:
+            return KubeClient.from_kubeconfig(self.kubeconfig, self.context, pool_size=4)
+        except (ConfigException, OSError) as exc:
+            fail(f"kubeconfig {self.kubeconfig or '(default)'}: {exc}")
 
     def namespace(self, given: str | None) -> str:
         """``-n``, else the context's namespace, else ``default`` (as kubectl does)."""
@@ -64,6 +70,18 @@ class Conn:
 def fail(message: str, code: int = 1) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def api_failure(exc: Exception) -> str:
+    """What to tell the user when a call to the API server failed (kube/errors.py)."""
+    from tessera.kube.errors import Gone, Unavailable
+
+    if isinstance(exc, Unavailable):
+        return f"the API server did not answer: {exc.message}"
+    if isinstance(exc, Gone):
+        return (f"a list expired before it was read to the end, the API server having "
+                f"compacted its version ({exc}); run the command again")  # fmt: skip
+    return f"the API server refused: {exc}"
 
 
 def get_pod(api: Any, name: str, namespace: str) -> dict[str, Any]:
