@@ -16,14 +16,17 @@ ways, each in a process of its own (freed memory stays with a process):
 * **a page at a time** (now): each page decoded as the handler asks for it
   (``replace_pages``) and emptied when it asks for the next.
 
-Then the GPU map (``--web``) is built once. Resident memory (VmRSS) is read before and
-after each step, and sampled every 10 ms during it for the peak. Rows:
+Then the GPU map (``--web``) is built once, and (paged only) the list is read again as
+``kubectl tessera why`` reads it, keeping each pod's placed form (view/eligible.py).
+Resident memory (VmRSS) is read before and after each step, and sampled every 10 ms
+during it for the peak. Rows:
 
 * **decoded list** (the anchor): the pods as decoded JSON, what a cache of the pod
   objects would keep (an informer's, or an extender that kept the objects);
 * **kept after the list**: what the process keeps resident once the list is booked;
 * **peak during the list**: the most the list needed above what was resident before;
-* **peak of a map build**: the same for one build of the GPU map.
+* **peak of a map build**: the same for one build of the GPU map;
+* **placed forms kept**: what ``kubectl tessera why`` keeps of the list beside its state.
 
 The bench holds the list's JSON text throughout; it is in every "before" and so in no
 difference. Freed memory is not always handed back to the system, so "kept" is what the
@@ -52,6 +55,7 @@ from tessera.kube.reflector import let_go
 from tessera.scheduler.heap import freeze_listed, listing
 from tessera.scheduler.state import SchedulerState
 from tessera.scheduler.web import map_body
+from tessera.view.eligible import placed_form
 
 PAGE = 4096
 PAGE_SIZE = 500  # the reflector's page (kube/reflector.py)
@@ -194,12 +198,19 @@ def measure(mode: str, nodes: int, pods: int) -> dict[str, float]:
     before, after, most = peak_of(book)
     t0 = time.perf_counter()
     map_before, _, map_most = peak_of(lambda: map_body(state))
+    map_s = time.perf_counter() - t0
+    forms: list[object] = []
+    if mode == "paged":
+        forms_before, forms_after, _ = peak_of(
+            lambda: forms.extend(f for page in pages() for p in page if (f := placed_form(p)))
+        )
     return {
+        "forms": forms_after - forms_before if forms else 0,
         "decoded": decoded,
         "kept": after - before,
         "peak": most - before,
         "map": map_most - map_before,
-        "map_s": time.perf_counter() - t0,
+        "map_s": map_s,
         "json": sum(map(len, texts)),
     }
 
@@ -233,6 +244,7 @@ def main() -> None:
             (f"{MODES[mode]}: peak during the list", r["peak"]),
             (f"{MODES[mode]}: peak of a map build ({r['map_s']:.1f} s)", r["map"]),
         ]
+    rows.append(("kubectl tessera why: placed forms kept", runs["paged"]["forms"]))
     for what, size in rows:
         t.add_row(what, f"{size / 2**20:,.0f}", f"{size / 1024 / args.pods:.1f}",
                   f"{size / whole['decoded']:.2f}x")  # fmt: skip
