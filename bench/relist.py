@@ -3,10 +3,13 @@
     .venv/bin/python bench/relist.py                     # 5,000 nodes x 8 cards, 50,000 pods
     .venv/bin/python bench/relist.py --nodes 1000 --pods 10000
     .venv/bin/python bench/relist.py --what claims       # 50,000 allocated ResourceClaims
+    .venv/bin/python bench/relist.py --known             # the state holds them already
 
 The extender's state (``SchedulerState``) holds ``--nodes`` nodes of 8 cards. A
 re-list (what the pod reflector does after its watch expired) delivers ``--pods`` bound
-pods, each with its assignment, none of which the state has seen; meanwhile a client
+pods, each with its assignment, none of which the state has seen (with ``--known``, all
+of which it holds already, unchanged, as after a watch that expired while nothing
+changed); meanwhile a client
 thread calls ``filter`` for new pods one after another, as kube-scheduler would, and
 times each call. Each re-list decodes the list's JSON, as the reflector does, and ends
 as the extender's does, with what it made frozen out of later collections
@@ -79,12 +82,15 @@ def claims_world(nodes: int, claims: int) -> tuple[list[Any], list[Any]]:
 
 
 def run(
-    mode: str, nodes: list[Any], listed: str, slices: list[Any] | None = None
+    mode: str, nodes: list[Any], listed: str, slices: list[Any] | None = None, known: bool = False
 ) -> tuple[list[float], float]:
     """``listed``: the list's JSON, decoded by the re-list as the reflector decodes it;
-    ``slices`` given, its items are claims, re-listed into a claims book."""
+    ``slices`` given, its items are claims, re-listed into a claims book; ``known``: the
+    pods are booked from the same list before."""
     state, placer = SchedulerState(), Placer()
     state.replace_nodes(nodes)
+    if known:
+        state.replace_pods(json.loads(listed))
     book = ClaimsBook(state)
     if slices is not None:
         book.slices_handler.replace(slices)
@@ -142,6 +148,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--pods", type=int, default=50_000, help="pods, or claims, re-listed")
     ap.add_argument("--what", choices=["pods", "claims"], default="pods")
+    ap.add_argument("--known", action="store_true", help="the state holds the pods already")
     args = ap.parse_args()
     console = Console()
     slices = None
@@ -153,7 +160,8 @@ def main() -> None:
     listed = json.dumps(pods)
     del pods
     t = Table(
-        title=f"filter during a re-list of {args.pods:,} {args.what}, {args.nodes:,} nodes "
+        title=f"filter during a re-list of {args.pods:,} {'known ' * args.known}{args.what}, "
+        f"{args.nodes:,} nodes "
         f"({describe()})"
     )
     for col in ("re-list", "filters", "p50 ms", "p99 ms", "max ms", "re-list s"):
@@ -165,7 +173,7 @@ def main() -> None:
         "chunked": "chunked (Tessera)",
     }
     for mode, label in labels.items():
-        waits, took = run(mode, nodes, listed, slices)
+        waits, took = run(mode, nodes, listed, slices, args.known)
         results[mode] = waits
         q = sorted(waits)
         t.add_row(

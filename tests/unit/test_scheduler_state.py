@@ -331,3 +331,51 @@ def test_a_paged_list_keeps_nothing_of_a_page_once_it_is_read() -> None:
         assert alive == [0, 0, 0]
         assert sorted(state.pods) == [f"default/p{i}" for i in range(6)]
         assert len(state.cluster.bookings()) == 6 and state.cluster.check_invariants() == []
+
+
+def test_a_relist_of_unchanged_pods_parses_none_of_them_again() -> None:
+    """A re-list (after a watch expired) brings back mostly pods the state knows as they
+    are: their request and assignment are taken from what it knows, not parsed again. A
+    pod whose annotation changed is decoded; a pod reserved by a filter stays reserved."""
+    from tessera.model.annotations import ASSIGNMENT, encode_assignment
+    from tessera.model.clusterspec import make_cards
+    from tessera.model.types import Assignment, CardSlice, ContainerAssignment
+    from tessera.scheduler.filter import filter_pod
+    from tessera.scheduler.placer import Placer
+    from tessera.scheduler.state import SchedulerState
+    from tessera.scheduler.wire import ExtenderArgs
+
+    cards = make_cards("n1", 2, "A100")
+    state = SchedulerState()
+    state.replace_nodes([node_obj("n1", 2)])
+
+    def bound(i: int, card: int, memory: int = 1000) -> dict[str, Any]:
+        a = Assignment(
+            "n1", (ContainerAssignment("main", (CardSlice(cards[card].uuid, memory, 10),)),)
+        )
+        pod = pod_obj(f"p{i}", gpu=1, memory=memory, cores=10,
+                      annotations={ASSIGNMENT: encode_assignment(a)})  # fmt: skip
+        pod["metadata"]["uid"], pod["spec"]["nodeName"] = f"u{i}", "n1"
+        return pod
+
+    pending = pod_obj("waits", gpu=1, memory=2000, cores=10)
+    pending["metadata"]["uid"] = "u-waits"
+    listed = [bound(0, 0), bound(1, 1), pending]
+    state.replace_pods(listed)
+    assert filter_pod(state, Placer(), ExtenderArgs(pod=pending, node_names=["n1"])).node_names
+    parsed: list[str] = []
+    parse = state.parse
+    state.parse = lambda pod: parsed.append(pod["metadata"]["name"]) or parse(pod)  # type: ignore[method-assign]
+    booked_before = {k: b.assignment for k, b in state.cluster.bookings().items()}
+
+    state.replace_pods([bound(0, 0), bound(1, 1), pending])
+    assert parsed == []
+    assert {k: b.assignment for k, b in state.cluster.bookings().items()} == booked_before
+    assert "default/waits" in state.reservations  # the bind in flight keeps its cards
+    assert state.pods["default/p0"].request is not None
+
+    moved = bound(1, 0, memory=3000)  # written again elsewhere while the watch was down
+    state.replace_pods([bound(0, 0), moved, pending])
+    assert parsed == ["p1"]
+    assert state.held("default/p1").containers[0].slices[0].uuid == cards[0].uuid  # type: ignore[union-attr]
+    assert state.cluster.check_invariants() == []
