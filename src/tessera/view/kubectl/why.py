@@ -156,9 +156,9 @@ def why(
         """The other pods a page at a time, keeping only each one's placed form: whole
         objects of 200,000 pods would be gigabytes."""
         for page in list_pages(api, PODS):
-            mine = [p for p in page if (p.get("metadata") or {}).get("uid") != me]
-            placed.extend(f for p in mine if (f := placed_form(p)) is not None)
-            yield mine
+            rest = [p for p in page if (p.get("metadata") or {}).get("uid") != me]
+            placed.extend(f for p in rest if (f := placed_form(p)) is not None)
+            yield rest
 
     # No verb waits on this lock here: no pause between pages.
     state.replace_pod_pages(others(), pause_s=0)
