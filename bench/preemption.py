@@ -155,7 +155,7 @@ def main() -> None:
     }
     # The namespace at its GpuQuota (every pod is in it): room comes from its own pods.
     limit = {"name": "a100", "models": ["A100"], "memoryMiB": 8000 * len(state.pods)}
-    state.replace_quotas([{"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+    state.quotas.replace([{"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
                            "metadata": {"namespace": "default", "name": "gpus",
                                         "resourceVersion": "1"},
                            "spec": {"limits": [limit]}}])  # fmt: skip
@@ -169,7 +169,7 @@ def main() -> None:
         for_quota, args.rounds
     )
     quota_hold, state.lock = state.lock.longest, lock  # type: ignore[attr-defined]
-    state.replace_quotas([])
+    state.quotas.replace([])
     free_one_card(state, names[0], request)
     with_hold = timed(filter_small, args.rounds)
     state.holds.clear()

@@ -97,7 +97,7 @@ def main() -> None:
     for r in range(args.rounds):
         for label in list(runs) if r % 2 == 0 else list(reversed(runs)):
             with state.lock:
-                state.replace_quotas(quotas if label == "with quotas" else [])
+                state.quotas.replace(quotas if label == "with quotas" else [])
             runs[label] += timed_filters(state, names, args.filters, args.namespaces, f"r{r}")
     t = Table(title=f"filter with GpuQuotas: {args.nodes:,} nodes x 8 cards, {args.pods:,} "
                     f"bound pods, {args.namespaces} namespaces ({describe()})")  # fmt: skip
@@ -112,7 +112,7 @@ def main() -> None:
     console.print(f"filter p99, with quotas / without: {ratio:.2f}x")
     # The leader's status round, every 5 s: what the verbs wait for while it reads the use.
     with state.lock:
-        state.replace_quotas(quotas)
+        state.quotas.replace(quotas)
     writer = QuotaWriter(state, FakeKube(), lambda: True)
     lock, state.lock = state.lock, HoldTimer(state.lock)  # type: ignore[assignment]
     start = time.perf_counter()

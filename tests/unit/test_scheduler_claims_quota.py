@@ -69,7 +69,7 @@ class Clock:
 
 def book(ttl: float = 30.0) -> tuple[SchedulerState, ClaimsBook, Clock]:
     state = SchedulerState()
-    state.apply_quota(QUOTA)
+    state.quotas.apply(QUOTA)
     clock = Clock()
     b = ClaimsBook(state, assume_ttl_s=ttl, clock=clock)
     b.slices_handler.replace([a_slice(), a_slice("t1", "T4")])
@@ -78,8 +78,8 @@ def book(ttl: float = 30.0) -> tuple[SchedulerState, ClaimsBook, Clock]:
 
 
 def used(state: SchedulerState) -> int:
-    [lim] = state.quota_book.of("team-a")[0].limits
-    return state.quota_usage.of("team-a", lim).memory_mib
+    [lim] = state.quotas.book.of("team-a")[0].limits
+    return state.quotas.usage.of("team-a", lim).memory_mib
 
 
 def test_admitted_claims_count_at_once_until_the_quota_is_full() -> None:
@@ -164,8 +164,8 @@ def test_a_relist_recounts_and_keeps_pending_admissions() -> None:
     whole = claim("w", device="gpu-3")
     del whole["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]
     b.claims_handler.replace([claim("b", memory="4Gi"), whole])
-    [lim] = state.quota_book.of("team-a")[0].limits
-    assert state.quota_usage.of("team-a", lim) == Usage(4096 + A100_MIB, 10 + 100, 1)
+    [lim] = state.quotas.book.of("team-a")[0].limits
+    assert state.quotas.usage.of("team-a", lim) == Usage(4096 + A100_MIB, 10 + 100, 1)
 
 
 # --- through the app: the review, the extender's pods, the status ---------------------
@@ -190,7 +190,7 @@ def world() -> Any:
     w = World([node_obj("a1", 2, "A100")])
     w.kube.create(GPUQUOTAS, copy.deepcopy(QUOTA), "team-a")
     w.kube.create(RESOURCE_SLICES, a_slice())
-    eventually(lambda: w.app.state.quota_book.of("team-a") and w.app.claims_book.pools() == ["c1"])
+    eventually(lambda: w.app.state.quotas.book.of("team-a") and w.app.claims_book.pools() == ["c1"])
     yield w
     w.close()
 
@@ -258,7 +258,7 @@ def test_a_namespace_without_a_quota_is_not_asked_about_its_slices() -> None:
 def test_a_limit_over_two_models_is_judged_on_their_sum() -> None:
     state = SchedulerState()
     both = {"name": "mixed", "models": ["A100", "T4"], "memoryMiB": 12000}
-    state.apply_quota({**QUOTA, "spec": {"limits": [both]}})
+    state.quotas.apply({**QUOTA, "spec": {"limits": [both]}})
     b = ClaimsBook(state)
     b.slices_handler.replace([a_slice(), a_slice("t1", "T4")])
     two = claim("two")
@@ -267,7 +267,7 @@ def test_a_limit_over_two_models_is_judged_on_their_sum() -> None:
     why = b.admit(two)
     assert why == "quota: team-a/gpus mixed (T4) memory 8192 of 12000 MiB used, claim two asks 8192"
     assert (
-        state.quota_usage.of("team-a", state.quota_book.of("team-a")[0].limits[0]).memory_mib == 0
+        state.quotas.usage.of("team-a", state.quotas.book.of("team-a")[0].limits[0]).memory_mib == 0
     )
 
 
@@ -285,7 +285,7 @@ def test_the_leaders_quota_round_drops_an_admission_that_never_showed() -> None:
     try:
         w.kube.create(GPUQUOTAS, copy.deepcopy(QUOTA), "team-a")
         w.kube.create(RESOURCE_SLICES, a_slice())
-        eventually(lambda: w.app.state.quota_book.of("team-a") and w.app.claims_book.pools())
+        eventually(lambda: w.app.state.quotas.book.of("team-a") and w.app.claims_book.pools())
         assert answer(w, review(claim("a")))["allowed"] is True
         w.app.quota_writer.step()
         lim = w.kube.get(GPUQUOTAS, "gpus", "team-a")["status"]["limits"][0]

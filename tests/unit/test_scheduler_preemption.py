@@ -151,7 +151,7 @@ def test_no_eviction_for_cards_the_quota_would_not_give_the_pod(world: World) ->
     hold are what it lacks, but its quota would let it take only one of the two it asks."""
     w = world
     w.kube.create(GPUQUOTAS, gpu_quota("team", 1), "team")
-    eventually(lambda: w.app.state.quota_book.of("team"))
+    eventually(lambda: w.app.state.quotas.book.of("team"))
     out = w.filter(w.create(prio_pod("urgent", 1000, gpu=2, ns="team")))
     assert "quota: team/gpus a100" in out["FailedNodes"]["a1"]
     w.app.preemptor.step()
@@ -166,7 +166,7 @@ def test_a_pod_its_quota_keeps_out_has_less_important_pods_of_its_namespace_evic
     has the least important evicted for quota room (and a card), and takes its place."""
     w = world
     w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
-    eventually(lambda: w.app.state.quota_book.of("default"))
+    eventually(lambda: w.app.state.quotas.book.of("default"))
     urgent = w.create(prio_pod("urgent", 1000))
     out = w.filter(urgent)
     assert "quota: default/gpus a100" in out["FailedNodes"]["a1"]
@@ -600,7 +600,7 @@ def test_a_preemptions_quota_room_is_held_against_less_important_pods_of_its_nam
                  "metadata": {"namespace": "team", "name": "gpus"},
                  "spec": {"limits": [limit]}}  # fmt: skip
         w.kube.create(GPUQUOTAS, quota, "team")
-        eventually(lambda: w.app.state.quota_book.of("team"))
+        eventually(lambda: w.app.state.quotas.book.of("team"))
         urgent = w.create(prio_pod("urgent", 1000, ns="team"))
         assert w.filter(urgent)["NodeNames"] == []
         eventually(lambda: len(evictions(w)) == 1)
@@ -641,7 +641,7 @@ def test_quota_room_and_cards_together_and_only_from_its_own_namespace() -> None
             place_on(w, prio_pod(name, prio, ns=ns), node)  # fmt: skip
         confirmed(w)
         w.kube.create(GPUQUOTAS, gpu_quota("team", 2), "team")
-        eventually(lambda: w.app.state.quota_book.of("team"))
+        eventually(lambda: w.app.state.quotas.book.of("team"))
         urgent = w.create(prio_pod("urgent", 1000, gpu=2, ns="team"))
         assert w.filter(urgent)["NodeNames"] == []
         eventually(lambda: len(evictions(w)) == 3)
@@ -687,7 +687,7 @@ def test_quota_victims_are_the_fewest_after_the_least_important_are_given_back()
             place_on(w, prio_pod(name, prio, gpu=gpu, ns="team"), node)
         confirmed(w)
         w.kube.create(GPUQUOTAS, gpu_quota("team", 4), "team")
-        eventually(lambda: w.app.state.quota_book.of("team"))
+        eventually(lambda: w.app.state.quotas.book.of("team"))
         urgent = w.create(prio_pod("urgent", 1000, gpu=2, ns="team"))
         assert w.filter(urgent)["NodeNames"] == []
         eventually(lambda: evictions(w) == ["team/p-2"])

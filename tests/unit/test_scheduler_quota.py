@@ -36,7 +36,7 @@ def world() -> World:
 def _add_quota(w: World, obj: dict[str, Any]) -> None:
     w.kube.create(GPUQUOTAS, obj, obj["metadata"]["namespace"])
     key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-    _eventually(lambda: w.app.state.quota_book.get(obj["metadata"]["namespace"], key) is not None)
+    _eventually(lambda: w.app.state.quotas.book.get(obj["metadata"]["namespace"], key) is not None)
 
 
 def test_filter_keeps_a_namespace_inside_its_model_quota_and_says_why() -> None:
@@ -99,8 +99,8 @@ def test_concurrent_cycles_never_both_pass_the_last_of_a_quota() -> None:
             t.join()
         assert sum(1 for r in results if r) == 3  # exactly the quota, reserved
         with w.app.state.lock:
-            lim = w.app.state.quota_book.of("team-a")[0].limits[0]
-            assert w.app.state.quota_usage.of("team-a", lim).memory_mib == 30000
+            lim = w.app.state.quotas.book.of("team-a")[0].limits[0]
+            assert w.app.state.quotas.usage.of("team-a", lim).memory_mib == 30000
     finally:
         w.close()
 
@@ -185,8 +185,8 @@ def test_a_quota_written_past_the_rules_keeps_the_last_good_one() -> None:
     try:
         _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 1000}))
         w.kube.merge_patch(GPUQUOTAS, "gpus", {"spec": {"limits": [{"name": "a100"}]}}, "team-a")
-        _eventually(lambda: "team-a/gpus" in w.app.state.quota_book.refused)
-        assert "spec.limits[0].models" in w.app.state.quota_book.refused["team-a/gpus"]
+        _eventually(lambda: "team-a/gpus" in w.app.state.quotas.book.refused)
+        assert "spec.limits[0].models" in w.app.state.quotas.book.refused["team-a/gpus"]
         assert w.app.state.problems["bad-quota"] == 1
         out = w.filter(w.create(pod_obj("x", memory=2000, ns="team-a")), ["a1"])
         assert out["NodeNames"] == []  # still limited by the last good version
@@ -234,21 +234,21 @@ def test_only_a_rise_is_a_rise() -> None:
     base = gpu_quota(
         "team-a", {"name": "a", "models": ["A100", "T4"], "memoryMiB": 100, "cards": 2}
     )
-    assert s.apply_quota(base) is False  # new: it only restricts
+    assert s.quotas.apply(base) is False  # new: it only restricts
     lower = gpu_quota(
         "team-a", {"name": "a", "models": ["A100", "T4"], "memoryMiB": 50, "cards": 2}
     )
-    assert s.apply_quota(lower) is False
+    assert s.quotas.apply(lower) is False
     for limit in (
         {"name": "a", "models": ["A100", "T4"], "memoryMiB": 60, "cards": 2},  # a cap up
         {"name": "a", "models": ["A100", "T4"], "cards": 2},  # a cap removed
         {"name": "a", "models": ["A100"], "memoryMiB": 50, "cards": 2},  # a model out
     ):
-        s.apply_quota(lower)
-        assert s.apply_quota(gpu_quota("team-a", limit)) is True, limit
-    s.apply_quota(lower)
+        s.quotas.apply(lower)
+        assert s.quotas.apply(gpu_quota("team-a", limit)) is True, limit
+    s.quotas.apply(lower)
     more = gpu_quota("team-a", {"name": "a", "models": ["A100", "T4"], "memoryMiB": 50, "cards": 2},
                      {"name": "b", "models": ["H100"], "cards": 1})  # fmt: skip
-    assert s.apply_quota(more) is False  # another limit only restricts
-    assert s.apply_quota(lower) is True  # ... and taking it away is a rise
-    assert s.apply_quota(lower, deleted=True) is True
+    assert s.quotas.apply(more) is False  # another limit only restricts
+    assert s.quotas.apply(lower) is True  # ... and taking it away is a rise
+    assert s.quotas.apply(lower, deleted=True) is True

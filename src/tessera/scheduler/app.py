@@ -293,7 +293,7 @@ class SchedulerApp:
 
     def _quota_check(self, request: PodRequest) -> str:
         with self.state.lock:
-            return self.state.quota_never_fits(request)
+            return self.state.quotas.never_fits(request)
 
     def leading(self) -> bool:
         return self.leader is None or self.leader.is_leader()
@@ -306,7 +306,7 @@ class SchedulerApp:
             self.metrics.nodes.set(len(self.state.cluster))
             self.metrics.reservations.set(len(self.state.reservations))
             self.metrics.holds.set(len(self.state.holds))
-            self.metrics.quotas.set(len(self.state.quota_book))
+            self.metrics.quotas.set(len(self.state.quotas.book))
             problems = dict(self.state.problems)
         for kind, n in problems.items():
             delta = n - self._problems_seen.get(kind, 0)

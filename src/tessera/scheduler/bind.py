@@ -90,7 +90,7 @@ def _reserve(
         state.release(key)
         snap = state.cluster.snapshot()
         priority = pod_priority(pod) if pod is not None else (info.priority if info else 0)
-        excluded = state.quota_exclusions(request, priority)
+        excluded = state.quotas.exclusions(request, priority)
         asked = without_models(request, excluded) if excluded else request
         try:
             assignment = pick_cards(snap, asked, args.node, placer.policy(request))
@@ -99,7 +99,7 @@ def _reserve(
             raise BindError(
                 "no-longer-fits", f"pod {key} no longer fits on {args.node}: {why or exc}"
             ) from None
-        why = state.quota_refusal(request, assignment, priority)
+        why = state.quotas.refusal(request, assignment, priority)
         if why:
             raise BindError("quota", f"pod {key}: {why}")
         holds = state.holds.against(key, priority).get(args.node)

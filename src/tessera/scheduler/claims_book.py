@@ -141,14 +141,14 @@ class ClaimsBook:
         key = claim_key(ns, name)
         with self._s.lock:
             self._expire()
-            quotas = self._s.quota_book.of(ns)
+            quotas = self._s.quotas.book.of(ns)
             if not quotas:
                 return ""  # nothing to count against (the watch counts it all the same)
             try:
                 per_model = claim_holding(claim, self._cards.get)
             except SpecError as exc:
                 return f"claim {ns}/{name}: {exc}"
-            usage = self._s.quota_usage
+            usage = self._s.quotas.usage
             usage.set_pod(key, ns, None)  # its own earlier admission (a retry) is not in its way
             taken: dict[str, Usage] = {}
             for model, demand in sorted(per_model.items()):
@@ -281,7 +281,7 @@ class ClaimsBook:
         self._unread.pop(key, None)
         self._settle(key)
         ns = key.partition("/")[0]
-        if held and held[1] and self.on_release is not None and self._s.quota_book.of(ns):
+        if held and held[1] and self.on_release is not None and self._s.quotas.book.of(ns):
             self.on_release(ns)
 
     # --- the count --------------------------------------------------------------------
@@ -307,4 +307,4 @@ class ClaimsBook:
         else:
             observed = self._observed.get(key)
             held = observed[1] if observed is not None else None
-        self._s.quota_usage.set_pod(key, key.partition("/")[0], held)
+        self._s.quotas.usage.set_pod(key, key.partition("/")[0], held)

@@ -148,7 +148,7 @@ def filter_pod(
         # Models the namespace's quotas leave no room on are excluded from the placement,
         # under the same lock as the reservation: two cycles cannot both pass the last of
         # a quota.
-        excluded = state.quota_exclusions(request, pod_priority(args.pod))
+        excluded = state.quotas.exclusions(request, pod_priority(args.pod))
         asked = without_models(request, excluded) if excluded else request
         placer.observe(uid, request)
         policy = placer.policy(request)

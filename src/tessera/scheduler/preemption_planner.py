@@ -96,7 +96,7 @@ class PreemptionPlanner:
         if priority <= self._floor():
             return None  # no pod holding cards is less important: the common case, cheap
         with self.state.lock:
-            excluded = self.state.quota_exclusions(request, priority)
+            excluded = self.state.quotas.exclusions(request, priority)
         wanted = without_models(request, excluded) if excluded else request
         found = self._choose(nodes, wanted, priority, passed_over, within_budgets)
         if found is None and passed_over:  # nothing else would make room: those again
@@ -152,7 +152,7 @@ class PreemptionPlanner:
 
     def _models(self) -> list[str]:
         with self.state.lock:
-            return self.state.card_models()
+            return self.state.quotas.models()
 
     def _quota_victims(
         self,
@@ -169,7 +169,7 @@ class PreemptionPlanner:
         one team may hold tens of thousands, and a scan of them all under the lock held
         every verb for ~0.1 s at 40,000."""
         with self.state.lock:
-            keys = list(self.state.quota_usage.holding_model(request.namespace, model))
+            keys = list(self.state.quotas.usage.holding_model(request.namespace, model))
             going = self.state.holds.victims()
         order: list[tuple[int, str]] = []  # (priority, key) of each that may go
         for start in range(0, len(keys), chunk):
@@ -188,7 +188,7 @@ class PreemptionPlanner:
 
         def fits(gone: list[str]) -> bool:
             with self.state.lock:
-                return self.state.quota_fits_without(request, priority, model, gone)
+                return self.state.quotas.fits_without(request, priority, model, gone)
 
         run = shortest_run(len(order), lambda n: fits([k for _, k in order[:n]]))
         if run is None:

@@ -48,13 +48,13 @@ CARDS_BACK_EVERY_S = 10.0
 
 def quota_status(state: SchedulerState, namespace: str, key: str) -> dict[str, Any] | None:
     """The status of quota ``key`` from the state (lock held); None if it is gone."""
-    quota = state.quota_book.get(namespace, key)
+    quota = state.quotas.book.get(namespace, key)
     if quota is None:
         return None
     limits = []
     for lim in quota.limits:
-        used = state.quota_usage.of(namespace, lim)
-        names = [k.partition("/")[2] for k in state.quota_usage.holders(namespace, lim)]
+        used = state.quotas.usage.of(namespace, lim)
+        names = [k.partition("/")[2] for k in state.quotas.usage.holders(namespace, lim)]
         limits.append(
             {
                 "name": lim.name,
@@ -209,7 +209,7 @@ class QuotaWriter:
         # The lock is taken per quota: all of a large cluster's at once held every verb
         # (50 quotas over 200,000 pods: 0.25 s, every period).
         with self.state.lock:
-            in_force = list(self.state.quota_book.in_force())
+            in_force = list(self.state.quotas.book.in_force())
         current = {}
         for ns, key in in_force:
             with self.state.lock:

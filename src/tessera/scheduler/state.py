@@ -52,10 +52,9 @@ from tessera.model.types import (
     NodeInventory,
     PodRequest,
 )
-from tessera.quota.book import QuotaBook
-from tessera.quota.usage import QuotaUsage, Usage, demand_on, holding, why_over
 from tessera.scheduler.budgets import Disruptee
 from tessera.scheduler.holds import HoldBook
+from tessera.scheduler.quota_gate import QuotaGate
 from tessera.scheduler.reservations import Reservation, ReservationBook
 
 __all__ = ["PodInfo", "PodUpdate", "SchedulerState", "pod_priority"]
@@ -195,12 +194,9 @@ class SchedulerState:
         self.on_cards_back: Callable[[list[Card]], None] | None = None
         self.cordoned_cards: dict[str, int] = {}  # node -> its cards cordoned, when any
         self.problems: Counter[str] = Counter()  # kind -> count, for metrics
-        # Quotas: the GpuQuota objects by namespace, and what each namespace's pods hold
-        # per card model (bound and reserved alike: kept by _settle).
-        self.quota_book = QuotaBook()
-        self.quota_usage = QuotaUsage()
-        self._model_of: dict[str, str] = {}  # card UUID -> model (kept after a node goes)
-        self._card_memory: dict[str, int] = {}  # model -> its largest card's memory, MiB
+        # The GpuQuotas and what each namespace's pods hold per card model (bound and
+        # reserved alike: _settle counts each booking it makes).
+        self.quotas = QuotaGate(self.holds, self.problems)
         self.quotas_handler = _QuotaHandler(self)
         self.nodes = _NodeHandler(self)
         self.pods_handler = _PodHandler(self)
@@ -226,8 +222,7 @@ class SchedulerState:
 
     def _count(self, key: str, want: _Held | None) -> None:
         """Count what ``key`` holds per card model against its namespace's quotas."""
-        per_model = holding(want.assignment, self._model) if want is not None else None
-        self.quota_usage.set_pod(key, key.partition("/")[0], per_model)
+        self.quotas.count(key, want.assignment if want is not None else None)
 
     def _settle(self, key: str) -> str:
         """Make the cluster state book what ``key`` should hold. Returns "" or why not."""
@@ -327,112 +322,6 @@ class SchedulerState:
     def held_count(self) -> int:
         return len(self.observed.keys() | {r.pod_key for r in self.reservations.all()})
 
-    # --- quotas (lock held) -------------------------------------------------------------
-
-    def _model(self, uuid: str) -> str:
-        return self._model_of.get(uuid, "")
-
-    def card_models(self) -> list[str]:
-        """The card models of the cluster's nodes (lock held)."""
-        return sorted(self._card_memory)
-
-    def _held_quota(self, request: PodRequest, priority: int | None) -> dict[str, Usage]:
-        """Per model, what the holds of GPU preemption keep in ``request``'s namespace for
-        other pods at least as important (None: no priority given, nothing counted)."""
-        out: dict[str, Usage] = {}
-        if priority is None or not len(self.holds):
-            return out
-        for h in self.holds:
-            same_ns = h.key.partition("/")[0] == request.namespace
-            if same_ns and h.key != request.key and h.priority >= priority and h.decision:
-                for model, u in holding(h.decision, self._model).items():
-                    out[model] = out.get(model, Usage()) + u
-        return out
-
-    def quota_exclusions(self, request: PodRequest, priority: int | None = None) -> dict[str, str]:
-        """Card models ``request`` may not take for its namespace's quotas: model -> why.
-        The pod's own holding must be released first (filter does). With ``priority``,
-        what GPU preemption holds in the namespace for pods as important or more counts as
-        used: a less important pod does not take the quota a preemption made room in."""
-        quotas = self.quota_book.of(request.namespace)
-        if not quotas:
-            return {}
-        held = self._held_quota(request, priority)
-        out = {}
-        for model, memory in self._card_memory.items():
-            demand = demand_on(request, memory)
-            why = why_over(quotas, self.quota_usage, model, demand, held=held)
-            if why:
-                out[model] = why
-        return out
-
-    def quota_fits_without(
-        self, request: PodRequest, priority: int, model: str, gone: Iterable[str]
-    ) -> bool:
-        """Whether ``request`` on cards of ``model`` would fit its namespace's quotas once
-        the pods ``gone`` no longer hold anything (holds counted as in
-        ``quota_exclusions``)."""
-        quotas = self.quota_book.of(request.namespace)
-        held = self._held_quota(request, priority)
-        for key in gone:
-            for m, u in self.quota_usage.held_by(key).items():
-                held[m] = held.get(m, Usage()) - u
-        demand = demand_on(request, self._card_memory.get(model, 0))
-        return not why_over(quotas, self.quota_usage, model, demand, held=held)
-
-    def quota_never_fits(self, request: PodRequest) -> str:
-        """Why ``request`` alone is larger than its namespace's quotas allow on every card
-        model of the cluster it could use, or "" (it could fit some day, or no quota)."""
-        quotas = self.quota_book.of(request.namespace)
-        if not quotas:
-            return ""
-        first = ""
-        for model, memory in sorted(self._card_memory.items()):
-            if not _may_use(request, model):
-                continue
-            why = why_over(quotas, None, model, demand_on(request, memory))
-            if not why:
-                return ""
-            first = first or why
-        return first
-
-    def quota_refusal(
-        self, request: PodRequest, assignment: Assignment, priority: int | None = None
-    ) -> str:
-        """Why holding ``assignment`` would pass a quota of the pod's namespace, or ""
-        (``priority``: as in ``quota_exclusions``)."""
-        quotas = self.quota_book.of(request.namespace)
-        if not quotas:
-            return ""
-        held = self._held_quota(request, priority)
-        for model, u in holding(assignment, self._model).items():
-            why = why_over(quotas, self.quota_usage, model, u, held=held)
-            if why:
-                return why
-        return ""
-
-    def apply_quota(self, obj: Obj, deleted: bool = False) -> bool:
-        """A GpuQuota as the watch delivers it; whether it loosened its namespace's limits
-        (then pods waiting there may fit now)."""
-        loosened, why = self.quota_book.apply(obj, deleted)
-        if why:
-            self._quota_refused(obj, why)
-        return loosened
-
-    def replace_quotas(self, items: list[Obj]) -> set[str]:
-        """The complete set of GpuQuotas (after a list); the namespaces loosened."""
-        loosened, refusals = self.quota_book.replace(items)
-        for key, why in refusals.items():
-            self._quota_refused(key, why)
-        return loosened
-
-    def _quota_refused(self, what: Obj | str, why: str) -> None:
-        if not isinstance(what, str):
-            meta = what.get("metadata") or {}
-            what = f"{meta.get('namespace')}/{meta.get('name')}"
-        self.problems["bad-quota"] += 1
-        log.warning("GpuQuota %s refused, its last good version stays: %s", what, why)
-
     # --- nodes ------------------------------------------------------------------------
 
     def apply_node(self, obj: Obj, deleted: bool = False) -> None:
@@ -491,10 +380,7 @@ class SchedulerState:
         back = [c for c in inv.cards if c.in_service and c.uuid not in before] if seen else []
         if back and self.on_cards_back is not None:
             self.on_cards_back(back)  # pods refused for want of them may fit now
-        for card in inv.cards:
-            self._model_of[card.uuid] = card.model
-            known = self._card_memory.get(card.model, 0)
-            self._card_memory[card.model] = max(known, card.memory_mib)
+        self.quotas.learn_cards(inv.cards)
         waiting = {k for k, h in self.observed.items() if h.assignment.node == name}
         waiting |= {r.pod_key for r in self.reservations.all() if r.node == name}
         for key in sorted(waiting):
@@ -717,11 +603,6 @@ class PodUpdate:
         )
 
 
-def _may_use(request: PodRequest, model: str) -> bool:
-    """Whether every GPU container of ``request`` may take cards of ``model``."""
-    return all(c.gpu is None or c.gpu.allows_model(model) for c in request.containers)
-
-
 def _inventory(name: str, text: str, alloc: dict[str, Any]) -> NodeInventory:
     cpu = cpu_milli(alloc.get("cpu", "0"), f"node {name}: status.allocatable.cpu")
     mem = memory_mib(alloc.get("memory", "0"), f"node {name}: status.allocatable.memory")
@@ -753,13 +634,13 @@ class _QuotaHandler:
 
     def replace(self, items: list[Obj]) -> None:
         with self._s.lock:
-            raised = self._s.replace_quotas(items)
+            raised = self._s.quotas.replace(items)
         if raised and self.on_raise is not None:
             self.on_raise(raised)
 
     def apply(self, event: WatchEvent) -> None:
         with self._s.lock:
-            raised = self._s.apply_quota(event.object, deleted=event.type == "DELETED")
+            raised = self._s.quotas.apply(event.object, deleted=event.type == "DELETED")
         ns = str((event.object.get("metadata") or {}).get("namespace") or "")
         if raised and self.on_raise is not None:
             self.on_raise({ns})

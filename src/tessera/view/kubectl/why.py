@@ -163,7 +163,7 @@ def why(
     # No verb waits on this lock here: no pause between pages.
     state.replace_pod_pages(others(), pause_s=0)
     with contextlib.suppress(NotFound):  # the GpuQuota CRD is not installed: no quotas
-        state.replace_quotas(api.list(GPUQUOTAS).items)
+        state.quotas.replace(api.list(GPUQUOTAS).items)
     # Only the nodes kube-scheduler's own filters would offer (view/eligible.py: cordons,
     # nodeName, nodeSelector, required affinity, taints); the rest are its to judge.
     # Namespaces' labels, for affinity terms that select namespaces by label.
