@@ -9,11 +9,10 @@ The extender's state (``SchedulerState``) holds ``--nodes`` nodes of 8 cards. A
 re-list (what the pod reflector does after its watch expired) delivers ``--pods`` bound
 pods, each with its assignment, none of which the state has seen (with ``--known``, all
 of which it holds already, unchanged, as after a watch that expired while nothing
-changed); meanwhile a client
-thread calls ``filter`` for new pods one after another, as kube-scheduler would, and
-times each call. Each re-list decodes the list's JSON, as the reflector does, and ends
-as the extender's does, with what it made frozen out of later collections
-(scheduler/heap.py) and the decoded objects let go. Three ways, in one run:
+changed); meanwhile a client thread calls ``filter`` for new pods one after another, as
+kube-scheduler would, and times each call. Each re-list decodes the list's JSON, as the
+reflector does, and ends as the extender's does, with what it made frozen out of later
+collections (scheduler/heap.py) and the decoded objects let go. Three ways, in one run:
 
 * **chunked** (Tessera now): the pods are decoded outside the verbs' lock and booked 500
   at a time (``SchedulerState.replace_pods``) inside ``listing()``: the collector's
