@@ -379,3 +379,24 @@ def test_a_relist_of_unchanged_pods_parses_none_of_them_again() -> None:
     assert parsed == ["p1"]
     assert state.held("default/p1").containers[0].slices[0].uuid == cards[0].uuid  # type: ignore[union-attr]
     assert state.cluster.check_invariants() == []
+
+
+def test_an_annotation_that_does_not_decode_is_reported_again_when_the_pod_is_weighed() -> None:
+    """An unchanged pod takes what was decoded before, except an annotation that did not
+    decode: that one is decoded again when the pod goes the full way (here: reserved by a
+    filter), so its problem is counted and logged again."""
+    from tessera.model.annotations import ASSIGNMENT
+    from tessera.scheduler.filter import filter_pod
+    from tessera.scheduler.placer import Placer
+    from tessera.scheduler.state import SchedulerState
+    from tessera.scheduler.wire import ExtenderArgs
+
+    state = SchedulerState()
+    state.replace_nodes([node_obj("n1", 1)])
+    pod = pod_obj("odd", gpu=1, memory=1000, annotations={ASSIGNMENT: "not json"})
+    pod["metadata"]["uid"] = "u-odd"
+    state.apply_pod(pod)
+    assert state.problems["bad-assignment"] == 1
+    assert filter_pod(state, Placer(), ExtenderArgs(pod=pod, node_names=["n1"])).node_names
+    state.apply_pod(pod)  # unchanged, but reserved: the full way
+    assert state.problems["bad-assignment"] == 2

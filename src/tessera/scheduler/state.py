@@ -410,8 +410,10 @@ class SchedulerState:
     def prepare_pod(self, obj: Obj, deleted: bool = False) -> PodUpdate:
         """What ``apply_pod`` needs of a Pod, decoded: safe without the lock, and where
         the work is (parsing the spec, decoding the annotation), so that the lock is held
-        only for the bookings. A pod that looks unchanged is not parsed (a racy read of
-        ``pods``; ``apply_update`` parses it under the lock if that turns out wrong)."""
+        only for the bookings. A pod that looks unchanged (same uid, node and annotation
+        bytes; a racy read of ``pods``) is not parsed: it takes the request and assignment
+        already decoded from those bytes. A status update of every pod, or a re-list of
+        100,000 unchanged ones, then parses nothing."""
         meta = obj.get("metadata") or {}
         key = _pod_key(obj)
         uid = str(meta.get("uid") or "")
@@ -426,28 +428,21 @@ class SchedulerState:
             key, uid, rv, node_name, text, obj=obj, disruptee=_disruptee(key, obj),
             priority=pod_priority(obj), terminating=_terminating(obj), preempting=_preempting(obj),
         )  # fmt: skip
-        if upd.unchanged_for(self.pods.get(key)):
-            return upd  # probably a status update: parsed only if needed after all
+        known = self.pods.get(key)
+        if known is not None and upd.unchanged_for(known):
+            # An annotation that did not decode is left to decode again, to be reported.
+            if text is None or known.assignment is not None:
+                upd.request, upd.assignment, upd.decoded = known.request, known.assignment, True
+            return upd
         self._decode(upd)
         return upd
 
     def prepare_listed(self, obj: Obj) -> PodUpdate:
         """``prepare_pod`` for an item of a list: always decoded, and holding nothing of
-        the object, so a list's objects can go as soon as each page is read. A pod known
-        unchanged (same uid, node and annotation bytes) takes the request and assignment
-        already decoded from them, as a watch's update of it would: a re-list of 100,000
-        unchanged pods is then no dearer than it was when their objects were kept."""
+        the object, so a list's objects can go as soon as each page is read."""
         upd = self.prepare_pod(obj)
         if not upd.decoded and not upd.gone:
-            known = self.pods.get(upd.key)  # a racy read, as in prepare_pod
-            if (
-                known is not None
-                and upd.unchanged_for(known)
-                and not (upd.text is not None and known.assignment is None)
-            ):  # (an annotation that did not decode is decoded again, to be reported)
-                upd.request, upd.assignment, upd.decoded = known.request, known.assignment, True
-            else:
-                self._decode(upd)
+            self._decode(upd)
         upd.obj = None
         return upd
 
@@ -487,7 +482,7 @@ class SchedulerState:
             known.disruptee = upd.disruptee
             return
         if not upd.decoded:
-            self._decode(upd)  # it changed after all since prepare_pod looked
+            self._decode(upd)  # left for here: an unchanged annotation that did not decode
         if upd.bad_assignment:
             self.problems["bad-assignment"] += 1
             log.warning("%s", upd.bad_assignment)
