@@ -95,15 +95,22 @@ def get_pod(api: Any, name: str, namespace: str) -> dict[str, Any]:
         fail(f'pods "{name}" not found in namespace {namespace}')
 
 
-def load_map(api: Any, path: tuple[list[Any], list[Any]] | None = None) -> GpuMap:
-    """The map as listed now; ``path``: the claims path already listed (``claims_path``)."""
+def load_map(
+    api: Any,
+    path: tuple[list[Any], list[Any]] | None = None,
+    nodes: list[Any] | None = None,
+) -> GpuMap:
+    """The map as listed now; ``path``: the claims path already listed (``claims_path``),
+    ``nodes``: the nodes already listed."""
     from tessera.kube.kinds import NODES, PODS
     from tessera.kube.reflector import listed
     from tessera.view.gpumap import build_map
 
     slices, claims = path if path is not None else claims_path(api)
+    if nodes is None:
+        nodes = api.list(NODES).items
     # The pods a page at a time: 200,000 of them decoded at once are gigabytes.
-    return build_map(api.list(NODES).items, listed(api, PODS), slices=slices, claims=claims)
+    return build_map(nodes, listed(api, PODS), slices=slices, claims=claims)
 
 
 def claims_path(api: Any) -> tuple[list[Any], list[Any]]:

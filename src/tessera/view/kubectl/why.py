@@ -16,6 +16,7 @@ from tessera.view.kubectl.common import (
     Namespace,
     claims_path,
     get_pod,
+    load_map,
 )
 
 
@@ -97,16 +98,14 @@ def _claims_lines(
     path's cards of the ``offered`` nodes (view/claim_wait.py). The map lists the pods
     again, a page at a time."""
     from tessera.kube.errors import ApiError
-    from tessera.kube.kinds import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
-    from tessera.kube.reflector import listed
+    from tessera.kube.kinds import DEVICE_CLASSES, RESOURCE_CLAIMS
     from tessera.view.claim_wait import explain
-    from tessera.view.gpumap import build_map
 
     slices, claims = claims_path(api)
     if not slices:  # claims are listed only beside slices; the pod's own still say much
         with contextlib.suppress(ApiError):
             claims = list(api.list(RESOURCE_CLAIMS, namespace).items)
-    gmap = build_map(nodes, listed(api, PODS), slices=slices, claims=claims)
+    gmap = load_map(api, (slices, claims), nodes)
     mine = {
         str(c["metadata"]["name"]): c
         for c in claims
