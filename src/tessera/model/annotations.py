@@ -9,6 +9,7 @@ are documented byte for byte in docs/protocol.md.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -278,7 +279,9 @@ def decode_assignment(pod: str, text: str) -> Assignment:
 
 
 def _assignment_of(what: str, obj: Mapping[str, Any]) -> Assignment:
-    node = _field(what, obj, "node", str)
+    """The strings are interned: a scheduler keeps every bound pod's assignment, and pods
+    repeat their node's name, their cards' UUIDs and their containers' names."""
+    node = sys.intern(_field(what, obj, "node", str))
     if not node:
         raise FormatError(what, "field 'node' must not be empty")
     containers: list[ContainerAssignment] = []
@@ -304,14 +307,14 @@ def _assignment_of(what: str, obj: Mapping[str, Any]) -> Assignment:
                 raise FormatError(w, f"field 'cores' must be <= 100, got {cores}")
             slices.append(
                 CardSlice(
-                    uuid=_field(w, rs, "uuid", str),
+                    uuid=sys.intern(_field(w, rs, "uuid", str)),
                     memory_mib=_non_negative(w, "memoryMiB", _field(w, rs, "memoryMiB", int)),
                     cores_percent=cores,
                 )
             )
         containers.append(
             ContainerAssignment(
-                name=_field(where, raw, "name", str),
+                name=sys.intern(_field(where, raw, "name", str)),
                 slices=tuple(slices),
                 policy=policy,
                 exclusive=_field(where, raw, "exclusive", bool),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -658,7 +659,8 @@ def parse_pod(
         except TypeError:  # a value that cannot be hashed (a list): the parse refuses it
             memo_key, known = None, None
         if known is not None:
-            return replace(known, namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+            namespace = sys.intern(meta["namespace"])  # repeated by every pod of it
+            return replace(known, namespace=namespace, name=meta["name"], uid=meta["uid"])
     request = _request_of(containers, read, overhead, families, domains, names, compat, meta)
     if memo_key is not None:
         _MEMO.put(memo_key, request)
@@ -706,7 +708,7 @@ def _request_of(
     if "memory" in overhead:
         mem += memory_mib(overhead["memory"], "spec.overhead[memory]")
     return PodRequest(
-        namespace=meta["namespace"],
+        namespace=sys.intern(meta["namespace"]),
         name=meta["name"],
         containers=tuple(out),
         cpu_milli=cpu,
