@@ -119,6 +119,15 @@ def test_assign_books_and_release_gives_back() -> None:
             "not allowed",
         ),
         ([("x", SHARE, on("a", "a-g1"))], SHARE, on("a", "a-g0"), "insufficient cpu"),
+        ([], SHARE, on("a", "a-g0", exclusive=True), "exclusive/init flags differ"),
+        (
+            [],
+            SHARE,
+            Assignment(
+                "a", (ContainerAssignment("main", (CardSlice("a-g0", 4000, 30),), init=True),)
+            ),
+            "exclusive/init flags differ",
+        ),
     ],
 )
 def test_assign_refuses_what_breaks_an_invariant_and_changes_nothing(
@@ -246,6 +255,32 @@ def test_update_that_drops_a_booked_card_is_reported() -> None:
     state.assign(pod("p", SHARE), on("a", "a-g1"))
     state.update_node(node("a", cards=1))
     assert any("a-g1, which is not on a" in p for p in state.check_invariants())
+    # The pod can still go: what it held on the card that left is simply not given back.
+    assert state.release("ns/p") is True
+    assert state.check_invariants() == []
+    assert state.snapshot().cards_free("a")[0].memory_mib == 16000
+
+
+def test_a_card_without_memory_is_refused() -> None:
+    empty = NodeInventory("a", (Card("a-g0", 0, "T4", 0),), 8000, 64000)
+    with pytest.raises(SpecError, match="card a-g0 memory: must be > 0"):
+        ClusterState([empty])
+
+
+def test_node_without_keeps_pods_on_cards_taken_out_of_service() -> None:
+    """A pod booked on a card that has since turned unhealthy still holds it: the node as
+    it will be once other pods leave (preemption's question) keeps that booking."""
+    state = ClusterState([node("a")])
+    state.assign(pod("p", SHARE), on("a", "a-g1"))
+    state.assign(pod("q", SHARE), on("a", "a-g0"))
+    sick = node("a").cards[1]
+    state.update_node(
+        NodeInventory("a", (node("a").cards[0], Card(sick.uuid, 1, "T4", 16000, healthy=False)),
+                      8000, 64000)
+    )  # fmt: skip
+    after = state.node_without("a", {"ns/q"})
+    assert after.booking("ns/p") is not None and after.booking("ns/q") is None
+    assert after.snapshot().cards_free("a")[1].memory_mib == 12000
 
 
 def test_invariant_check_sees_drift_in_the_arrays() -> None:

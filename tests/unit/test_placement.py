@@ -394,3 +394,25 @@ def test_topology_prefers_the_node_that_can_give_linked_cards() -> None:
     state = ClusterState([plain, linked])
     assert place(state.snapshot(), share(count=2), make_policy("topology")).node == "linked"
     assert place(state.snapshot(), share(count=2), make_policy("binpack")).node == "plain"
+
+
+def test_topology_counts_nvlink_apart_from_numa() -> None:
+    """Both nodes keep their cards on one NUMA node; only NVLink tells them apart (a peer
+    index that is not on the node, 9, is ignored)."""
+
+    def on_numa_0(name: str, linked: bool) -> NodeInventory:
+        cards = tuple(
+            Card(
+                f"{name}-g{i}",
+                i,
+                "T4",
+                16000,
+                numa_node=0,
+                nvlink_peers=(i ^ 1, 9) if linked else (),
+            )
+            for i in range(4)
+        )
+        return NodeInventory(name, cards, 8000, 64000)
+
+    state = ClusterState([on_numa_0("plain", False), on_numa_0("linked", True)])
+    assert place(state.snapshot(), share(count=2), make_policy("topology")).node == "linked"
