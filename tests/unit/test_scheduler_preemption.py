@@ -201,7 +201,7 @@ def test_a_victim_in_a_long_grace_period_keeps_the_preemption_waiting() -> None:
     state, kube, now = SchedulerState(), FakeKube(), [100.0]
     p = Preemptor(state, kube, EventRecorder(kube, "t", "t"), lambda: True, hold_s=60,
                   clock=lambda: now[0])  # fmt: skip
-    state.pods["default/low"] = PodInfo("default/low", "u-low", "1", "a1", None, None)
+    state.pods["default/low"] = PodInfo("default/low", "u-low", "a1", None, None)
     victims = frozenset({"default/low"})
     state.holds.put(Hold("default/urgent", "u-urgent", 1000, "a1", victims, until=160.0))
     assert p._waiting("default/urgent", "u-urgent")  # evicted just now
@@ -320,9 +320,9 @@ def test_a_new_leader_holds_and_nudges_a_preemption_whose_victims_are_gone() -> 
     p = Preemptor(state, kube, EventRecorder(kube, "t", "t"), lambda: True,
                   clock=lambda: now[0])  # fmt: skip
     done = encode_preempting("a1", ["default/low"])  # low is not among the pods any more
-    state.pods["default/urgent"] = PodInfo("default/urgent", "u", "1", "", None, None,
+    state.pods["default/urgent"] = PodInfo("default/urgent", "u", "", None, None,
                                            priority=1000, preempting=done)  # fmt: skip
-    state.pods["default/bad"] = PodInfo("default/bad", "u2", "1", "", None, None,
+    state.pods["default/bad"] = PodInfo("default/bad", "u2", "", None, None,
                                         preempting='{"v":1,"node":"a1"}')  # fmt: skip
     p.step()
     hold = state.holds.get("default/urgent")
@@ -333,7 +333,7 @@ def test_a_new_leader_holds_and_nudges_a_preemption_whose_victims_are_gone() -> 
     now[0] += p.keep_s  # kept as long as any freed hold, then let go
     p.step()
     assert len(state.holds) == 0
-    state.pods["default/low"] = PodInfo("default/low", "u3", "1", "a1", None, None)
+    state.pods["default/low"] = PodInfo("default/low", "u3", "a1", None, None)
     p._adopted = False  # as at the next takeover, with the victim still there
     p.step()
     hold = state.holds.get("default/urgent")
@@ -345,9 +345,9 @@ def test_why_holds_only_the_preemptions_whose_victims_still_go() -> None:
     """kubectl tessera why has no clock to end a freed hold by: it leaves those out."""
     state = SchedulerState()
     for key, victims in (("default/going", ["default/low"]), ("default/done", ["default/x"])):
-        state.pods[key] = PodInfo(key, f"u-{key}", "1", "", None, None, priority=1000,
+        state.pods[key] = PodInfo(key, f"u-{key}", "", None, None, priority=1000,
                                   preempting=encode_preempting("a1", victims))  # fmt: skip
-    state.pods["default/low"] = PodInfo("default/low", "u3", "1", "a1", None, None)
+    state.pods["default/low"] = PodInfo("default/low", "u3", "a1", None, None)
     assert adopt_holds(state, until=float("inf")) == ["default/done"]
     assert [h.key for h in state.holds] == ["default/going"]
 

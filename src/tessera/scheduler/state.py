@@ -11,7 +11,7 @@ apart from its cache:
 The ``ClusterState`` (cards and bookings, the placement core's input) books one of the
 two per pod -- the reservation if there is one, else the observed assignment -- and
 ``_settle`` is the one place that keeps it so. Beside them it keeps what ``bind`` needs
-of each Tessera pod (UID, resourceVersion, node, parsed request).
+of each Tessera pod (UID, node, parsed request).
 
 A restarted extender lists the nodes and the pods and books every annotation again:
 nothing else is needed to know which card holds what, so it comes back with no double
@@ -72,7 +72,6 @@ class PodInfo:
 
     key: str
     uid: str
-    resource_version: str
     node_name: str
     request: PodRequest | None
     assignment: Assignment | None  # as its annotation says
@@ -426,16 +425,15 @@ class SchedulerState:
         meta = obj.get("metadata") or {}
         key = _pod_key(obj)
         uid = str(meta.get("uid") or "")
-        rv = str(meta.get("resourceVersion") or "")
         phase = (obj.get("status") or {}).get("phase")
         if deleted or phase in TERMINAL_PHASES:
-            return PodUpdate(key, uid, rv, "", None, None, gone=True)
+            return PodUpdate(key, uid, "", None, None, gone=True)
         # Interned: every pod on a node repeats its name.
         node_name = sys.intern(str((obj.get("spec") or {}).get("nodeName") or ""))
         raw = _annotations(obj).get(keys.ASSIGNMENT)
         text = raw if isinstance(raw, str) else None
         upd = PodUpdate(
-            key, uid, rv, node_name, text, _digest(text), obj=obj, disruptee=_disruptee(key, obj),
+            key, uid, node_name, text, _digest(text), obj=obj, disruptee=_disruptee(key, obj),
             priority=pod_priority(obj), terminating=_terminating(obj), preempting=_preempting(obj),
         )  # fmt: skip
         known = self.pods.get(key)
@@ -486,7 +484,6 @@ class SchedulerState:
         known = self.pods.get(key)
         if known is not None and upd.unchanged_for(known) and key not in self.reservations:
             # A status update (kwok, kubelet) or a label: nothing Tessera reads changed.
-            known.resource_version = upd.resource_version
             known.terminating = upd.terminating
             known.preempting = upd.preempting
             known.disruptee = upd.disruptee
@@ -497,7 +494,7 @@ class SchedulerState:
             self.problems["bad-assignment"] += 1
             log.warning("%s", upd.bad_assignment)
         self.pods[key] = PodInfo(
-            key, uid, upd.resource_version, node_name, upd.request, upd.assignment, upd.digest,
+            key, uid, node_name, upd.request, upd.assignment, upd.digest,
             priority=upd.priority, terminating=upd.terminating,
             preempting=upd.preempting, disruptee=upd.disruptee,
         )  # fmt: skip
@@ -584,7 +581,6 @@ class PodUpdate:
 
     key: str
     uid: str
-    resource_version: str
     node_name: str
     text: str | None  # the assignment annotation's bytes
     digest: bytes | None  # _digest(text)
