@@ -1,0 +1,207 @@
+"""SchedulerState's bookkeeping verbs on their own: reservations replaced, released and
+in doubt; annotations whose pod spec no longer matches; what a pod update reads."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tessera.errors import PlacementError
+from tessera.model.annotations import ASSIGNMENT, encode_assignment
+from tessera.model.types import Assignment, CardSlice, ContainerAssignment
+from tessera.scheduler.state import SchedulerState, request_from_assignment
+from tests.unit._scheduler_world import node_obj, pod_obj
+
+
+def state_with(*nodes: dict[str, Any]) -> SchedulerState:
+    state = SchedulerState()
+    state.replace_nodes(list(nodes))
+    return state
+
+
+def uuids(state: SchedulerState, node: str) -> list[str]:
+    return [c.card.uuid for c in state.cluster.snapshot().cards_free(node)]
+
+
+def on(node: str, uuid: str, mem: int = 10000, cores: int = 20, name: str = "main") -> Assignment:
+    return Assignment(node, (ContainerAssignment(name, (CardSlice(uuid, mem, cores),)),))
+
+
+def free_mem(state: SchedulerState, node: str) -> list[int]:
+    return [c.memory_mib for c in state.cluster.snapshot().cards_free(node)]
+
+
+def test_unreserve_drops_only_the_reservation_it_names() -> None:
+    """A failed bind releases its own decision, never a newer one taken since."""
+    state = state_with(node_obj("n1"))
+    g0, g1 = uuids(state, "n1")
+    request = state.parse(pod_obj("p", memory=10000))
+    assert request is not None
+    old, new = on("n1", g0), on("n1", g1)
+    state.reserve(request, "u1", old)
+    state.reserve(request, "u1", new)  # filtered again: the newer decision replaces it
+    assert state.unreserve(request.key, old) is False
+    assert state.held(request.key) == new
+    assert free_mem(state, "n1") == [40960, 30960]
+    assert state.unreserve(request.key, new) is True
+    assert state.held(request.key) is None
+    assert free_mem(state, "n1") == [40960, 40960]
+    assert state.unreserve(request.key) is False  # nothing left to drop
+
+
+def test_a_reservation_that_does_not_fit_keeps_the_one_before() -> None:
+    state = state_with(node_obj("n1"))
+    g0, _ = uuids(state, "n1")
+    big = state.parse(pod_obj("big", memory=40000))
+    p = state.parse(pod_obj("p", memory=10000))
+    assert big is not None and p is not None
+    state.reserve(big, "u0", on("n1", g0, mem=40000))
+    first = on("n1", uuids(state, "n1")[1])
+    state.reserve(p, "u1", first)
+    with pytest.raises(PlacementError, match="has 960 MiB free, needs 10000"):
+        state.reserve(p, "u1", on("n1", g0))  # 10,000 MiB more on a card with 960 free
+    assert state.held(p.key) == first
+    assert free_mem(state, "n1") == [960, 30960]
+
+
+def test_doubt_keeps_only_the_reservation_it_names() -> None:
+    state = state_with(node_obj("n1"))
+    g0, g1 = uuids(state, "n1")
+    request = state.parse(pod_obj("p", memory=10000))
+    assert request is not None
+    state.reserve(request, "u1", on("n1", g0))
+    assert state.doubt(request.key, on("n1", g1)) is False
+    res = state.reservations.get(request.key)
+    assert res is not None and not res.binding
+    assert state.doubt("default/nobody", on("n1", g0)) is False
+    assert state.doubt(request.key, on("n1", g0)) is True
+    assert res.binding and res.doubt_until is not None
+
+
+def test_release_says_whether_anything_was_held() -> None:
+    state = state_with(node_obj("n1"))
+    g0, _ = uuids(state, "n1")
+    assert state.release("default/p") is False
+    request = state.parse(pod_obj("p", memory=10000))
+    assert request is not None
+    state.reserve(request, "u1", on("n1", g0))
+    assert state.release("default/p", uid="someone-else") is False
+    assert state.release("default/p") is True
+    assert free_mem(state, "n1") == [40960, 40960]
+
+
+def bound(name: str, assignment: Assignment, **kw: Any) -> dict[str, Any]:
+    obj = pod_obj(name, **kw)
+    obj["metadata"] |= {"uid": f"uid-{name}", "resourceVersion": "1"}
+    obj["metadata"]["annotations"][ASSIGNMENT] = encode_assignment(assignment)
+    obj["spec"]["nodeName"] = assignment.node
+    return obj
+
+
+def test_a_bound_pod_whose_spec_no_longer_matches_keeps_its_cards_out_of_service() -> None:
+    """The annotation is what holds the cards, even when the spec parses to other
+    containers and the card has since been taken out of service."""
+    node = node_obj("n1")
+    state = state_with(node)
+    g0, _ = uuids(state, "n1")
+    inventory = json.loads(node["metadata"]["annotations"]["tessera.io/inventory"])
+    inventory["cards"][0]["healthy"] = False
+    node["metadata"]["annotations"]["tessera.io/inventory"] = json.dumps(inventory)
+    state.apply_node(node)
+    # The annotation names container "old"; the spec has only "main".
+    state.apply_pod(bound("p", on("n1", g0, name="old"), memory=10000))
+    assert state.cluster.booking("default/p") is not None
+    assert free_mem(state, "n1")[0] == 30960
+    assert state.problems["conflicting-assignment"] == 0
+
+
+def test_an_annotation_that_cannot_be_booked_is_counted() -> None:
+    state = state_with(node_obj("n1"))
+    g0, _ = uuids(state, "n1")
+    state.apply_pod(bound("a", on("n1", g0, mem=30000), memory=30000))
+    state.apply_pod(bound("b", on("n1", g0, mem=30000), memory=30000))  # the same card
+    assert state.cluster.booking("default/b") is None
+    assert state.problems["conflicting-assignment"] == 1
+
+
+def test_a_pod_is_ready_only_when_its_ready_condition_is_true() -> None:
+    state = SchedulerState()
+
+    def ready(conditions: list[dict[str, str]]) -> bool:
+        obj = pod_obj("p", memory=1000)
+        obj["status"] = {"phase": "Running", "conditions": conditions}
+        disruptee = state.prepare_pod(obj).disruptee
+        assert disruptee is not None
+        return disruptee.ready
+
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    assert ready([scheduled, {"type": "Ready", "status": "True"}]) is True
+    assert ready([scheduled, {"type": "Ready", "status": "False"}]) is False
+    assert ready([scheduled]) is False
+
+
+def test_a_request_made_from_an_assignment_asks_for_its_largest_slice() -> None:
+    """Any card the assignment gives then meets the request."""
+    assignment = Assignment(
+        "n1", (ContainerAssignment("main", (CardSlice("a", 4000, 30), CardSlice("b", 6000, 50))),)
+    )
+    gpu = request_from_assignment("ns/p", assignment, None).containers[0].gpu
+    assert gpu is not None
+    assert (gpu.count, gpu.memory_mib, gpu.cores_percent) == (2, 6000, 50)
+
+
+def test_a_bound_pod_whose_spec_asks_for_no_gpu_is_booked_from_its_annotation() -> None:
+    state = state_with(node_obj("n1"))
+    g0, _ = uuids(state, "n1")
+    state.apply_pod(bound("p", on("n1", g0), gpu=None))  # the spec names no GPU at all
+    booking = state.cluster.booking("default/p")
+    assert booking is not None and booking.pod.uid == "uid-p"
+    assert free_mem(state, "n1")[0] == 30960
+
+
+def test_a_bound_pod_that_loses_its_annotation_keeps_its_cards_a_new_pod_of_its_name_not() -> None:
+    state = state_with(node_obj("n1"))
+    g0, _ = uuids(state, "n1")
+    obj = bound("p", on("n1", g0), memory=10000)
+    state.apply_pod(obj)
+    del obj["metadata"]["annotations"][ASSIGNMENT]
+    obj["metadata"]["resourceVersion"] = "2"
+    state.apply_pod(obj)  # its containers still run on the card
+    assert state.held("default/p") == on("n1", g0)
+    again = pod_obj("p", memory=10000)  # deleted and created again, its delete unseen
+    again["metadata"] |= {"uid": "uid-p-2", "resourceVersion": "3"}
+    state.apply_pod(again)
+    assert state.held("default/p") is None
+    assert free_mem(state, "n1") == [40960, 40960]
+
+
+def test_refused_inventories_are_counted() -> None:
+    state = state_with(node_obj("n1"))
+    bad = node_obj("n2")
+    bad["metadata"]["annotations"]["tessera.io/inventory"] = "{not json"
+    state.apply_node(bad)
+    assert state.problems["bad-inventory"] == 1
+    twin = node_obj("n1")  # the same cards, under another name
+    twin["metadata"]["name"] = "n3"
+    state.apply_node(twin)
+    assert state.problems["bad-inventory"] == 2
+    assert set(state.bad_nodes) == {"n2", "n3"}
+
+
+def test_only_cards_that_come_back_into_service_are_announced() -> None:
+    node = node_obj("n1")
+    state = state_with(node)
+    told: list[list[str]] = []
+    state.on_cards_back = lambda cards: told.append([c.uuid for c in cards])
+    g0, _ = uuids(state, "n1")
+    inventory = json.loads(node["metadata"]["annotations"]["tessera.io/inventory"])
+    inventory["cards"][0]["healthy"] = False
+    node["metadata"]["annotations"]["tessera.io/inventory"] = json.dumps(inventory)
+    state.apply_node(node)  # a card goes: nothing comes back
+    assert told == []
+    inventory["cards"][0]["healthy"] = True
+    node["metadata"]["annotations"]["tessera.io/inventory"] = json.dumps(inventory)
+    state.apply_node(node)
+    assert told == [[g0]]
