@@ -6,14 +6,13 @@ are small records of what each was asked, answering what the test sets."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessera.node.allocation.cleanup import cleanup
 from tessera.node.allocation.ledger import Ledger
 from tessera.node.formats.layout import AllocRecord, Layout
 from tessera.node.pods import PodInfo
-from tessera.node.ports import PodResourcesView
+from tests.unit._node_doubles import Kubelet, Pods
 
 NODE = "gpu-1"
 GRACE = 30.0
@@ -23,32 +22,6 @@ NOW = 1_000.0
 def pod(uid: str, node: str = NODE, terminal: bool = False) -> PodInfo:
     return PodInfo(uid, "ns", f"pod-{uid}", node, "2026-11-28T00:00:00Z", (), None,
                    terminal=terminal)  # fmt: skip
-
-
-@dataclass
-class Pods:
-    """The watch cache (``cached``) and a fresh list (``fresh``), counting the lists."""
-
-    cached: list[PodInfo]
-    fresh: list[PodInfo] | None = None
-    refreshes: int = 0
-
-    def pods(self) -> list[PodInfo]:
-        return list(self.cached)
-
-    def refresh(self) -> list[PodInfo]:
-        self.refreshes += 1
-        return list(self.cached if self.fresh is None else self.fresh)
-
-
-@dataclass
-class Kubelet:
-    held: dict[tuple[str, str, str], frozenset[str]] = field(default_factory=dict)
-    views: int = 0
-
-    def view(self) -> PodResourcesView | None:
-        self.views += 1
-        return PodResourcesView(frozenset((ns, name) for ns, name, _ in self.held), self.held)
 
 
 def allocate(layout: Layout, ledger: Ledger, alloc_id: str, uid: str, created: float) -> None:
@@ -107,7 +80,7 @@ def test_slots_kubelet_still_lists_are_kept(tmp_path: Path) -> None:
     allocate(layout, ledger, "a0", "live", NOW - 100)
     allocate(layout, ledger, "a1", "gone", NOW - 100)
     allocate(layout, ledger, "a2", "gone-too", NOW - 100)
-    kubelet = Kubelet({("ns", "pod-gone", "main"): frozenset({"slot-a1"})})
+    kubelet = Kubelet(held={("ns", "pod-gone", "main"): frozenset({"slot-a1"})})
     live = Pods([pod("live")])
     assert cleanup(NODE, ledger, layout, live, kubelet, "v1", NOW, GRACE) == ["a2"]
     assert layout.alloc_ids() == ["a0", "a1"]

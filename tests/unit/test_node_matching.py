@@ -1,0 +1,129 @@
+"""The matcher on its own: which container a kubelet call is for, from the pods bound
+to the node and kubelet's pod-resources (docs/node-agent.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.model.types import Assignment, CardSlice, ContainerAssignment
+from tessera.node.allocation.errors import AllocationError
+from tessera.node.allocation.matching import Matcher
+from tessera.node.formats.layout import AllocRecord
+from tessera.node.pods import GpuContainer, PodInfo
+from tests.unit._node_doubles import Kubelet, Pods
+
+NODE = "gpu-1"
+
+
+def pod(
+    uid: str,
+    cards: dict[str, tuple[str, ...]],
+    created: str = "2026-11-28T00:00:01Z",
+    node: str = NODE,
+    problem: str = "",
+    terminal: bool = False,
+    counts: dict[str, int] | None = None,
+) -> PodInfo:
+    """Pod ``pod-UID`` whose containers (in order) were assigned ``cards``; ``counts``
+    overrides how many cards a container asks kubelet for."""
+    containers = tuple(
+        GpuContainer(name, False, (counts or {}).get(name, len(uuids)))
+        for name, uuids in cards.items()
+    )
+    assignment = Assignment(node, tuple(
+        ContainerAssignment(name, tuple(CardSlice(u, 1000, 10) for u in uuids))
+        for name, uuids in cards.items()
+    ))  # fmt: skip
+    return PodInfo(uid, "ns", f"pod-{uid}", node, created, containers, assignment,
+                   problem=problem, terminal=terminal)  # fmt: skip
+
+
+def record(uid: str, container: str = "main", slots: tuple[str, ...] = ("s0",)) -> AllocRecord:
+    return AllocRecord("a1", slots, uid, "ns", f"pod-{uid}", container, ("GPU-a",), True,
+                       "v1", 0.0)  # fmt: skip
+
+
+def test_a_call_goes_to_the_container_that_asks_for_as_many_cards() -> None:
+    two = pod("two", {"main": ("GPU-a", "GPU-b")}, created="2026-11-28T00:00:00Z")
+    one = pod("one", {"main": ("GPU-c",)})
+    m = Matcher(NODE, Pods([two, one]), None)
+    assert m.choose(1, None, "Allocate", set()).pod.uid == "one"
+    assert m.choose(2, None, "Allocate", set()).pod.uid == "two"
+    assert m.choose(1, frozenset({"GPU-c"}), "Allocate", set()).pod.uid == "one"
+
+
+def test_without_pod_resources_a_pod_with_a_problem_is_passed_over_then_reported() -> None:
+    bad = pod("bad", {"main": ("GPU-a",)}, created="2026-11-28T00:00:00Z",
+              problem="assignment names node gpu-9")  # fmt: skip
+    ok = pod("ok", {"main": ("GPU-b",)})
+    assert Matcher(NODE, Pods([bad, ok]), None).choose(1, None, "x", set()).pod.uid == "ok"
+    with pytest.raises(AllocationError, match="assignment names node gpu-9") as err:
+        Matcher(NODE, Pods([bad]), None).choose(1, None, "x", set())
+    assert err.value.pod is bad
+
+
+def test_no_match_names_the_node_the_size_and_the_cards() -> None:
+    m = Matcher(NODE, Pods([]), None)
+    with pytest.raises(
+        AllocationError,
+        match=r"Allocate: no pod bound to node gpu-1 has a "
+        r"container waiting for 2 card\(s\) on cards \['GPU-a', 'GPU-b'\]",
+    ):
+        m.choose(2, frozenset({"GPU-b", "GPU-a"}), "Allocate", set())
+    with pytest.raises(AllocationError, match=r"waiting for 1 card\(s\) in its"):
+        m.choose(1, None, "Allocate", set())
+
+
+def test_next_in_pod_is_the_next_container_of_the_same_live_pod() -> None:
+    mine = pod("mine", {"init": ("GPU-a",), "main": ("GPU-a",)})
+    other = pod("other", {"main": ("GPU-a",)}, created="2026-11-28T00:00:00Z")
+    m = Matcher(NODE, Pods([other, mine]), None)
+    rec = record("mine", "init")
+    t = m.next_in_pod(rec, frozenset({"GPU-a"}), 1, {("mine", "init")})
+    assert t is not None and (t.pod.uid, t.container.name) == ("mine", "main")
+    ended = pod("mine", {"init": ("GPU-a",), "main": ("GPU-a",)}, terminal=True)
+    m = Matcher(NODE, Pods([other, ended]), None)
+    assert m.next_in_pod(rec, frozenset({"GPU-a"}), 1, {("mine", "init")}) is None
+
+
+def test_next_in_pod_on_other_cards_is_refused_naming_both() -> None:
+    mine = pod("mine", {"init": ("GPU-a",), "main": ("GPU-b",)})
+    m = Matcher(NODE, Pods([mine]), None)
+    with pytest.raises(
+        AllocationError,
+        match=r"was given the slots of container 'init' on "
+        r"cards \['GPU-a'\].*but it is assigned \['GPU-b'\]",
+    ):
+        m.next_in_pod(record("mine", "init"), frozenset({"GPU-a"}), 1, {("mine", "init")})
+
+
+def test_a_container_is_alive_only_while_kubelet_lists_its_pod_and_the_pod_runs_here() -> None:
+    """The slot-reuse question: kubelet offers known slots again; is their holder alive?"""
+    live = pod("p", {"main": ("GPU-a",)})
+    rec = record("p")
+    listed = Kubelet(pods={("ns", "pod-p")})
+    assert Matcher(NODE, Pods([live]), listed).alive(rec) is True
+    # kubelet no longer lists the pod: gone, whatever the (lagging) watch says.
+    assert Matcher(NODE, Pods([live]), Kubelet()).alive(rec) is False
+    moved = pod("p", {"main": ("GPU-a",)}, node="gpu-2")
+    assert Matcher(NODE, Pods([moved]), listed).alive(rec) is False
+    ended = pod("p", {"main": ("GPU-a",)}, terminal=True)
+    assert Matcher(NODE, Pods([ended]), listed).alive(rec) is False
+    assert Matcher(NODE, Pods([]), listed).alive(rec) is False  # the pod is gone
+    # The pod list is read fresh: the watch may not show the old pod's end yet.
+    assert Matcher(NODE, Pods([live], fresh=[ended]), listed).alive(rec) is False
+
+
+def test_the_pods_are_read_again_only_when_kubelet_admits_more_than_one() -> None:
+    one = pod("one", {"main": ("GPU-c",)})
+    rejected = pod("rejected", {"main": ("GPU-a",)}, created="2026-11-28T00:00:00Z")
+    pods = Pods([one, rejected])
+    m = Matcher(NODE, pods, Kubelet(pods={("ns", "pod-one")}))
+    assert m.choose(1, None, "x", set()).pod.uid == "one"
+    assert pods.refreshes == 0  # kubelet admits one pod: the cache is enough
+    # kubelet still lists a pod it rejected; a fresh read shows it Failed.
+    failed = pod("rejected", {"main": ("GPU-a",)}, created="2026-11-28T00:00:00Z", terminal=True)
+    pods = Pods([one, rejected], fresh=[one, failed])
+    m = Matcher(NODE, pods, Kubelet(pods={("ns", "pod-one"), ("ns", "pod-rejected")}))
+    assert m.choose(1, None, "x", set()).pod.uid == "one"
+    assert pods.refreshes == 1
