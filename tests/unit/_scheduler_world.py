@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from tessera.kube import NODES, PODS, FakeKube
@@ -14,8 +15,14 @@ from tessera.scheduler.config import SchedulerConfig
 SCHED = "tessera-scheduler"
 
 
-def node_obj(name: str, count: int = 2, model: str = "A100", cpu: str = "64") -> dict[str, Any]:
-    cards = make_cards(name, count, model)
+def node_obj(
+    name: str, count: int = 2, model: str = "A100", cpu: str = "64", sick: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """A GPU node; the cards at the indices ``sick`` are reported unhealthy."""
+    cards = tuple(
+        replace(c, healthy=False) if i in sick else c
+        for i, c in enumerate(make_cards(name, count, model))
+    )
     return {
         "apiVersion": "v1",
         "kind": "Node",

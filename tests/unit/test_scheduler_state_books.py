@@ -3,13 +3,12 @@ in doubt; annotations whose pod spec no longer matches; what a pod update reads.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from tessera.errors import PlacementError
-from tessera.model.annotations import ASSIGNMENT, encode_assignment
+from tessera.model.annotations import ASSIGNMENT, INVENTORY, encode_assignment
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.scheduler.state import SchedulerState, request_from_assignment
 from tests.unit._scheduler_world import node_obj, pod_obj
@@ -103,13 +102,9 @@ def bound(name: str, assignment: Assignment, **kw: Any) -> dict[str, Any]:
 def test_a_bound_pod_whose_spec_no_longer_matches_keeps_its_cards_out_of_service() -> None:
     """The annotation is what holds the cards, even when the spec parses to other
     containers and the card has since been taken out of service."""
-    node = node_obj("n1")
-    state = state_with(node)
+    state = state_with(node_obj("n1"))
     g0, _ = uuids(state, "n1")
-    inventory = json.loads(node["metadata"]["annotations"]["tessera.io/inventory"])
-    inventory["cards"][0]["healthy"] = False
-    node["metadata"]["annotations"]["tessera.io/inventory"] = json.dumps(inventory)
-    state.apply_node(node)
+    state.apply_node(node_obj("n1", sick=(0,)))
     # The annotation names container "old"; the spec has only "main".
     state.apply_pod(bound("p", on("n1", g0, name="old"), memory=10000))
     assert state.cluster.booking("default/p") is not None
@@ -180,7 +175,7 @@ def test_a_bound_pod_that_loses_its_annotation_keeps_its_cards_a_new_pod_of_its_
 def test_refused_inventories_are_counted() -> None:
     state = state_with(node_obj("n1"))
     bad = node_obj("n2")
-    bad["metadata"]["annotations"]["tessera.io/inventory"] = "{not json"
+    bad["metadata"]["annotations"][INVENTORY] = "{not json"
     state.apply_node(bad)
     assert state.problems["bad-inventory"] == 1
     twin = node_obj("n1")  # the same cards, under another name
@@ -191,17 +186,11 @@ def test_refused_inventories_are_counted() -> None:
 
 
 def test_only_cards_that_come_back_into_service_are_announced() -> None:
-    node = node_obj("n1")
-    state = state_with(node)
+    state = state_with(node_obj("n1"))
     told: list[list[str]] = []
     state.on_cards_back = lambda cards: told.append([c.uuid for c in cards])
     g0, _ = uuids(state, "n1")
-    inventory = json.loads(node["metadata"]["annotations"]["tessera.io/inventory"])
-    inventory["cards"][0]["healthy"] = False
-    node["metadata"]["annotations"]["tessera.io/inventory"] = json.dumps(inventory)
-    state.apply_node(node)  # a card goes: nothing comes back
+    state.apply_node(node_obj("n1", sick=(0,)))  # a card goes: nothing comes back
     assert told == []
-    inventory["cards"][0]["healthy"] = True
-    node["metadata"]["annotations"]["tessera.io/inventory"] = json.dumps(inventory)
-    state.apply_node(node)
+    state.apply_node(node_obj("n1"))
     assert told == [[g0]]
