@@ -30,7 +30,7 @@ from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
 from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
 from tessera.node.formats.allowance import decode_allowance
-from tessera.node.formats.layout import CONTAINER_ETC_DIR, LD_SO_PRELOAD
+from tessera.node.formats.layout import CONTAINER_ETC_DIR, LD_SO_PRELOAD, Layout
 from tessera.node.formats.limits import decode_limits, limits_for
 from tessera.node.formats.usage import CardTotals, encode_region
 from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor
@@ -501,7 +501,7 @@ def test_xid_takes_a_card_out_and_it_comes_back_when_quiet(env: Env) -> None:
 # --- MPS backend --------------------------------------------------------------------
 
 
-def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(env: Env) -> None:
+def _mps_agent(env: Env) -> FakeMps:
     env.agent.stop()
     mps = FakeMps()
     env.discovery = FakeDiscovery(CARDS)
@@ -511,6 +511,11 @@ def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(env: Env) -
     env.agent.start()
     env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
     env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    return mps
+
+
+def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(env: Env) -> None:
+    mps = _mps_agent(env)
     assert mps.starts == 1
     obj, kpod, _ = pod_obj("m", [("main", [(U0, 4096, 25), (U1, 4096, 25)])], created=0)
     env.pods.put(obj)
@@ -523,6 +528,32 @@ def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(env: Env) -
     while mps.starts < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert mps.running() and env.agent.mps.restarts == 1
+
+
+@pytest.mark.parametrize("same_slice", [True, False])
+def test_under_mps_a_wrong_guess_is_corrected_only_when_the_settings_agree(
+    env: Env, same_slice: bool
+) -> None:
+    # As in test_prestart_corrects_a_wrong_guess, Allocate guesses r0 while kubelet
+    # admits r1. MPS limits are environment variables, fixed at Allocate: PreStart can
+    # rewrite nothing, so it lets the container start only if r0's settings are r1's.
+    _mps_agent(env)
+    r0 = pod_obj("r0", [("main", [(U0, 2222, 22)])], created=0)
+    r1 = pod_obj("r1", [("main", [(U0, 2222 if same_slice else 1111, 22)])], created=1)
+    env.pods.put(r0[0])
+    env.pods.put(r1[0])
+    env.podres.on = False
+    env.kubelet.admit(r1[1])
+    env.podres.on = True
+    if same_slice:
+        (s,) = env.kubelet.start_containers(r1[1])
+        assert s.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2222M"
+        assert env.agent.allocator is not None and env.agent.allocator.corrections == 1
+        return
+    with pytest.raises(grpc.RpcError) as err:
+        env.kubelet.start_containers(r1[1])
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "got the MPS settings of default/r0/main" in (err.value.details() or "")
 
 
 def test_app_container_reusing_init_slots_on_other_cards_is_refused(env: Env) -> None:
@@ -588,13 +619,39 @@ def test_agent_restart_between_preferred_and_allocate(env: Env) -> None:
     resp = _stub(env).Allocate(
         pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
     )
+    # Matched from the cards alone until kubelet's pod-resources confirms it at PreStart.
+    assert [r.confirmed for r in Layout(env.root / "state").read_allocs()] == [False]
     k.pod_devices[(b[1].uid, "main")] = ids
     _stub(env).PreStartContainer(pb.PreStartContainerRequest(devices_ids=ids))
+    assert [r.confirmed for r in Layout(env.root / "state").read_allocs()] == [True]
     etc = next(
         m for m in resp.container_responses[0].mounts if m.container_path == CONTAINER_ETC_DIR
     )
     limits = decode_limits((Path(etc.host_path) / "limits").read_text())
     assert limits == limits_for(b[2].containers[0], card_order=[U1])
+
+
+def test_preference_keeps_the_slots_kubelet_must_include_and_the_lowest_free_elsewhere(
+    env: Env,
+) -> None:
+    # kubelet hands an init container's slot on to the app container (must_include) and
+    # asks for the rest: the answer keeps that slot, and on the other card takes the
+    # lowest free slot, whatever order kubelet listed them in.
+    obj, kpod, _ = pod_obj("m0", [("main", [(U0, 1000, 10), (U1, 1000, 10)])], created=0)
+    env.pods.put(obj)
+    env.kubelet.pod_manager[kpod.uid] = kpod
+    must = f"{U0}::5"
+    avail = [f"{u}::{k}" for u in (U0, U1) for k in (7, 3, 5, 2)]
+    pref = _stub(env).GetPreferredAllocation(
+        pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=avail, must_include_deviceIDs=[must], allocation_size=2
+                )
+            ]
+        )
+    )
+    assert sorted(pref.container_responses[0].deviceIDs) == sorted([must, f"{U1}::2"])
 
 
 def test_a_rejected_pod_still_listed_by_kubelet_is_not_mistaken_for_the_admitted_one(

@@ -54,3 +54,6 @@ def test_reservations_are_taken_once_and_expire() -> None:
     ledger.reserve(frozenset(S0), ("p2", "main"), now=100.0)
     ledger.expire_reservations(now=161.0, ttl_s=60.0)
     assert ledger.take_reservation(frozenset(S0)) is None
+    ledger.reserve(frozenset(S0), ("p3", "main"), now=100.0)
+    ledger.expire_reservations(now=159.0, ttl_s=60.0)  # younger than the TTL: kept
+    assert ledger.take_reservation(frozenset(S0)) == ("p3", "main")
