@@ -334,6 +334,42 @@ GOOD: list[tuple[str, dict[str, Any], Compat, PodRequest]] = [
         Compat.off(),
         want(gpu(count=1, memory_mib=2048, policy=BEST), cpu=2000, mem=1024),
     ),
+    (
+        "cores at 100, the top of the range: the card's whole compute",
+        pod(ctr(limits={MEM: "8192", CORES: "100"})),
+        Compat.off(),
+        want(gpu(count=1, memory_mib=8192, cores_percent=100, policy=FIXED)),
+    ),
+    (
+        "memory percent at 100, the top of the range",
+        pod(ctr(limits={PCT: "100", CORES: "20"})),
+        Compat.off(),
+        want(gpu(count=1, memory_percent=100, cores_percent=20, policy=FIXED)),
+    ),
+    (
+        "GPU-manager: vcuda-core-limit 100, the top of the range, lets the share burst",
+        pod(
+            ctr(limits={"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "4"}),
+            annotations={"tencent.com/vcuda-core-limit": "100"},
+        ),
+        GM,
+        want(gpu(count=1, memory_mib=1024, cores_percent=50, policy=BURST)),
+    ),
+    (
+        "GPU-manager: vcuda-core-limit 1, the bottom of the range",
+        pod(
+            ctr(limits={"tencent.com/vcuda-core": "1", "tencent.com/vcuda-memory": "4"}),
+            annotations={"tencent.com/vcuda-core-limit": "1"},
+        ),
+        GM,
+        want(gpu(count=1, memory_mib=1024, cores_percent=1, policy=FIXED)),
+    ),
+    (
+        "a container with no resources at all asks for no GPU",
+        pod({"name": "side", "image": "x"}, ctr(limits={G: "1"})),
+        Compat.off(),
+        want(plain("side"), gpu(count=1, exclusive=True)),
+    ),
 ]
 
 
@@ -698,6 +734,47 @@ BAD: list[tuple[str, Any, Compat, str, str]] = [
         "counts 256 MiB units",
     ),
     (
+        "container without a name",
+        pod({"image": "x"}),
+        Compat.off(),
+        "spec.containers[0].name",
+        "is required: a non-empty string",
+    ),
+    (
+        "container with an empty name",
+        pod(ctr(""), ctr("b")),
+        Compat.off(),
+        "spec.containers[0].name",
+        "is required: a non-empty string",
+    ),
+    (
+        "container resources not an object",
+        pod({"name": "a", "image": "x", "resources": [1]}),
+        Compat.off(),
+        "spec.containers[0].resources",
+        "must be an object",
+    ),
+    (
+        "GPU-manager: core limit above 100",
+        pod(
+            ctr(limits={"tencent.com/vcuda-core": "50"}),
+            annotations={"tencent.com/vcuda-core-limit": "101"},
+        ),
+        GM,
+        f"{ANN}[tencent.com/vcuda-core-limit]",
+        "must be an integer between 1 and 100",
+    ),
+    (
+        "GPU-manager: core limit 0",
+        pod(
+            ctr(limits={"tencent.com/vcuda-core": "50"}),
+            annotations={"tencent.com/vcuda-core-limit": "0"},
+        ),
+        GM,
+        f"{ANN}[tencent.com/vcuda-core-limit]",
+        "must be an integer between 1 and 100",
+    ),
+    (
         "metadata name not a string",
         {"metadata": {"name": 7}, "spec": {"containers": []}},
         Compat.off(),
@@ -714,6 +791,15 @@ def test_bad(case: str, spec: dict[str, Any], compat: Compat, field: str, rule: 
     assert exc.value.field == field
     assert rule in exc.value.rule
     assert str(exc.value).startswith(f"{field}: ")
+
+
+def test_an_error_shows_a_bad_scalar_as_written_and_a_container_by_its_type() -> None:
+    with pytest.raises(SpecError) as scalar:
+        parse_pod(pod({"name": 7, "image": "x"}), compat=Compat.off())
+    assert str(scalar.value).endswith("(got 7)")
+    with pytest.raises(SpecError) as listed:
+        parse_pod(pod({"name": "a", "resources": [{"limits": {}}]}), compat=Compat.off())
+    assert str(listed.value).endswith("(got 'list')")
 
 
 def test_at_least_thirty_bad_inputs() -> None:
