@@ -365,6 +365,31 @@ GOOD: list[tuple[str, dict[str, Any], Compat, PodRequest]] = [
         want(gpu(count=1, memory_mib=1024, cores_percent=1, policy=FIXED)),
     ),
     (
+        "GPU-manager: vcuda-core 100 is one whole card",
+        pod(ctr(limits={"tencent.com/vcuda-core": "100"})),
+        GM,
+        want(gpu(count=1, exclusive=True)),
+    ),
+    (
+        "HAMi names in two containers of one pod",
+        pod(
+            ctr("a", limits={"nvidia.com/gpu": "1"}), ctr("b", limits={"nvidia.com/gpumem": "1000"})
+        ),
+        HAMI,
+        want(gpu("a", count=1, exclusive=True), gpu("b", count=1, memory_mib=1000, policy=BEST)),
+    ),
+    (
+        "a sidecar's CPU and memory add to the app containers'",
+        pod(
+            ctr("main", limits={G: "1"}, requests={"cpu": "1"}),
+            init=(
+                ctr("side", requests={"cpu": "500m", "memory": "256Mi"}, restartPolicy="Always"),
+            ),
+        ),
+        Compat.off(),
+        want(plain("side"), gpu(count=1, exclusive=True), cpu=1500, mem=256),
+    ),
+    (
         "a container with no resources at all asks for no GPU",
         pod({"name": "side", "image": "x"}, ctr(limits={G: "1"})),
         Compat.off(),
@@ -657,6 +682,16 @@ BAD: list[tuple[str, Any, Compat, str, str]] = [
         BOTH,
         "spec.containers[1].resources.limits[tencent.com/vcuda-core]",
         "cannot be used in a pod whose container 'a' uses HAMi names",
+    ),
+    (
+        "GPU-manager and HAMi in one pod, the field named is the second's own",
+        pod(
+            ctr("a", limits={"tencent.com/vcuda-core": "10"}),
+            ctr("b", limits={"nvidia.com/gpumem": "1000"}),
+        ),
+        BOTH,
+        "spec.containers[1].resources.limits[nvidia.com/gpumem]",
+        "cannot be used in a pod whose container 'a' uses GPU-manager names",
     ),
     (
         "HAMi: gpumem and gpumem-percentage together",
