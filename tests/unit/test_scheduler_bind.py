@@ -33,7 +33,9 @@ def test_bind_writes_the_reserved_assignment_with_the_binding(world: World) -> N
     node = world.filter(pod)["NodeNames"][0]
     reserved = world.app.state.reservations.get("default/p")
     assert reserved is not None
+    before = len(world.kube.calls)
     assert world.bind(pod, node) == {"Error": ""}
+    assert not [c for c in world.kube.calls[before:] if c[0] == "get"]  # a pod it knows
     stored = world.kube.get(PODS, "p", "default")
     assert stored["spec"]["nodeName"] == node
     assignment = decode_assignment("default/p", stored["metadata"]["annotations"][ASSIGNMENT])
@@ -131,7 +133,10 @@ def test_pod_seen_bound_is_not_bound_again(world: World) -> None:
 def test_bind_without_reservation_checks_the_live_state(world: World) -> None:
     a = world.create(pod_obj("a", gpu=2))
     b = world.create(pod_obj("b", gpu=1))
+    _eventually(lambda: "default/a" in world.app.state.pods)
+    before = len(world.kube.calls)
     assert world.bind(a, "n1") == {"Error": ""}  # no filter: cards picked at bind
+    assert not [c for c in world.kube.calls[before:] if c[0] == "get"]  # it knew the pod
     out = world.bind(b, "n1")
     assert "no longer fits" in out["Error"]
     assert ASSIGNMENT not in world.kube.get(PODS, "b", "default")["metadata"].get("annotations", {})
@@ -156,6 +161,28 @@ def test_parallel_binds_never_share_a_card() -> None:
             assert w.app.state.cluster.check_invariants() == []
     finally:
         w.close()
+
+
+def test_a_pod_recreated_under_its_name_is_never_bound_with_the_old_ones_request(
+    world: World,
+) -> None:
+    # The old pod (one card) was seen and reserved for; it was deleted and a new pod of
+    # its name (two cards) came before the watch said so. A bind for the new UID must
+    # not take the old pod's request and cards: refused, nothing written, retried later.
+    old = world.create(pod_obj("p", gpu=1, memory=1000, cores=10))
+    _eventually(lambda: "default/p" in world.app.state.pods)
+    assert world.filter(old)["NodeNames"] == ["n1"]
+    with world.kube.hold_watches():
+        world.kube.delete(PODS, "p", "default")
+        new = world.create(pod_obj("p", gpu=2))
+        assert new["metadata"]["uid"] != old["metadata"]["uid"]
+        out = world.bind(new, "n1")
+        assert (
+            f"pod default/p ({new['metadata']['uid']}) is not a Tessera pod I know" in out["Error"]
+        )
+        stored = world.kube.get(PODS, "p", "default")
+        assert not stored["spec"].get("nodeName")
+        assert ASSIGNMENT not in stored["metadata"].get("annotations", {})
 
 
 def test_unknown_pod_is_an_error_not_a_crash(world: World) -> None:

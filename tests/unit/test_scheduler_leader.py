@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tessera.kube import LEASES, ApiError, FakeKube
 from tessera.scheduler.leader import LeaderElector
 
@@ -30,6 +32,38 @@ def test_one_leader_and_takeover_after_expiry() -> None:
     assert b.try_acquire_or_renew()
     assert kube.get(LEASES, "tessera", "ns")["spec"]["leaseTransitions"] == 1
     assert not a.is_leader()
+
+
+def test_renewals_keep_the_acquire_time_and_only_a_new_holder_counts_a_transition() -> None:
+    kube, now = FakeKube(), [0.0]
+    a, b = _pair(kube, now)
+
+    def spec() -> dict[str, object]:
+        return dict(kube.get(LEASES, "tessera", "ns")["spec"])
+
+    assert a.try_acquire_or_renew()
+    first = spec()
+    now[0] = 9.0
+    assert a.try_acquire_or_renew()
+    renewed = spec()
+    assert renewed["acquireTime"] == first["acquireTime"]
+    assert renewed["renewTime"] != first["renewTime"]
+    assert renewed["leaseTransitions"] == 0
+    now[0] = 30.0
+    assert not b.try_acquire_or_renew()  # b sees the lease unchanged from now on
+    now[0] = 46.0
+    assert b.try_acquire_or_renew()
+    taken = spec()
+    assert taken["holderIdentity"] == "b"
+    assert taken["acquireTime"] != first["acquireTime"]
+    assert taken["leaseTransitions"] == 1
+
+
+def test_timings_out_of_order_are_refused() -> None:
+    for lease, renew, retry in ((15, 10, 10), (10, 10, 2), (15, 20, 2)):
+        with pytest.raises(ValueError, match="need retry_s < renew_deadline_s < lease_s"):
+            LeaderElector(FakeKube(), "ns", "tessera", "a", lease_s=lease,
+                          renew_deadline_s=renew, retry_s=retry)  # fmt: skip
 
 
 def test_leader_that_cannot_renew_stops_leading_before_the_lease_ends() -> None:

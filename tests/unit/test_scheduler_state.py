@@ -177,6 +177,36 @@ def test_a_relist_that_predates_a_reservation_keeps_it_until_it_expires() -> Non
     assert state.held("default/a") is None
 
 
+@pytest.mark.parametrize("filtered", [True, False], ids=["after-filter", "bind-only"])
+def test_a_reservation_whose_write_outlasts_its_ttl_keeps_its_cards(filtered: bool) -> None:
+    """A Binding queued behind a saturated API server for longer than the reservation's
+    TTL: the cards stay the pod's until the write's outcome, whether the reservation was
+    made at filter or, with no filter before (a restarted replica), at bind."""
+    from tessera.kube import FakeKube
+    from tessera.scheduler.bind import begin_bind, release_pending
+    from tessera.scheduler.filter import filter_pod
+    from tessera.scheduler.placer import Placer
+    from tessera.scheduler.state import SchedulerState
+    from tessera.scheduler.wire import BindingArgs, ExtenderArgs
+
+    now = [0.0]
+    kube = FakeKube()
+    state, placer = SchedulerState(reservation_ttl_s=30, clock=lambda: now[0]), Placer()
+    state.apply_node(kube.create(NODES, node_obj("n1", 1)))
+    pod = kube.create(PODS, pod_obj("a", gpu=1, memory=30000), "default")
+    if filtered:
+        assert filter_pod(state, placer, ExtenderArgs(pod=pod, node_names=["n1"])).node_names
+    args = BindingArgs("a", "default", pod["metadata"]["uid"], "n1")
+    pending = begin_bind(state, placer, kube, args)
+    now[0] = 31.0
+    assert state.expire_reservations() == 0
+    assert state.held("default/a") == pending.assignment
+    other = kube.create(PODS, pod_obj("b", gpu=1, memory=30000), "default")
+    assert filter_pod(state, placer, ExtenderArgs(pod=other, node_names=["n1"])).node_names == []
+    release_pending(state, pending)  # the write failed: now the cards are free
+    assert state.held("default/a") is None
+
+
 def test_a_retry_while_the_bind_is_still_writing_keeps_the_cards() -> None:
     """kube-scheduler gives up on a bind after its httpTimeout and schedules the pod again
     while the extender's first write is still queued. The retry must not place the pod a

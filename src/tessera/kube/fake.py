@@ -290,6 +290,7 @@ class FakeKube:
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
         with self._lock:
             self._check_failure("get")
+            self.calls.append(("get", f"{kind.plural}/{name}"))
             obj = self._objects.get(self._key(kind, name, namespace))
             if obj is None:
                 raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
