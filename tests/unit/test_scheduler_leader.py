@@ -78,6 +78,26 @@ def test_leader_that_cannot_renew_stops_leading_before_the_lease_ends() -> None:
     assert not a.is_leader()
 
 
+def test_a_round_that_cannot_reach_the_lease_does_not_end_the_lead_before_its_deadline() -> None:
+    # What the round answers feeds tessera_scheduler_leader (on_change); it must agree
+    # with is_leader(), which gates the writes, and not drop to 0 at one failed read.
+    kube, now, told = FakeKube(), [0.0], []
+    a = LeaderElector(kube, "ns", "tessera", "a", lease_s=15, renew_deadline_s=10, retry_s=2,
+                      clock=lambda: now[0], on_change=told.append)  # fmt: skip
+    assert a.try_acquire_or_renew() and told == [True]
+    now[0] = 4.0
+    kube.fail_next("get", ApiError(0, "Unavailable", "connection refused"))
+    assert a.try_acquire_or_renew() is a.is_leader() is True
+    kube.delete(LEASES, "tessera", "ns")  # gone, and it cannot be made again for now
+    kube.fail_next("create", ApiError(0, "Unavailable", "connection refused"))
+    assert a.try_acquire_or_renew() is a.is_leader() is True
+    assert told == [True]
+    now[0] = 10.5
+    kube.fail_next("get", ApiError(0, "Unavailable", "connection refused"))
+    assert a.try_acquire_or_renew() is a.is_leader() is False
+    assert told == [True, False]
+
+
 def test_release_on_stop_hands_over_at_once() -> None:
     kube, now = FakeKube(), [0.0]
     a, b = _pair(kube, now)

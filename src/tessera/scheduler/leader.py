@@ -101,13 +101,15 @@ class LeaderElector:
                 self._api.create(LEASES, body, self.namespace)
             except ApiError as exc:
                 log.info("lease %s: not created (%s)", self.name, exc)
-                return self._round(False)
+                return self._round(self.is_leader())
             self.holder = self.identity
             self._renewed_at = now
             return self._round(True)
         except ApiError as exc:
+            # As for a write that fails below: a leader leads until renew_deadline_s has
+            # passed without a renewal, whatever one round could not do.
             log.warning("lease %s: cannot read (%s)", self.name, exc)
-            return self._round(False)
+            return self._round(self.is_leader())
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
         record = (holder, str(spec.get("renewTime") or ""))
