@@ -90,11 +90,11 @@ def test_decoder_ignores_unknown_keys_comments_and_order() -> None:
     ("text", "message"),
     [
         ("", "missing 'version'"),
-        ("cards=1\nversion=1\n", "first key must be 'version'"),
+        ("cards=1\nversion=1\n", "line 1: the first key must be 'version'"),
         ("version=2\n", "unknown version '2'"),
-        ("version=1\nversion=1\n", "given twice"),
-        ("version=1\nnoequals\n", "expected key=value"),
-        ("version=1\r\n", "carriage return"),
+        ("version=1\nversion=1\n", "line 2: key 'version' given twice"),
+        ("version=1\n\n# note\nnoequals\n", "line 4: expected key=value"),
+        ("version=1\r\n", "line 1: carriage return"),
         (EXPECTED.replace("cards=2", "cards=17"), "cards: 17 is outside 1..16"),
         (EXPECTED.replace("cards=2", "cards=-1"), "cards: not a decimal integer"),
         (EXPECTED.replace("cards=2", "cards=3"), "missing key 'card.2.policy'"),
@@ -123,6 +123,14 @@ def test_encoder_refuses_what_the_decoder_would() -> None:
         encode_limits(Limits(cards=(CardLimit(1, U0, 1, 10, ComputePolicy.FIXED_SHARE),)))
     with pytest.raises(FormatError, match=r"need 1\.\.16"):
         encode_limits(Limits(cards=()))
+    with pytest.raises(FormatError, match=r"cores_percent: must be 0\.\.100, got 101"):
+        encode_limits(Limits(cards=(CardLimit(0, U0, 1, 101, ComputePolicy.FIXED_SHARE),)))
+
+
+def test_the_ends_of_each_range_round_trip() -> None:
+    whole = Limits(cards=(CardLimit(0, U0, 1, 100, ComputePolicy.FIXED_SHARE),),
+                   context_mib=1 << 20)  # fmt: skip
+    assert decode_limits(encode_limits(whole)) == whole
 
 
 def test_limits_for_follows_the_assignment_and_card_order() -> None:

@@ -89,3 +89,27 @@ def test_the_claims_each_container_uses_are_resolved_to_resource_claim_names() -
         ("cpu-only", ("p-gpu-7x", "team-gpu")),
     )
     assert pod_info(pod(None), RES, CARDS).container_claims == ()
+
+
+def test_a_container_without_resources_is_not_a_gpu_container() -> None:
+    obj = pod(assignment())
+    obj["spec"]["containers"].insert(0, {"name": "sidecar", "image": "x"})
+    p = pod_info(obj, RES, CARDS)
+    assert [c.name for c in p.containers] == ["init", "main"]
+    assert p.problem == ""
+
+
+def test_started_containers_are_known_by_their_runtime_id() -> None:
+    # What the backstop maps a process's container to; a container not started yet has
+    # no ID, and a status without a name is not one kubelet writes.
+    obj = pod(assignment())
+    obj["status"] = {
+        "phase": "Running",
+        "initContainerStatuses": [{"name": "init", "containerID": "containerd://i0"}],
+        "containerStatuses": [
+            {"name": "main", "containerID": "containerd://m1"},
+            {"name": "cpu-only", "containerID": ""},
+            {"containerID": "containerd://x9"},
+        ],
+    }
+    assert pod_info(obj, RES, CARDS).container_ids == (("i0", "init"), ("m1", "main"))
