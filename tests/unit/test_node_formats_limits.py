@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from tessera.node.formats.limits import (
     LIMITS_PATH,
     CardLimit,
     Limits,
+    LimitsFiles,
     decode_limits,
     encode_limits,
     limits_for,
@@ -189,3 +192,18 @@ def test_limits_for_carries_the_agents_context_charge() -> None:
     a = ContainerAssignment("main", (CardSlice(U0, 8192, 30),), ComputePolicy.FIXED_SHARE)
     assert limits_for(a, context_mib=256).context_mib == 256
     assert limits_for(a).context_mib == 0
+
+
+def test_a_limits_file_is_parsed_again_only_when_it_changes(tmp_path: Path) -> None:
+    # PreStartContainer may correct a file under a reader (the exporter, the burst
+    # coordinator): the new limits must reach it; an unchanged file is not parsed again.
+    path = tmp_path / "limits"
+    path.write_text(EXPECTED)
+    os.utime(path, ns=(1, 1_000))
+    files = LimitsFiles()
+    first = files.read(path)
+    assert first == TWO and files.read(path) is first
+    corrected = Limits(TWO.cards[:1], TWO.region, TWO.allowance)
+    path.write_text(encode_limits(corrected))
+    os.utime(path, ns=(1, 2_000))
+    assert files.read(path) == corrected
