@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.kube import NODES, PODS, ApiError, Conflict, FakeKube, Gone, NotFound
-from tessera.kube.binder import bind_once
+from tessera.kube.binder import bind_once, bound_so
 from tessera.kube.fake import canonical_quantity
 from tessera.kube.kinds import POD_DISRUPTION_BUDGETS, RESOURCE_SLICES
 
@@ -202,3 +202,14 @@ def test_a_paged_list_reads_one_snapshot_until_its_version_is_compacted() -> Non
         kube.create(PODS, _pod(f"q{i}"), "default")
     with pytest.raises(Gone):
         kube.list(PODS, limit=2, continue_token=stale.continue_token)
+
+
+def test_bound_so_is_the_same_pod_on_the_same_node_with_every_annotation() -> None:
+    pod = {"metadata": {"uid": "u1", "annotations": {"a": "1", "b": "2"}},
+           "spec": {"nodeName": "n1"}}  # fmt: skip
+    assert bound_so(pod, "u1", "n1", {"a": "1", "b": "2"})
+    assert bound_so(pod, "", "n1", {"a": "1"})  # no UID given: any pod of the name
+    assert not bound_so(pod, "u1", "n1", {"a": "1", "b": "3"})  # one annotation differs
+    assert not bound_so(pod, "u1", "n1", {"c": "1"})
+    assert not bound_so(pod, "u2", "n1", {"a": "1"})
+    assert not bound_so(pod, "u1", "n2", {"a": "1"})

@@ -95,6 +95,18 @@ def test_the_node_whose_victims_matter_least_is_chosen() -> None:
     assert choose_preemption(nodes, request("urgent"), 10, POLICY) is None
 
 
+def test_the_most_important_victim_decides_where() -> None:
+    # On d the least important pod of all must go, but with a pod more important than
+    # either of e's: e is chosen.
+    d, e = node("d", cards=1), node("e", cards=1)
+    nodes = [
+        (d, [holder(d, "d-least", 1, 0, memory=15000), holder(d, "d-30", 30, 0, memory=15000)]),
+        (e, [holder(e, "e-20", 20, 0, memory=15000), holder(e, "e-20b", 20, 0, memory=15000)]),
+    ]
+    got = choose_preemption(nodes, request("urgent", memory=30000), 100, POLICY)
+    assert got is not None and got.node == "e" and names(got) == ["e-20", "e-20b"]
+
+
 def _reference(
     inv: NodeInventory, holders: list[Holder], pod: PodRequest, priority: int
 ) -> tuple[list[str], Assignment | None] | None:
@@ -132,23 +144,23 @@ def _reference(
     return [v.key for v in victims], decision
 
 
+_CPU = st.sampled_from([0, 500, 2000, 3000])
+_HOST_MEMORY = st.sampled_from([0, 1024, 3072, 4096])  # MiB, of the node's 8192
 _ask = st.one_of(
-    st.tuples(
-        st.integers(1, 2), st.none(), st.sampled_from([0, 500, 2000, 3000])
-    ),  # whole cards, CPU
-    st.tuples(
-        st.just(1),
-        st.sampled_from([4000, 8000, 10000, 20000]),
-        st.sampled_from([0, 500, 2000, 3000]),
-    ),
+    st.tuples(st.integers(1, 2), st.none(), _CPU, _HOST_MEMORY),  # whole cards
+    st.tuples(st.just(1), st.sampled_from([4000, 8000, 10000, 20000]), _CPU, _HOST_MEMORY),
 )
 
+Ask = tuple[int, int | None, int] | tuple[int, int | None, int, int]
 
-def _request(name: str, ask: tuple[int, int | None, int]) -> PodRequest:
-    count, memory, cpu = ask
+
+def _request(name: str, ask: Ask) -> PodRequest:
+    """(cards, GPU MiB per card or None for whole cards, CPU milli[, host memory MiB])."""
+    count, memory, cpu, *host = ask
     gpu = GpuRequest(count, exclusive=True) if memory is None else GpuRequest(
         count, memory_mib=memory, cores_percent=10)  # fmt: skip
-    return PodRequest("team", name, (ContainerRequest("main", gpu),), cpu_milli=cpu)
+    return PodRequest("team", name, (ContainerRequest("main", gpu),), cpu_milli=cpu,
+                      memory_mib=host[0] if host else 0)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
@@ -158,12 +170,10 @@ def _request(name: str, ask: tuple[int, int | None, int]) -> PodRequest:
     cards=st.integers(1, 4),
 )
 def test_the_reprieve_shortcut_chooses_the_victims_asking_every_time_would(
-    asks: list[tuple[tuple[int, int | None, int], int, bool]],
-    wanted: tuple[int, int | None, int],
-    cards: int,
+    asks: list[tuple[Ask, int, bool]], wanted: Ask, cards: int
 ) -> None:
     inv = NodeInventory("n1", make_cards("n1", cards, "A100"), cpu_milli=6000,
-                        memory_mib=256 * 1024)  # fmt: skip
+                        memory_mib=8192)  # fmt: skip
     state, holders = ClusterState([inv]), []
     for i, (ask, prio, evictable) in enumerate(asks):  # fill the node as a scheduler would
         req = _request(f"h{i:02d}", ask)
