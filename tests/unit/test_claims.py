@@ -142,11 +142,16 @@ def _result(device: str, request: str = "gpu", **consumed: str) -> dict[str, Any
     return out
 
 
+def _ours(parameters: dict[str, Any]) -> dict[str, Any]:
+    """A configuration entry of this driver with these parameters, as written."""
+    return {"opaque": {"driver": DRIVER, "parameters": parameters}}
+
+
 def _config(
     policy: str, source: str = "FromClass", requests: list[str] | None = None
 ) -> dict[str, Any]:
     params = {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "GpuConfig", "computePolicy": policy}
-    out: dict[str, Any] = {"source": source, "opaque": {"driver": DRIVER, "parameters": params}}
+    out: dict[str, Any] = {"source": source, **_ours(params)}
     if requests is not None:
         out["requests"] = requests
     return out
@@ -191,9 +196,49 @@ def test_two_requests_on_one_card_add_up() -> None:
     assert len(grant.devices) == 2
 
 
+def test_another_drivers_config_is_not_ours_to_read() -> None:
+    theirs = {"opaque": {"driver": "nic.example.com", "parameters": {"speed": "fast"}}}
+    config = [theirs, _config("burst-share", source="FromClaim")]
+    grant = claim_grant(_claim([_result("gpu-0", memory="1Gi")], config), "n1", BY_NAME)
+    assert grant.assignment.policy is ComputePolicy.BURST_SHARE
+
+
+def test_a_node_that_offers_no_card_says_so() -> None:
+    with pytest.raises(SpecError, match=r"must be a card this node offers \(none\)"):
+        claim_grant(_claim([_result("gpu-0")]), "n1", {})
+
+
+@pytest.mark.parametrize(
+    ("consumed", "mib", "cores"),
+    [
+        ({"memory": "1Mi", "compute": "100"}, 1, 100),  # the ends of both ranges
+        ({"memory": "1Gi"}, 1024, 0),  # no compute recorded: no cores reserved
+    ],
+)
+def test_consumed_capacity_at_its_edges(consumed: dict[str, str], mib: int, cores: int) -> None:
+    [s] = claim_grant(_claim([_result("gpu-0", **consumed)]), "n1", BY_NAME).assignment.slices
+    assert (s.memory_mib, s.cores_percent) == (mib, cores)
+
+
 @pytest.mark.parametrize(
     ("claim", "field"),
     [
+        (_claim([_result("gpu-0", memory="0")]), r"consumedCapacity.memory: must be within 1\.\."),
+        (_claim([_result("gpu-0", compute="101")]), r"consumedCapacity.compute: must be a whole"),
+        (
+            _claim(
+                [_result("gpu-0", memory="1Gi")],
+                [_ours({"apiVersion": f"{DRIVER}/v1alpha1", "kind": "NicConfig"})],
+            ),
+            r"parameters: must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig",
+        ),
+        (
+            _claim(
+                [_result("gpu-0", memory="1Gi")],
+                [_ours({"apiVersion": f"{DRIVER}/v2", "kind": "GpuConfig"})],
+            ),
+            r"parameters: must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig",
+        ),
         (
             {"metadata": {"name": "c"}, "status": {}},
             "status.allocation: the claim is not allocated",
