@@ -86,6 +86,34 @@ def test_published_measure(
     assert fragmentation_rate(snap, observed) == pytest.approx(expected / 1.3)
 
 
+@pytest.mark.parametrize(
+    ("used_mib", "used_cores", "class_percent", "class_cores"),
+    [
+        (7000, 10, 50, 10),  # memory is what card 0 lacks for the class
+        (1000, 70, 10, 50),  # compute is
+    ],
+)
+def test_the_measures_read_memory_and_compute_apart(
+    used_mib: int, used_cores: int, class_percent: int, class_cores: int
+) -> None:
+    # Card 0 keeps 0.3 of one of the two idle (the scarcer), card 1 is whole. The class
+    # fits card 1 only: card 0's 0.3 is fragmented for it.
+    state = ClusterState([node()])
+    used = GpuRequest(count=1, memory_mib=used_mib, cores_percent=used_cores)
+    slices = (CardSlice("n-g0", used_mib, used_cores),)
+    state.assign(PodRequest("ns", "u", (ContainerRequest("main", used),)),
+                 Assignment("n", (ContainerAssignment("main", slices),)))  # fmt: skip
+    gpu = GpuRequest(count=1, memory_percent=class_percent, cores_percent=class_cores)
+    mix = WorkloadMix([PodRequest("ns", "m", (ContainerRequest("main", gpu),), cpu_milli=100)])
+    snap = state.snapshot()
+    assert node_fragmentation(snap, mix)["n"] == pytest.approx(0.3)
+    k = MixArrays.build(mix.weights(), snap.models)
+    packing, idle = frag_rows(snap.tables, np.asarray([0]), k, PackingMeasure())
+    assert idle[0] == pytest.approx(1.3)
+    # Packing: one task on card 1, its size the larger of its two shares; the rest idles.
+    assert packing[0] == pytest.approx(1.3 - max(class_percent, class_cores) / 100)
+
+
 @pytest.mark.parametrize(("cpu", "expected"), [(1500, 1.5), (10_000, 1.1)])
 def test_packing_measure_counts_one_next_task_per_card_within_the_cpu(
     cpu: int, expected: float
