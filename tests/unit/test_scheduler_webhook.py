@@ -128,3 +128,87 @@ def test_updates_pass_and_malformed_reviews_raise_wire_errors() -> None:
     for body in (b"{", b"[]", b'{"request": {}}', b'{"request": {"uid": "u", "object": 3}}'):
         with pytest.raises(WireError):
             HOOK.mutate(body)
+
+
+def _with_resources(resources: dict[str, Any], **container: Any) -> dict[str, Any]:
+    pod = pod_obj("p", gpu=None)
+    pod["spec"]["containers"][0]["resources"] = resources
+    pod["spec"]["containers"][0].update(container)
+    return pod
+
+
+@pytest.mark.parametrize("scheduler", ["tessera-scheduler", "default-scheduler", None])
+def test_a_rewrite_that_would_change_the_pods_policy_keeps_its_resources(
+    scheduler: str | None,
+) -> None:
+    # GPU-manager's vcuda-core without a core limit is a burst share; Tessera's gpu-cores
+    # alone is a fixed share. Written in Tessera's names the pod would get another policy,
+    # so only the scheduler name is set -- also when it was set already (the rewrite then
+    # was the patch's only operation, and went unchecked).
+    hook = Webhook("tessera-scheduler", compat=Compat(gpu_manager=True))
+    resources = {"limits": {"tencent.com/vcuda-core": "30", "tencent.com/vcuda-memory": "30"}}
+    pod = _with_resources(json.loads(json.dumps(resources)))
+    if scheduler is None:
+        del pod["spec"]["schedulerName"]
+    else:
+        pod["spec"]["schedulerName"] = scheduler
+    out = patched(pod, hook)
+    assert out["spec"]["schedulerName"] == "tessera-scheduler"
+    assert out["spec"]["containers"][0]["resources"] == resources
+    assert answer(hook.validate(review(out)).body)["allowed"]
+
+
+def test_requests_follow_the_rewritten_limits_and_are_not_added_where_absent() -> None:
+    hook = Webhook("tessera-scheduler", compat=Compat(hami=True))
+    hami = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}
+    pod = _with_resources({"limits": dict(hami), "requests": {**hami, "cpu": "1"}})
+    pod["spec"]["containers"].append({"name": "second", "image": "x",
+                                      "resources": {"limits": dict(hami)}})  # fmt: skip
+    first, second = patched(pod, hook)["spec"]["containers"]
+    canonical = {"tessera.io/gpu": "1", "tessera.io/gpu-memory": "3000"}
+    assert first["resources"] == {"limits": canonical, "requests": {**canonical, "cpu": "1"}}
+    assert second["resources"] == {"limits": canonical}
+
+
+def test_a_sidecar_with_compat_names_is_rewritten_too() -> None:
+    hook = Webhook("tessera-scheduler", compat=Compat(hami=True))
+    pod = pod_obj("p", gpu=1)
+    pod["spec"]["initContainers"] = [{
+        "name": "side", "image": "x", "restartPolicy": "Always",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}},
+    }]  # fmt: skip
+    side = patched(pod, hook)["spec"]["initContainers"][0]
+    assert side["resources"]["limits"] == {"tessera.io/gpu": "1", "tessera.io/gpu-memory": "1000"}
+
+
+def test_what_each_answer_reports_for_the_metrics() -> None:
+    gpu, plain, bad = (
+        pod_obj("g", gpu=None, memory=100),
+        pod_obj("c", gpu=None),
+        pod_obj("b", gpu=None),
+    )
+    bad["spec"]["containers"][0]["resources"] = {"limits": {"tessera.io/gpu-cores": "150"}}
+    gpu["spec"]["schedulerName"] = "tessera-scheduler"
+    results = [HOOK.mutate(review(p)) for p in (gpu, plain, bad)]
+    assert [(r.allowed, r.mutated, r.gpu) for r in results] == [
+        (True, True, True), (True, False, False), (False, False, True)
+    ]  # fmt: skip
+
+
+def test_the_namespace_comes_from_the_request_when_the_object_has_none() -> None:
+    seen: list[str] = []
+    hook = Webhook("tessera-scheduler", quota_check=lambda r: seen.append(r.namespace) or "")
+    pod = pod_obj("p", gpu=1)
+    pod["spec"]["schedulerName"] = "tessera-scheduler"
+    del pod["metadata"]["namespace"]
+    body = json.loads(review(pod))
+    body["request"]["namespace"] = "team-a"
+    assert answer(hook.validate(json.dumps(body).encode()).body)["allowed"]
+    assert seen == ["team-a"]
+
+
+def test_a_review_without_a_uid_is_malformed() -> None:
+    body = json.loads(review(pod_obj("p")))
+    body["request"]["uid"] = ""
+    with pytest.raises(WireError, match=r"request\.uid: must be a non-empty string"):
+        HOOK.mutate(json.dumps(body).encode())

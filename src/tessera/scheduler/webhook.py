@@ -127,6 +127,9 @@ def _allow(
     )
 
 
+_SCHEDULER_NAME = "/spec/schedulerName"  # the patch's path of the pod's scheduler name
+
+
 class Webhook:
     def __init__(
         self,
@@ -183,7 +186,7 @@ class Webhook:
         ops: list[dict[str, Any]] = []
         spec = pod.get("spec") or {}
         if spec.get("schedulerName") != self.scheduler_name:
-            ops.append({"op": "add", "path": "/spec/schedulerName", "value": self.scheduler_name})
+            ops.append({"op": "add", "path": _SCHEDULER_NAME, "value": self.scheduler_name})
         by_name = {(c.name, c.init): c for c in request.containers}
         for field, init in (("initContainers", True), ("containers", False)):
             for i, c in enumerate(spec.get(field) or []):
@@ -207,8 +210,9 @@ class Webhook:
                 if value != resources:
                     path = f"/spec/{field}/{i}/resources"
                     ops.append({"op": "add", "path": path, "value": value})
-        if len(ops) > 1 and not self._same_request(pod, ops, request):
-            ops = ops[:1] if ops and ops[0]["path"] == "/spec/schedulerName" else []
+        rewrites = [op for op in ops if op["path"] != _SCHEDULER_NAME]
+        if rewrites and not self._same_request(pod, rewrites, request):
+            ops = [op for op in ops if op["path"] == _SCHEDULER_NAME]
         return ops
 
     def _same_request(
