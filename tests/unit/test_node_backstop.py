@@ -93,6 +93,16 @@ def test_within_cap_plus_the_context_slack_nothing_happens(tmp_path: Path) -> No
     assert w.killed == [] and w.events.events == []
 
 
+def test_each_process_of_the_container_brings_its_own_context_slack(tmp_path: Path) -> None:
+    # Two processes, each with a context the driver counts: cap + 2 x 512 MiB is fine.
+    w = World(tmp_path, BackstopMode.KILL)
+    w.process(10, U0, 400 + 512)
+    w.process(11, U0, 600 + 512)
+    assert w.backstop.tick() == []
+    w.process(12, U0, 512 + 1)  # a third: its own slack, and one MiB past the cap
+    assert len(w.backstop.tick()) == 1
+
+
 def test_past_the_cap_the_largest_process_is_killed_and_the_pod_told(tmp_path: Path) -> None:
     w = World(tmp_path, BackstopMode.KILL)
     w.process(10, U0, 300)
