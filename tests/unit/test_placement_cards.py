@@ -46,8 +46,9 @@ SMALL_FIRST = (card(0, memory=8000), card(1))
 
 
 def test_binpack_takes_the_smaller_card_when_nothing_rules_it_out() -> None:
-    state = ClusterState([inventory(*SMALL_FIRST)])
-    assert cards_of(state, pod(("main", share(1000), False))) == {"main": ["n-g0"]}
+    for cards in (SMALL_FIRST, (card(0, memory=8000), card(1, model="A100"))):
+        state = ClusterState([inventory(*cards)])
+        assert cards_of(state, pod(("main", share(1000), False))) == {"main": ["n-g0"]}
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,9 @@ def test_the_node_cpu_counts_for_the_preemptor_too() -> None:
 def test_a_hold_whose_placement_is_not_known_holds_the_whole_node() -> None:
     adopted = hold("team/p", {"team/v0"}, None, None)  # from another leader's annotation
     assert not leaves_room(cluster(), [adopted], pod("x", memory=1000), on(2, 1000))
+    # A record without its placement, for a pod whose spec is known: the same.
+    unplaced = hold("team/p", {"team/v0"}, pod("p"), None)
+    assert not leaves_room(cluster(), [unplaced], pod("x", memory=1000), on(2, 1000))
 
 
 def test_holds_against_a_pod_are_those_for_pods_as_important_or_more() -> None:
