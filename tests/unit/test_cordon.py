@@ -31,8 +31,8 @@ def _cordon(w: World, node: str, *indices: int) -> None:
     w.kube.merge_patch(NODES, node, {"metadata": {"annotations": {keys.CORDONED_CARDS: value}}})
 
 
-def _pod_annotations(w: World, name: str) -> dict[str, str]:
-    return dict(w.kube.get(PODS, name, "default")["metadata"].get("annotations") or {})
+def _pod_annotations(kube: FakeKube, name: str) -> dict[str, str]:
+    return dict(kube.get(PODS, name, "default")["metadata"].get("annotations") or {})
 
 
 def _in_service(w: World, node: str) -> int:
@@ -78,11 +78,11 @@ def test_no_new_tenant_on_a_cordoned_card_and_the_reason_says_so() -> None:
         assert out["FailedNodes"]["n1"] == f"card {card_uuid('n1', 0)} cordoned"
         # Uncordoned: the card takes tenants again, and the pods that wait are nudged,
         # since kube-scheduler moves none on a change of a Node's annotations.
-        assert keys.QUOTA_RETRY not in _pod_annotations(w, "pinned")
+        assert keys.QUOTA_RETRY not in _pod_annotations(w.kube, "pinned")
         eventually(lambda: "default/pinned" in w.app.state.pods)  # its watch event is in
         _cordon(w, "n1")
-        eventually(lambda: keys.QUOTA_RETRY in _pod_annotations(w, "pinned"))
-        assert keys.QUOTA_RETRY in _pod_annotations(w, "two")  # every waiting pod
+        eventually(lambda: keys.QUOTA_RETRY in _pod_annotations(w.kube, "pinned"))
+        assert keys.QUOTA_RETRY in _pod_annotations(w.kube, "two")  # every waiting pod
         nudged = b'tessera_scheduler_quota_nudges_total{reason="cards-in-service"} 2.0'
         assert nudged in w.app.metrics.exposition()
         assert _in_service(w, "n1") == 2
@@ -298,7 +298,7 @@ def test_a_nodes_first_inventory_nudges_the_waiting_pods_but_a_restart_does_not(
         eventually(lambda: "default/wait" in w.app.state.pods)
         assert w.app.quota_writer.nudged == 0
         w.kube.merge_patch(NODES, "n2", {"metadata": {"annotations": {keys.INVENTORY: inventory}}})
-        eventually(lambda: keys.QUOTA_RETRY in _pod_annotations(w, "wait"))
+        eventually(lambda: keys.QUOTA_RETRY in _pod_annotations(w.kube, "wait"))
         nudged = w.app.quota_writer.nudged
         w.app.stop()
         from tessera.scheduler.app import SchedulerApp
@@ -337,6 +337,26 @@ def test_cards_coming_back_in_a_burst_nudge_each_waiting_pod_once_a_round() -> N
     assert writer.nudged == 4
     writer.step()
     assert writer.nudged == 4  # nothing new came into service
+
+
+def test_cards_back_nudge_the_pods_one_of_their_kinds_can_take() -> None:
+    """Cards of two kinds come back: a pod that only the larger can hold is nudged, one
+    that neither can is not, and one pinned to a card that came back is."""
+    kube = FakeKube()
+    state = SchedulerState()
+    back = make_cards("n1", 1, "T4", memory_mib=16384) + make_cards("n2", 1, "A100")
+    waiting = {
+        "large": pod_obj("large", gpu=1, memory=30000),
+        "huge": pod_obj("huge", gpu=1, memory=200000),
+        "pinned": pod_obj("pinned", gpu=1, annotations={"tessera.io/gpu-uuid": back[0].uuid}),
+    }
+    for pod in waiting.values():
+        state.apply_pod(kube.create(PODS, pod, "default"))
+    writer = QuotaWriter(state, kube, lambda: True, clock=lambda: 1000.0)
+    writer.cards_back(back)
+    writer.step()
+    nudged = {n for n in waiting if keys.QUOTA_RETRY in _pod_annotations(kube, n)}
+    assert nudged == {"large", "pinned"}
 
 
 def test_uncordon_drops_a_uuid_no_card_shows_any_more() -> None:
