@@ -83,6 +83,41 @@ def test_a_borrower_that_stops_needing_returns_to_its_floor() -> None:
     assert got["a"] == Decision(allowance=30, reserved=15)
 
 
+def test_a_borrower_using_half_its_allowance_is_not_hungry() -> None:
+    # a borrowed up to 80 and uses 50: not near its allowance, not throttled. It is
+    # ramping (above 80 % of its reservation), so it keeps its floor; b, throttled,
+    # gets the rest.
+    got = decide([
+        TenantCard("a", BURST, 30, used=50, throttled=0, allowance=80, reserved=30),
+        TenantCard("b", BURST, 30, used=30, throttled=10, allowance=30, reserved=30),
+    ])  # fmt: skip
+    assert got == {"a": Decision(30, 30), "b": Decision(70, 30)}
+
+
+@pytest.mark.parametrize(
+    ("used", "throttled", "hungry"),
+    [
+        (10, 2.0, True),  # throttled 2 % of the interval: hungry
+        (10, 1.9, False),
+        (45, 0, True),  # within the 5 % headroom of its allowance (50): hungry
+        (44, 0, False),
+    ],
+)
+def test_where_hunger_starts(used: float, throttled: float, hungry: bool) -> None:
+    a = TenantCard("a", BURST, 30, used=used, throttled=throttled, allowance=50, reserved=30)
+    assert (decide([a])["a"].allowance == 100) is hungry
+
+
+@pytest.mark.parametrize(("used", "reserves"), [(24, 40), (23.9, 28)])
+def test_a_lender_using_80_percent_of_its_reservation_takes_its_floor_back(
+    used: float, reserves: int
+) -> None:
+    # Reserved 30 of a floor of 40: using 24 (80 %) takes the floor back; 23.9 keeps
+    # what it uses plus the headroom (23 + 5).
+    got = decide([TenantCard("a", BURST, 40, used=used, allowance=40, reserved=30)])
+    assert got["a"].reserved == reserves
+
+
 policies = st.sampled_from([BURST, FIXED, BEST])
 
 
@@ -193,6 +228,26 @@ def test_ticks_over_regions_lend_and_give_back(tmp_path: Path) -> None:
     _report(a, 135 * 10**6, 80 * 10**6)
     _report(b, 60 * 10**6, 0)  # b uses 40%: below its floor, not hungry
     assert coord.tick()["a"] == {0: 50}
+
+
+def test_throttling_alone_makes_a_tenant_hungry_for_that_interval(tmp_path: Path) -> None:
+    # a uses 10 % of the card, well under its 30, but its bursts were throttled 10 % of
+    # the interval: it is lent what b (idle) does not reserve. The next interval it is
+    # not throttled again, and returns to its floor.
+    a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
+    clock = [0]
+    coord = Coordinator(
+        lambda: [a, b], clock_ns=lambda: clock[0], wall_ms=lambda: 1000 + clock[0] // 10**6
+    )
+    _report(a, 0, 0)
+    _report(b, 0, 0)
+    coord.tick()
+    clock[0] += 100 * 10**6
+    _report(a, 10 * 10**6, 10 * 10**6)
+    assert coord.tick()["a"] == {0: 95}
+    clock[0] += 100 * 10**6
+    _report(a, 20 * 10**6, 10 * 10**6)  # no new throttling
+    assert coord.tick()["a"] == {0: 30}
 
 
 def test_fixed_only_tenants_get_no_file(tmp_path: Path) -> None:

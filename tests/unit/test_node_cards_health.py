@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from tessera.node.cards.health import HealthTracker
 
 A, B = "GPU-a", "GPU-b"
@@ -18,6 +20,20 @@ def test_critical_xid_takes_the_card_out_application_xids_do_not() -> None:
     assert not h.healthy(A) and h.reason(A) == "XID 79"
     assert h.healthy(B)
     assert not h.on_xid(A, 48, now=2)  # already out: not a change
+
+
+@pytest.mark.parametrize("xid", [13, 31, 43, 45, 68, 109])
+def test_each_documented_application_xid_leaves_the_card_in(xid: int) -> None:
+    # docs/node-agent.md lists the XIDs an application causes on its own context.
+    h = HealthTracker([A], recovery_s=10)
+    assert not h.on_xid(A, xid, now=0) and h.healthy(A)
+
+
+def test_an_unknown_card_is_never_a_change() -> None:
+    h = HealthTracker([A], recovery_s=10)
+    assert not h.on_xid("GPU-other", 79, now=0)
+    assert not h.on_probe_failure("GPU-other", now=0)
+    assert h.healthy(A)
 
 
 def test_recovers_after_a_quiet_period_and_a_good_probe() -> None:
