@@ -127,9 +127,6 @@ def _allow(
     )
 
 
-_SCHEDULER_NAME = "/spec/schedulerName"  # the patch's path of the pod's scheduler name
-
-
 class Webhook:
     def __init__(
         self,
@@ -183,10 +180,11 @@ class Webhook:
         return out
 
     def _patch(self, pod: Mapping[str, Any], request: PodRequest) -> list[dict[str, Any]]:
-        ops: list[dict[str, Any]] = []
         spec = pod.get("spec") or {}
+        route: list[dict[str, Any]] = []  # the pod to Tessera's scheduler
         if spec.get("schedulerName") != self.scheduler_name:
-            ops.append({"op": "add", "path": _SCHEDULER_NAME, "value": self.scheduler_name})
+            route.append({"op": "add", "path": "/spec/schedulerName", "value": self.scheduler_name})
+        rewrites: list[dict[str, Any]] = []
         by_name = {(c.name, c.init): c for c in request.containers}
         for field, init in (("initContainers", True), ("containers", False)):
             for i, c in enumerate(spec.get(field) or []):
@@ -209,11 +207,10 @@ class Webhook:
                     value["requests"] = requests
                 if value != resources:
                     path = f"/spec/{field}/{i}/resources"
-                    ops.append({"op": "add", "path": path, "value": value})
-        rewrites = [op for op in ops if op["path"] != _SCHEDULER_NAME]
+                    rewrites.append({"op": "add", "path": path, "value": value})
         if rewrites and not self._same_request(pod, rewrites, request):
-            ops = [op for op in ops if op["path"] == _SCHEDULER_NAME]
-        return ops
+            rewrites = []  # normalising must never change what the pod gets
+        return route + rewrites
 
     def _same_request(
         self, pod: Mapping[str, Any], ops: list[dict[str, Any]], request: PodRequest
