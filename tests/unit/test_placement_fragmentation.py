@@ -45,14 +45,19 @@ def share(
     return PodRequest("ns", name, (ContainerRequest("main", gpu),), cpu_milli=cpu)
 
 
-def occupy(state: ClusterState, node_name: str, col: int, percent: int, key: str) -> None:
-    gpu = GpuRequest(count=1, memory_percent=percent, cores_percent=percent)
+def occupy(
+    state: ClusterState, node_name: str, col: int, percent: int, key: str, cores: int | None = None
+) -> None:
+    """``percent`` of card ``col``'s memory and ``cores`` percent of its compute (default:
+    as much as of its memory) taken by pod ``key``."""
+    cores = percent if cores is None else cores
+    gpu = GpuRequest(count=1, memory_percent=percent, cores_percent=cores)
     pod = PodRequest("ns", key, (ContainerRequest("main", gpu),))
     uuid = f"{node_name}-g{col}"
     state.assign(
         pod,
         Assignment(
-            node_name, (ContainerAssignment("main", (CardSlice(uuid, percent * 100, percent),)),)
+            node_name, (ContainerAssignment("main", (CardSlice(uuid, percent * 100, cores),)),)
         ),
     )
 
@@ -87,22 +92,19 @@ def test_published_measure(
 
 
 @pytest.mark.parametrize(
-    ("used_mib", "used_cores", "class_percent", "class_cores"),
+    ("used_percent", "used_cores", "class_percent", "class_cores"),
     [
-        (7000, 10, 50, 10),  # memory is what card 0 lacks for the class
-        (1000, 70, 10, 50),  # compute is
+        (70, 10, 50, 10),  # memory is what card 0 lacks for the class
+        (10, 70, 10, 50),  # compute is
     ],
 )
 def test_the_measures_read_memory_and_compute_apart(
-    used_mib: int, used_cores: int, class_percent: int, class_cores: int
+    used_percent: int, used_cores: int, class_percent: int, class_cores: int
 ) -> None:
     # Card 0 keeps 0.3 of one of the two idle (the scarcer), card 1 is whole. The class
     # fits card 1 only: card 0's 0.3 is fragmented for it.
     state = ClusterState([node()])
-    used = GpuRequest(count=1, memory_mib=used_mib, cores_percent=used_cores)
-    slices = (CardSlice("n-g0", used_mib, used_cores),)
-    state.assign(PodRequest("ns", "u", (ContainerRequest("main", used),)),
-                 Assignment("n", (ContainerAssignment("main", slices),)))  # fmt: skip
+    occupy(state, "n", 0, used_percent, "u", cores=used_cores)
     gpu = GpuRequest(count=1, memory_percent=class_percent, cores_percent=class_cores)
     mix = WorkloadMix([PodRequest("ns", "m", (ContainerRequest("main", gpu),), cpu_milli=100)])
     snap = state.snapshot()

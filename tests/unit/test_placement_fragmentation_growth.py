@@ -101,11 +101,10 @@ def busy_cluster(seed: int) -> ClusterState:
 
 
 def measured_after(state: ClusterState, row_name: str, p: PodRequest, cols: list[int],
-                   k: MixArrays, measure: Measure) -> float:  # fmt: skip
-    """Book ``p`` on ``row_name``'s cards ``cols`` in a copy, and measure the node again."""
-    after = ClusterState([state.node(n) for n in state.node_names()])
-    for booking in state.bookings().values():
-        after.assign(booking.pod, booking.assignment, placing=False)
+                   mix: WorkloadMix, measure: Measure) -> float:  # fmt: skip
+    """Book ``p`` on ``row_name``'s cards ``cols`` in a copy of the node, and measure it
+    again (the measure of a node reads that node alone)."""
+    after = state.node_without(row_name, ())
     gpu = primary_request(p)
     inv = state.node(row_name)
     containers: tuple[ContainerAssignment, ...] = ()
@@ -122,6 +121,7 @@ def measured_after(state: ClusterState, row_name: str, p: PodRequest, cols: list
     after.assign(p, Assignment(row_name, containers))
     snap = after.snapshot()
     rows = np.asarray([snap.rows[row_name]], dtype=np.int64)
+    k = MixArrays.build(mix.weights(), snap.models)  # the copy's own model list
     return float(frag_rows(snap.tables, rows, k, measure)[0][0])
 
 
@@ -149,11 +149,11 @@ def test_growth_is_what_booking_the_pod_and_measuring_again_gives(
             name = snap.names[r]
             fitting = np.flatnonzero(card_ok[i]).tolist()
             if gpu is None:
-                want = measured_after(state, name, p, [], k, measure) - before[i]
+                want = measured_after(state, name, p, [], mix, measure) - before[i]
                 assert got[i] == pytest.approx(want, abs=1e-6), (p.name, name)
                 assert col[i] == -1
             elif gpu.count == 1:
-                each = {c: measured_after(state, name, p, [c], k, measure) - before[i]
+                each = {c: measured_after(state, name, p, [c], mix, measure) - before[i]
                         for c in fitting}  # fmt: skip
                 assert got[i] == pytest.approx(min(each.values()), abs=1e-6), (p.name, name)
                 assert each[int(col[i])] == pytest.approx(got[i], abs=1e-6)
@@ -162,5 +162,5 @@ def test_growth_is_what_booking_the_pod_and_measuring_again_gives(
                 idle = {c: min(free[c].cores_percent / 100, free[c].memory_mib / MEMORY)
                         for c in fitting}  # the scarcer of memory and compute  # fmt: skip
                 tightest = sorted(fitting, key=lambda c: (idle[c], c))[: gpu.count]
-                want = measured_after(state, name, p, tightest, k, measure) - before[i]
+                want = measured_after(state, name, p, tightest, mix, measure) - before[i]
                 assert got[i] == pytest.approx(want, abs=1e-6), (p.name, name)
