@@ -3,6 +3,7 @@ taint's ``timeAdded`` as the real API server does."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +14,7 @@ from tessera.kube import NODES, FakeKube
 from tessera.kube.kinds import RESOURCE_SLICES
 from tessera.model.clusterspec import make_cards
 from tessera.node.dra.slices import SlicePublisher
+from tests.unit._wait import eventually
 
 OLD = "2026-01-02T03:04:05Z"
 
@@ -126,6 +128,54 @@ def test_a_field_the_server_adds_does_not_make_the_agent_write_every_tick(
     assert pub.publish(cards) and not pub.publish(cards)
     obj = kube.get(RESOURCE_SLICES, slice_name("n1"))
     obj["spec"]["devices"][1]["capacity"]["memory"]["value"] = "1Gi"
-    pub._seen(kube.replace(RESOURCE_SLICES, obj))  # as the watch delivers it
+    edited = kube.replace(RESOURCE_SLICES, obj)
+    pub._seen(edited, edited["metadata"]["resourceVersion"])  # as the watch delivers it
     assert pub.publish(cards) and not pub.publish(cards)
     assert pub.writes == 3
+
+
+class _SlowWatch(FakeKube):
+    """Holds the slice's list between reading and answering, and its watch until told:
+    the window in which the agent's first write can fall."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed, self.answer, self.watch_on = (threading.Event() for _ in range(3))
+
+    def list(self, kind: Any, *args: Any, **kwargs: Any) -> Any:
+        result = super().list(kind, *args, **kwargs)
+        if kind == RESOURCE_SLICES:
+            self.listed.set()
+            self.answer.wait(5)
+        return result
+
+    def watch(self, kind: Any, *args: Any, **kwargs: Any) -> Any:
+        if kind == RESOURCE_SLICES:
+            self.watch_on.wait(5)
+        return super().watch(kind, *args, **kwargs)
+
+
+def test_a_list_from_before_the_first_write_does_not_make_the_agent_create_again() -> None:
+    # The watch starts beside the first publish: its list may find no slice, yet arrive
+    # after the create. That absence is older than the write and must not undo it (it
+    # made the next tick create the slice again: AlreadyExists, an error in the log).
+    kube = _SlowWatch()
+    kube.create(NODES, {"metadata": {"name": "n1"}})
+    pub = SlicePublisher(kube, "n1")
+    cards = make_cards("n1", 2, "A100")
+    reflector = pub.watch()
+    try:
+        assert kube.listed.wait(5)
+        assert pub.publish(cards)
+        kube.answer.set()
+        eventually(lambda: reflector.lists == 1)
+        assert not pub.publish(cards)  # raised AlreadyExists before
+        kube.watch_on.set()
+        # A deletion after the write is news: the next tick creates the slice again.
+        kube.delete(RESOURCE_SLICES, slice_name("n1"))
+        eventually(lambda: pub.publish(cards))
+        assert pub.writes == 2
+    finally:
+        reflector.stop()
+        kube.answer.set()
+        kube.watch_on.set()

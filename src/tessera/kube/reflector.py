@@ -128,6 +128,7 @@ class Reflector:
                 pages.close()  # the handler may not have asked past the last page
             else:
                 items = [o for page in pages for o in page]
+                self.resource_version = versions[-1]  # a handler may ask what it was listed at
                 self._handler.replace(items)
                 let_go(items)  # the handler has what it keeps
             self.lists += 1
@@ -240,23 +241,35 @@ def let_go(items: list[Any], step: int = 500) -> None:
 
 class _OneObject:
     """A handler for one object picked by name: ``seen`` gets it after every list and
-    change, None when it is gone."""
+    change, or None when it is gone, with the resourceVersion the server said so at (the
+    object's own, the list's, or the deletion's)."""
 
-    def __init__(self, seen: Callable[[Obj | None], None]) -> None:
+    def __init__(self, seen: Callable[[Obj | None, str], None]) -> None:
         self._seen = seen
+        self.reflector: Reflector | None = None
 
     def replace(self, items: list[Obj]) -> None:
-        self._seen(items[0] if items else None)
+        if items:
+            self._seen(items[0], _version(items[0]))
+        else:
+            self._seen(None, self.reflector.resource_version if self.reflector else "")
 
     def apply(self, event: WatchEvent) -> None:
-        self._seen(None if event.type == "DELETED" else event.object)
+        gone = event.type == "DELETED"
+        self._seen(None if gone else event.object, _version(event.object))
+
+
+def _version(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def follow_one(
-    api: KubeApi, kind: Kind, name: str, seen: Callable[[Obj | None], None]
+    api: KubeApi, kind: Kind, name: str, seen: Callable[[Obj | None, str], None]
 ) -> Reflector:
     """Start following the cluster-scoped object ``name`` of ``kind`` (as kubelet follows
     its own Node); ``seen`` is called from the reflector's thread. The caller stops it."""
-    reflector = Reflector(api, kind, _OneObject(seen), field_selector=f"metadata.name={name}")
+    handler = _OneObject(seen)
+    reflector = Reflector(api, kind, handler, field_selector=f"metadata.name={name}")
+    handler.reflector = reflector
     reflector.start()
     return reflector

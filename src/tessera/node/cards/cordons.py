@@ -39,8 +39,9 @@ class NodeCordons:
         """Start following the Node; the caller stops the returned reflector."""
         return follow_one(self.api, NODES, self.node, self.seen)
 
-    def seen(self, obj: Obj | None) -> None:
-        """The Node as listed or changed (None: deleted)."""
+    def seen(self, obj: Obj | None, version: str) -> None:
+        """The Node as listed or changed (None: deleted); each one is the newest, so the
+        version is not needed."""
         text = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(
             keys.CORDONED_CARDS
         )

@@ -102,13 +102,13 @@ def _keep_taint_times(want: list[Any], current: list[Any]) -> None:
                 taint["timeAdded"] = when
 
 
-def _older(obj: Obj, than: Obj | None) -> bool:
-    """Whether ``obj`` is an older version than ``than`` (resourceVersions are opaque;
+def _older(version: str, than: Obj | None) -> bool:
+    """Whether ``version`` is older than ``than``'s (resourceVersions are opaque;
     compared only when both are the integers every API server today writes)."""
     if than is None:
         return False
-    a, b = _version(obj), _version(than)
-    return a.isdigit() and b.isdigit() and int(a) < int(b)
+    b = _version(than)
+    return version.isdigit() and b.isdigit() and int(version) < int(b)
 
 
 class SlicePublisher:
@@ -197,12 +197,14 @@ class SlicePublisher:
         """Start following the slice; the caller stops the returned reflector."""
         return follow_one(self.api, RESOURCE_SLICES, self.name, self._seen)
 
-    def _seen(self, obj: Obj | None) -> None:
+    def _seen(self, obj: Obj | None, version: str) -> None:
         with self._mu:
             if not self._loaded:
                 return  # publish reads the slice itself first
-            if obj is not None and _older(obj, self._current):
-                return  # the event of a write we have already replaced
+            if _older(version, self._current):
+                # From before our last write: the event of a write since replaced, or a
+                # list that found no slice because it ran before we created it.
+                return
             self._current = obj
 
     def forget(self) -> None:
