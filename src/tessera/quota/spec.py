@@ -28,7 +28,9 @@ __all__ = ["ANY_MODEL", "GROUP_VERSION", "KIND", "Limit", "Quota", "parse_quota"
 GROUP_VERSION = "tessera.io/v1alpha1"
 KIND = "GpuQuota"
 ANY_MODEL = "*"
-MAX_LIMITS = 32
+MAX_LIMITS = 16  # the CRD's maxItems, here and below: one set of rules
+MAX_MODELS = 16
+MAX_MODEL_NAME = 128
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -78,9 +80,14 @@ def _limit(raw: Any, i: int) -> Limit:
     models = raw.get("models")
     if not isinstance(models, list) or not models:
         raise SpecError(f"{at}.models", 'must list at least one card model (or "*")', models)
+    if len(models) > MAX_MODELS:
+        raise SpecError(f"{at}.models", f"at most {MAX_MODELS} models", len(models))
     for j, m in enumerate(models):
-        if not isinstance(m, str) or not m.strip():
-            raise SpecError(f"{at}.models[{j}]", "must be a non-empty model name", m)
+        if not isinstance(m, str) or not m.strip() or len(m) > MAX_MODEL_NAME:
+            rule = f"must be a non-empty model name of at most {MAX_MODEL_NAME} characters"
+            raise SpecError(f"{at}.models[{j}]", rule, m)
+        if m in models[:j]:
+            raise SpecError(f"{at}.models[{j}]", "must not repeat a model (a set)", m)
     caps = {
         key: _int(raw[key], f"{at}.{key}")
         for key in ("memoryMiB", "coresPercent", "cards")
