@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,7 @@ from tessera.model.types import (
     GpuRequest,
     PodRequest,
 )
+from tessera.quota.book import QuotaBook
 from tessera.quota.claims import claim_holding
 from tessera.quota.spec import parse_quota
 from tessera.quota.usage import QuotaUsage, Usage, demand_on, holding, why_over
@@ -33,6 +36,8 @@ def quota(*limits: dict[str, Any], ns: str = "team-a", name: str = "gpus") -> di
     }
 
 
+ROOT = Path(__file__).resolve().parents[2]
+CHART_CRD = Path("charts/tessera/crds/gpuquota-crd.yaml")
 A100 = {"name": "a100", "models": ["A100"], "memoryMiB": 81920, "coresPercent": 200, "cards": 1}
 
 
@@ -55,6 +60,14 @@ def test_parses_pools_of_models_and_their_caps() -> None:
         ([{"name": "A_100", "models": ["A100"], "cards": 1}], "spec.limits[0].name", "DNS label"),
         ([{"name": "a", "models": [], "cards": 1}], "spec.limits[0].models", "at least one"),
         ([{"name": "a", "models": [""], "cards": 1}], "spec.limits[0].models[0]", "non-empty"),
+        ([{"name": "a", "models": ["A" * 129], "cards": 1}], "spec.limits[0].models[0]",
+         "at most 128 characters"),
+        ([{"name": "a", "models": ["A100", "T4", "A100"], "cards": 1}],
+         "spec.limits[0].models[2]", "must not repeat a model"),
+        ([{"name": "a", "models": [f"m{i}" for i in range(17)], "cards": 1}],
+         "spec.limits[0].models", "at most 16 models"),
+        ([{"name": f"l{i}", "models": [f"m{i}"], "cards": 1} for i in range(17)], "spec.limits",
+         "at most 16 limits"),
         ([{"name": "a", "models": ["A100"]}], "spec.limits[0]", "must cap at least one of"),
         ([{"name": "a", "models": ["A100"], "cards": -1}], "spec.limits[0].cards", "must be >= 0"),
         ([{"name": "a", "models": ["A100"], "memoryMiB": "8Gi"}], "spec.limits[0].memoryMiB",
@@ -77,11 +90,42 @@ def test_refuses_a_malformed_quota_naming_the_field_and_rule(
     assert rule in str(info.value)
 
 
+def test_the_parser_allows_what_the_crd_allows_at_its_bounds() -> None:
+    # Sixteen limits of sixteen models of 128 characters, names of 63, caps of 0: the
+    # CRD's bounds (both copies of it, deploy/ and the chart's, say the same).
+    for path in (ROOT / "deploy" / "gpuquota-crd.yaml", ROOT / CHART_CRD):
+        spec = yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"]
+        limits = spec["openAPIV3Schema"]["properties"]["spec"]["properties"]["limits"]
+        models = limits["items"]["properties"]["models"]
+        assert (limits["maxItems"], models["maxItems"]) == (16, 16)
+        assert models["items"]["maxLength"] == 128
+
+    def model(i: int, j: int) -> str:
+        return f"{i:02}{j:02}".ljust(128, "x")
+
+    most = [{"name": f"l{i:02}".ljust(63, "x"), "models": [model(i, j) for j in range(16)],
+             "cards": 0} for i in range(16)]  # fmt: skip
+    limits = parse_quota(quota(*most)).limits
+    assert len(limits) == 16 and {lim.cards for lim in limits} == {0}  # 0: no whole card
+
+
 def test_a_quota_is_namespaced_and_named() -> None:
     obj = quota(A100)
     del obj["metadata"]["namespace"]
     with pytest.raises(SpecError, match=r"metadata\.namespace: a GpuQuota is namespaced"):
         parse_quota(obj)
+
+
+def test_a_relist_names_the_namespaces_it_loosened_and_the_quotas_it_refused() -> None:
+    book = QuotaBook()
+    small = {"name": "a100", "models": ["A100"], "memoryMiB": 1000}
+    assert book.replace([quota(small), quota(small, ns="team-b")]) == (set(), {})
+    loose = quota({**small, "memoryMiB": 2000})  # team-a's cap up; team-b's quota gone
+    broken = quota({"name": "a100"}, ns="team-c")
+    loosened, refused = book.replace([loose, quota(small, ns="team-d"), broken])
+    assert loosened == {"team-a", "team-b"}  # team-d's quota is new: it only restricts
+    assert list(refused) == ["team-c/gpus"] and "spec.limits[0].models" in refused["team-c/gpus"]
+    assert sorted(book.in_force()) == [("team-a", "team-a/gpus"), ("team-d", "team-d/gpus")]
 
 
 def _pod(*containers: ContainerRequest, ns: str = "team-a") -> PodRequest:
@@ -118,9 +162,9 @@ def test_usage_adds_replaces_and_drops_pods_and_sums_a_pool() -> None:
     lim = q.limits[0]
     u = QuotaUsage()
     u.set_pod("team-a/p1", "team-a", {"A100": Usage(30000, 10, 0)})
-    u.set_pod("team-a/p2", "team-a", {"H100": Usage(50000, 10, 0), "T4": Usage(1, 1, 0)})
+    u.set_pod("team-a/p2", "team-a", {"H100": Usage(50000, 100, 1), "T4": Usage(1, 1, 0)})
     u.set_pod("team-b/p3", "team-b", {"A100": Usage(99999, 0, 0)})
-    assert u.of("team-a", lim) == Usage(80000, 20, 0)
+    assert u.of("team-a", lim) == Usage(80000, 110, 1)
     assert u.holders("team-a", lim) == ["team-a/p1", "team-a/p2"]
     assert why_over([q], u, "A100", Usage(20000, 0, 0)) == ""
     assert why_over([q], u, "T4", Usage(10**9, 0, 0)) == ""  # T4 is not in the pool
