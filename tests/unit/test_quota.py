@@ -109,10 +109,19 @@ def test_the_parser_allows_what_the_crd_allows_at_its_bounds() -> None:
     assert len(limits) == 16 and {lim.cards for lim in limits} == {0}  # 0: no whole card
 
 
-def test_a_quota_is_namespaced_and_named() -> None:
+@pytest.mark.parametrize("namespace", [None, "", 7])
+def test_a_quota_is_namespaced(namespace: Any) -> None:
     obj = quota(A100)
-    del obj["metadata"]["namespace"]
+    obj["metadata"]["namespace"] = namespace
     with pytest.raises(SpecError, match=r"metadata\.namespace: a GpuQuota is namespaced"):
+        parse_quota(obj)
+
+
+@pytest.mark.parametrize("name", [None, "", 7])
+def test_a_quota_is_named(name: Any) -> None:
+    obj = quota(A100)
+    obj["metadata"]["name"] = name
+    with pytest.raises(SpecError, match=r"metadata\.name: must be set"):
         parse_quota(obj)
 
 
