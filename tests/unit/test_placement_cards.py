@@ -8,6 +8,7 @@ import pytest
 
 from tessera.cluster import ClusterState
 from tessera.errors import PlacementError
+from tessera.model.podspec import parse_pod
 from tessera.model.types import Card, ContainerRequest, GpuRequest, NodeInventory, PodRequest
 from tessera.placement import filter_nodes, make_policy, pick_cards, place, score_nodes
 from tests.unit.test_placement import book, node
@@ -154,3 +155,30 @@ def test_place_falls_back_to_the_next_best_node_when_the_best_cannot_hold_them_t
                          make_policy("binpack"))  # fmt: skip
     assert scores["a"] > scores["b"] > scores["c"]
     assert place(state.snapshot(), p, make_policy("binpack")).node == "b"
+
+
+def test_a_card_is_not_over_committed_by_an_init_container_beside_a_gpu_sidecar() -> None:
+    # proxy (a sidecar, 2,000 MiB) starts, then load (8,000) runs beside it: 10,000 MiB at
+    # once, more than the 9,000 MiB card. Counted as "the larger of one init slice and the
+    # app slices", the pod looked like 8,000 and was placed there.
+    spec = {
+        "metadata": {"namespace": "ns", "name": "p", "uid": "u"},
+        "spec": {
+            "initContainers": [
+                {"name": "proxy", "restartPolicy": "Always",
+                 "resources": {"limits": {"tessera.io/gpu-memory": "2000"}}},
+                {"name": "load", "resources": {"limits": {"tessera.io/gpu-memory": "8000"}}},
+            ],
+            "containers": [
+                {"name": "app", "resources": {"limits": {"tessera.io/gpu-memory": "1000"}}}
+            ],
+        },
+    }  # fmt: skip
+    request = parse_pod(spec)
+    assert request is not None
+    small = ClusterState([inventory(card(0, memory=9000))])
+    with pytest.raises(PlacementError):
+        pick_cards(small.snapshot(), request, "n", make_policy("binpack"))
+    roomy = ClusterState([inventory(card(0, memory=11000))])
+    a = pick_cards(roomy.snapshot(), request, "n", make_policy("binpack"))
+    assert a.footprint() == {"n-g0": (11000, 0, False)}  # all three held at once, at most

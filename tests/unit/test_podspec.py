@@ -230,6 +230,41 @@ GOOD: list[tuple[str, dict[str, Any], Compat, PodRequest]] = [
         ),
     ),
     (
+        "an init container after a GPU sidecar runs beside it: counted as an app container",
+        pod(
+            ctr("app", limits={MEM: "1000"}),
+            init=(
+                ctr("warm", limits={MEM: "3000"}),  # before the sidecar: alone
+                ctr("proxy", limits={MEM: "2000"}, restartPolicy="Always"),
+                ctr("load", limits={MEM: "8000"}),  # beside proxy
+            ),
+        ),
+        Compat.off(),
+        want(
+            gpu("warm", init=True, count=1, memory_mib=3000, policy=BEST),
+            gpu("proxy", count=1, memory_mib=2000, policy=BEST),
+            gpu("load", count=1, memory_mib=8000, policy=BEST),
+            gpu("app", count=1, memory_mib=1000, policy=BEST),
+        ),
+    ),
+    (
+        "a sidecar without a GPU changes nothing for the init containers after it",
+        pod(
+            ctr("app", limits={MEM: "1000"}),
+            init=(
+                ctr("proxy", requests={"cpu": "1"}, restartPolicy="Always"),
+                ctr("load", limits={MEM: "8000"}),
+            ),
+        ),
+        Compat.off(),
+        want(
+            plain("proxy"),
+            gpu("load", init=True, count=1, memory_mib=8000, policy=BEST),
+            gpu("app", count=1, memory_mib=1000, policy=BEST),
+            cpu=1000,
+        ),
+    ),
+    (
         "pod overhead is added",
         pod(
             ctr(limits={G: "1"}, requests={"cpu": "1"}), overhead={"cpu": "250m", "memory": "64Mi"}

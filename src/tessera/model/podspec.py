@@ -682,6 +682,10 @@ def _request_of(
     out: list[ContainerRequest] = []
     needs: list[tuple[_Container, tuple[int, int]]] = []
     compat_user: tuple[_Family, _Container] | None = None
+    # Once a GPU sidecar has started, a later init container runs beside it, not alone:
+    # counted as an app container (its slice adds to the card's rather than sharing the
+    # app containers' room), since the footprint has no place for "the sidecars before".
+    beside_gpu_sidecar = False
     for c in containers:
         found = _gpu(c, families, domains, names, wide)
         gpu: GpuRequest | None = None
@@ -699,7 +703,9 @@ def _request_of(
                 compat_user = compat_user or (family, c)
             gpu = _request(c, s, wide)
         needs.append((c, _cpu_memory(c)))
-        out.append(ContainerRequest(name=c.name, gpu=gpu, init=c.init and not c.sidecar))
+        alone = c.init and not c.sidecar and not beside_gpu_sidecar
+        out.append(ContainerRequest(name=c.name, gpu=gpu, init=alone))
+        beside_gpu_sidecar = beside_gpu_sidecar or (c.sidecar and gpu is not None)
 
     cpu, mem = _pod_need(needs)
     overhead = _object(overhead_field, "spec.overhead", optional=True)
