@@ -88,10 +88,19 @@ def test_an_unready_pod_goes_when_its_budget_has_its_healthy_pods_or_always_allo
     assert book(budget(healthy=2, desired=2)).refusal(unready) == ""
     assert book(budget(healthy=1, desired=2)).refusal(unready) != ""
     assert book(budget(healthy=0, desired=0)).refusal(unready) != ""  # desired > 0 needed
+    assert book(budget(healthy=1, desired=1)).refusal(unready) == ""  # the least that counts
     assert book(budget(healthy=1, desired=2, policy="AlwaysAllow")).refusal(unready) == ""
     spent: Counter[str] = Counter()
     assert book(budget(healthy=2, desired=2)).refusal(unready, spent) == ""
     assert spent == {}  # it does not count against the budget
+
+
+def test_a_status_field_that_is_not_a_number_counts_as_zero() -> None:
+    # A status a controller has not written (or wrote wrong) allows nothing.
+    for bad in (None, "3", True, 2.0):
+        obj = budget(allowed=3, healthy=3, desired=2)
+        obj["status"]["disruptionsAllowed"] = bad
+        assert book(obj).refusal(RUNNING) == "PodDisruptionBudget keep allows no disruption now"
 
 
 def test_a_budget_its_controller_has_not_observed_refuses() -> None:

@@ -120,6 +120,30 @@ def test_the_watch_takes_over_and_a_deletion_frees_the_quota() -> None:
     assert used(state) == 0 and released == ["team-a"]
 
 
+def test_a_claim_made_again_under_its_name_is_counted_again() -> None:
+    # The deletion was missed (a watch that lapsed): the new claim's allocation replaces
+    # the old one's, though a claim's own allocation never changes.
+    state, b, _ = book()
+    b.claims_handler.apply(WatchEvent("ADDED", claim("a", uid="u1")))
+    b.claims_handler.apply(WatchEvent("MODIFIED", claim("a", uid="u1")))
+    assert used(state) == 8192
+    b.claims_handler.apply(WatchEvent("ADDED", claim("a", uid="u2", memory="4Gi")))
+    assert used(state) == 4096
+
+
+def test_a_claim_that_held_nothing_counted_frees_no_quota_when_it_goes() -> None:
+    _, b, _ = book()
+    released: list[str] = []
+    b.on_release = released.append
+    other = claim("n", driver="gpu.nvidia.com")
+    b.claims_handler.apply(WatchEvent("ADDED", other))
+    b.claims_handler.apply(WatchEvent("DELETED", other))
+    assert released == []  # nothing to nudge waiting pods for
+    b.claims_handler.apply(WatchEvent("ADDED", claim("a")))
+    b.claims_handler.apply(WatchEvent("DELETED", claim("a")))
+    assert released == ["team-a"]
+
+
 def test_an_admitted_allocation_that_never_shows_expires() -> None:
     state, b, clock = book(ttl=30.0)
     assert b.admit(claim("a")) == ""
