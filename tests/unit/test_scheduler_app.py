@@ -96,6 +96,18 @@ def test_unschedulable_pod_gets_a_summarised_event(world: World) -> None:
     assert events[0]["message"].startswith("0/1 node fit — 1 node: ")
 
 
+def test_a_pod_that_fits_or_is_not_ours_gets_no_event(world: World) -> None:
+    from tessera.kube import EVENTS
+
+    pod = world.create(pod_obj("cpu-only", gpu=None))
+    assert world.filter(pod, ["n1", "elsewhere"])["NodeNames"] == ["n1", "elsewhere"]
+    assert world.filter(world.create(pod_obj("fits")))["NodeNames"] == ["n1"]
+    world.app.events.flush()
+    assert world.kube.list(EVENTS, "default").items == []
+    text = world.app.handle("GET", "/metrics", b"").body.decode()
+    assert 'reason="unschedulable"' not in text
+
+
 def test_standby_refuses_extender_verbs_but_serves_the_webhook() -> None:
     w = World([node_obj("n1", 1)], leader_elect=True, lease_namespace="default")
     other = World.__new__(World)

@@ -13,6 +13,7 @@ from tessera.kube.errors import ApiError
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS, POD_DISRUPTION_BUDGETS
 from tessera.model.annotations import (
+    PLACEMENT,
     PREEMPTING,
     QUOTA_RETRY,
     decode_preempting,
@@ -542,6 +543,24 @@ def test_a_held_node_takes_pods_on_what_its_preemptor_does_not_need() -> None:
         assert w.schedule(late("small-2", memory=10000)) == "a1"  # beside vip again
         assert w.schedule(urgent) == "a1"
         assert sorted(evictions(w)) == ["default/low-0", "default/low-1"]  # no one else
+    finally:
+        w.close()
+
+
+def test_a_pod_its_policy_would_put_on_a_held_node_is_placed_on_another() -> None:
+    # spread prefers a1, the emptier node, but a1's two free cards are the urgent pod's:
+    # the filter places the pod again without the held node, rather than refusing it.
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    try:
+        for name, prio, node in (("low-0", 10, "a1"), ("low-1", 10, "a1"), ("vip", 2000, "a2")):
+            place_on(w, prio_pod(name, prio), node)
+        confirmed(w)
+        assert w.filter(w.create(prio_pod("urgent", 1000, gpu=2)))["NodeNames"] == []
+        eventually(lambda: not {"default/low-0", "default/low-1"} & w.app.state.pods.keys())
+        eventually(lambda: (h := w.app.state.holds.get("default/urgent")) and h.freed_at)
+        late = prio_pod("late", 10, annotations={PLACEMENT: "spread"})
+        late["spec"]["preemptionPolicy"] = "Never"
+        assert w.filter(w.create(late))["NodeNames"] == ["a2"]
     finally:
         w.close()
 
