@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -12,7 +13,13 @@ from tessera.model.types import CardSlice, ComputePolicy, ContainerAssignment
 from tessera.node.exporter import NodeCollector, NodeView
 from tessera.node.formats.layout import AllocRecord, Layout
 from tessera.node.formats.limits import encode_limits, limits_for
-from tessera.node.formats.usage import REGION_SIZE, encode_region
+from tessera.node.formats.usage import (
+    REGION_SIZE,
+    CardTotals,
+    CardUsage,
+    ProcessUsage,
+    encode_region,
+)
 
 CARDS = make_cards("n1", 2, "H100")
 U0, U1 = CARDS[0].uuid, CARDS[1].uuid
@@ -69,6 +76,7 @@ def test_each_bad_file_is_marked_with_its_problem_and_the_rest_is_served(
         ("foreign", "usage_region", "bad_magic"),
         ("no-limits", "limits", "missing"),
     }  # a missing region is an empty one: the container has not used CUDA yet
+    assert {s[2] for s in samples if s[0] == "tessera_container_unreadable"} == {1}
     limits = {s[1]["pod"]: s[2] for s in samples if s[0] == "tessera_container_memory_limit_bytes"}
     assert limits == {p: 2000 << 20 for p in ("fine", "newer", "foreign", "not-yet")}
     allocated = {s[1]["uuid"]: s[2] for s in samples
@@ -123,3 +131,41 @@ def test_prepared_claims_are_served_and_counted_on_their_cards(tmp_path: Path) -
     assert [s[1]["pod"] for s in samples if s[0] == "tessera_container_memory_limit_bytes"] == [
         "pod-a"
     ]
+
+
+def test_every_card_and_container_series_has_its_figure(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    live = CardUsage(memory_bytes=300 << 20, launches=5, throttled_ns=10**9, refused_allocs=1,
+                     busy_ns=2 * 10**9)  # fmt: skip
+    gone = CardTotals(launches=3, throttled_ns=5 * 10**8, refused_allocs=2, busy_ns=10**9)
+    busy_region = encode_region((ProcessUsage(0, 10, 1, (live,)),), (gone,))
+    quiet_region = encode_region((ProcessUsage(0, 11, 1, (CardUsage(memory_bytes=100 << 20),)),))
+    recs = [_alloc(layout, "busy", U0, busy_region), _alloc(layout, "quiet", U0, quiet_region)]
+    cards = (CARDS[0], replace(CARDS[1], healthy=False))
+    view = NodeView("n1", lambda: cards, lambda: recs, {U0: 37.5}.get, dict,
+                    lambda: {"isolation": "hook", "library": "v1"})  # fmt: skip
+    samples = _scrape(NodeCollector(view, layout))
+
+    def card(name: str) -> dict[str, float]:
+        return {s[1]["uuid"]: s[2] for s in samples if s[0] == f"tessera_card_{name}"}
+
+    def ctr(name: str) -> dict[str, float]:
+        return {s[1]["pod"]: s[2] for s in samples if s[0] == f"tessera_container_{name}"}
+
+    total = CARDS[0].memory_mib << 20
+    assert card("memory_total_bytes") == {U0: total, U1: total}
+    assert card("memory_allocated_bytes") == {U0: 4000 << 20, U1: 0}
+    assert card("memory_used_bytes") == {U0: 400 << 20, U1: 0}
+    assert card("compute_allocated_percent") == {U0: 50, U1: 0}
+    assert card("utilization_percent") == {U0: 37.5}
+    assert card("healthy") == {U0: 1, U1: 0}
+    assert card("slots") == {U0: CARDS[0].slots, U1: CARDS[1].slots}
+    assert card("slots_used") == {U0: 2, U1: 0}
+    assert ctr("memory_used_bytes") == {"busy": 300 << 20, "quiet": 100 << 20}
+    assert ctr("busy_seconds_total") == {"busy": 3.0, "quiet": 0}
+    assert ctr("throttled_seconds_total") == {"busy": 1.5, "quiet": 0}
+    assert ctr("refused_allocations_total") == {"busy": 3, "quiet": 0}
+    assert ctr("launches_total") == {"busy": 8, "quiet": 0}
+    assert ctr("processes") == {"busy": 1, "quiet": 1}
+    [info] = [s for s in samples if s[0] == "tessera_agent_info"]
+    assert info[1] == {"node": "n1", "isolation": "hook", "library": "v1"} and info[2] == 1

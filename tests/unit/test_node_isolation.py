@@ -2,10 +2,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tessera.model.types import CardSlice, ContainerAssignment
+import pytest
+
+from tessera.model.types import CardSlice, ComputePolicy, ContainerAssignment
 from tessera.node.isolation import (
     FakeMps,
     Isolation,
+    MpsDaemon,
     MpsSupervisor,
     Visibility,
     container_edits,
@@ -45,6 +48,64 @@ def test_mps_backend_sets_per_client_limits_and_mounts_the_pipe() -> None:
     assert e.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
     assert mounts(e)["/tmp/nvidia-mps"] == ("/s/mps/pipe", False)
     assert "/etc/ld.so.preload" not in mounts(e)  # no libvgpu under MPS
+
+
+def test_mps_compute_share_is_the_whole_card_when_exclusive_and_unset_when_best_effort() -> None:
+    whole = ContainerAssignment("c", (CardSlice("GPU-a", 40960, 100),), exclusive=True)
+    e = container_edits(whole, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE)
+    assert e.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+    best = ContainerAssignment("c", (CardSlice("GPU-a", 2048, 0),), ComputePolicy.BEST_EFFORT)
+    e = container_edits(best, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE)
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in e.envs  # MPS's default: no cap
+    assert e.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2048M"
+
+
+# A stand-in for NVIDIA's control program: `-d` starts the daemon (a file), otherwise
+# it reads commands on stdin and fails as the real one does when no daemon answers.
+FAKE_CONTROL = """#!/bin/sh
+echo "$* pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY" >> "$CALLS"
+[ -d "$CUDA_MPS_PIPE_DIRECTORY" ] && [ -d "$CUDA_MPS_LOG_DIRECTORY" ] || exit 3
+if [ "$1" = "-d" ]; then touch "$CUDA_MPS_PIPE_DIRECTORY/control"; exit 0; fi
+[ -e "$CUDA_MPS_PIPE_DIRECTORY/control" ] || exit 1
+read -r cmd
+echo "stdin $cmd" >> "$CALLS"
+[ "$cmd" = quit ] && rm "$CUDA_MPS_PIPE_DIRECTORY/control"
+exit 0
+"""
+
+
+def test_the_mps_daemon_is_started_asked_and_stopped_through_its_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = tmp_path / "bin" / "mps-control"
+    control.parent.mkdir()
+    control.write_text(FAKE_CONTROL)
+    control.chmod(0o755)
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("CALLS", str(calls))
+    daemon = MpsDaemon(tmp_path / "pipe", tmp_path / "log", binary=str(control))
+    assert not daemon.running()  # its folders are not made yet: nothing answers
+    daemon.start()
+    assert daemon.running()
+    daemon.stop()
+    assert not daemon.running()
+    pipe, log = tmp_path / "pipe", tmp_path / "log"
+    assert calls.read_text().splitlines() == [
+        f" pipe={pipe} log={log}",
+        f"-d pipe={pipe} log={log}",
+        f" pipe={pipe} log={log}",
+        "stdin get_server_list",
+        f" pipe={pipe} log={log}",
+        "stdin quit",
+        f" pipe={pipe} log={log}",
+    ]
+
+
+def test_an_mps_daemon_that_is_not_installed_is_named(tmp_path: Path) -> None:
+    daemon = MpsDaemon(tmp_path / "pipe", tmp_path / "log", binary="no-such-mps-control")
+    with pytest.raises(RuntimeError, match="no-such-mps-control not found on PATH"):
+        daemon.start()
+    assert not daemon.running()
 
 
 def test_mps_supervisor_starts_and_restarts_the_daemon() -> None:
