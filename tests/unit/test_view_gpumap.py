@@ -100,8 +100,11 @@ def test_cards_on_the_claims_path_are_drawn_with_their_claims() -> None:
     del broken["spec"]["devices"][0]["attributes"]["uuid"]
     broken["metadata"]["name"] = "gpu.tessera.io-e"
     slices.append(broken)
+    shared = _claim("shared", "a", "gpu-1", reserved=["p1", "p2"], memory="8Gi", compute="30")
+    # Another kind of consumer beside the pods is not a pod of the claim.
+    shared["status"]["reservedFor"].append({"resource": "jobs", "name": "j1", "uid": "u-j1"})
     claims = [
-        _claim("shared", "a", "gpu-1", reserved=["p1", "p2"], memory="8Gi", compute="30"),
+        shared,
         _claim("idle", "a", "gpu-1", memory="2Gi"),  # allocated, no pod yet
         _claim("whole", "d", "gpu-0"),  # no capacity: the whole card
         {"metadata": {"name": "pending", "namespace": "team"}, "status": {}},  # not allocated
