@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tessera.kube import NODES, PODS, ApiError, Conflict
+from tessera.kube import LEASES, NODES, PODS, ApiError, Conflict
+from tessera.kube.kinds import GPUQUOTAS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tessera.scheduler import http as http_server
@@ -80,6 +81,7 @@ def test_metrics_count_verbs_placements_and_cards(world: World) -> None:
     text = world.app.handle("GET", "/metrics", b"").body.decode()
     assert 'tessera_scheduler_verb_seconds_count{verb="filter"}' in text
     assert "tessera_scheduler_placements_total 1.0" in text
+    assert "tessera_scheduler_leader 1.0" in text  # no election: the only replica leads
     assert "tessera_scheduler_cards_allocated 2.0" in text
     assert 'tessera_scheduler_failures_total{reason="bad-request",verb="filter"} 1.0' in text
 
@@ -132,6 +134,16 @@ def test_standby_refuses_extender_verbs_but_serves_the_webhook() -> None:
         review = {"request": {"uid": "1", "operation": "CREATE", "object": pod_obj("q")}}
         assert other.app.handle("POST", "/mutate", json.dumps(review).encode()).status == 200
         assert w.filter(pod)["NodeNames"] == ["n1"]
+        leads = b"tessera_scheduler_leader 1.0"
+        assert leads in w.app.metrics.exposition()
+        assert leads not in other.app.metrics.exposition()
+        # The other replica takes the Lease over: the metric follows.
+        lease = w.kube.get(LEASES, "tessera-scheduler", "default")
+        lease["spec"]["holderIdentity"] = "other"
+        lease["spec"]["renewTime"] = "2026-11-28T00:00:00.000000Z"
+        w.kube.replace(LEASES, lease, "default")
+        assert not w.app.leader.try_acquire_or_renew()
+        assert b"tessera_scheduler_leader 0.0" in w.app.metrics.exposition()
     finally:
         other.app.stop()
         w.close()
@@ -441,6 +453,28 @@ def test_scheduling_verbs_wait_for_both_lists() -> None:
         app.stop()
     metrics = app.handle("GET", "/metrics", b"").body.decode()
     assert 'tessera_scheduler_failures_total{reason="not-synced",verb="filter"} 1.0' in metrics
+
+
+def test_a_cluster_without_quotas_or_claims_apis_is_served() -> None:
+    # No GpuQuota CRD (installed without the chart's CRDs) and no resource.k8s.io/v1
+    # (a release before it, or the group turned off): the extender places pods anyway.
+    from tessera.kube import FakeKube
+    from tessera.scheduler.app import SchedulerApp
+    from tessera.scheduler.config import SchedulerConfig
+
+    kube = FakeKube()
+    kube.unserved = {GPUQUOTAS.plural, RESOURCE_SLICES.plural, RESOURCE_CLAIMS.plural}
+    kube.create(NODES, node_obj("n1", 1))
+    app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), kube)
+    app.start()
+    try:
+        assert app.wait_synced(5)
+        assert app.quota_reflector.absent and app.claim_reflector.absent
+        pod = kube.create(PODS, pod_obj("p"), "default")
+        r = app.handle("POST", "/filter", json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode())
+        assert r.status == 200 and json.loads(r.body)["NodeNames"] == ["n1"]
+    finally:
+        app.stop()
 
 
 def test_the_gpu_map_page_is_off_by_default_and_shows_the_extenders_view() -> None:

@@ -111,6 +111,9 @@ class FakeKube:
         self._closed = False
         self._watches_held = False
         self.calls: list[tuple[str, str]] = []  # (operation, plural/name), for assertions
+        # Resources this server does not serve (a CRD not installed, an API group not
+        # enabled): every call on them is NotFound, as the real server's 404.
+        self.unserved: set[str] = set()
 
     # --- test controls ----------------------------------------------------------------
 
@@ -156,7 +159,9 @@ class FakeKube:
             self._closed = True
             self._lock.notify_all()
 
-    def _check_failure(self, operation: str) -> None:
+    def _check_failure(self, operation: str, kind: Kind | None = None) -> None:
+        if kind is not None and kind.plural in self.unserved:
+            raise NotFound(404, "NotFound", "the server could not find the requested resource")
         queue = self._failures.get(operation)
         if queue:
             raise queue.pop(0)
@@ -204,7 +209,7 @@ class FakeKube:
     ) -> ListResult:
         with self._lock:
             self.calls.append(("list", kind.plural))
-            self._check_failure("list")
+            self._check_failure("list", kind)
             if continue_token:
                 snapshot, offset = self._continued(continue_token)
             else:
@@ -259,7 +264,7 @@ class FakeKube:
         deadline = time.monotonic() + timeout_s
         since = int(resource_version or 0)
         with self._lock:
-            self._check_failure("watch")
+            self._check_failure("watch", kind)
         while True:
             with self._lock:
                 if self._closed:
@@ -289,7 +294,7 @@ class FakeKube:
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
         with self._lock:
-            self._check_failure("get")
+            self._check_failure("get", kind)
             self.calls.append(("get", f"{kind.plural}/{name}"))
             obj = self._objects.get(self._key(kind, name, namespace))
             if obj is None:
@@ -299,7 +304,7 @@ class FakeKube:
     def create(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
         with self._lock:
             self.calls.append(("create", kind.plural))
-            self._check_failure("create")
+            self._check_failure("create", kind)
             obj = copy.deepcopy(body)
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
@@ -334,7 +339,7 @@ class FakeKube:
     def replace(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
         with self._lock:
             self.calls.append(("replace", kind.plural))
-            self._check_failure("replace")
+            self._check_failure("replace", kind)
             meta = body.get("metadata", {})
             key = self._key(kind, meta.get("name", ""), namespace or meta.get("namespace"))
             stored = self._objects.get(key)
@@ -363,7 +368,7 @@ class FakeKube:
         with self._lock:
             where = f"{kind.plural}/{name}" + (f"/{subresource}" if subresource else "")
             self.calls.append(("merge_patch", where))
-            self._check_failure("merge_patch")
+            self._check_failure("merge_patch", kind)
             if subresource not in ("", "status"):
                 raise NotFound(404, "NotFound", f"no subresource {subresource!r}")
             key = self._key(kind, name, namespace)
@@ -384,7 +389,7 @@ class FakeKube:
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         with self._lock:
             self.calls.append(("delete", f"{kind.plural}/{name}"))
-            self._check_failure("delete")
+            self._check_failure("delete", kind)
             obj = self._objects.pop(self._key(kind, name, namespace), None)
             if obj is None:
                 raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
