@@ -60,8 +60,10 @@ def pod_obj(
 class World:
     """A FakeKube plus a synced SchedulerApp (no leader election unless asked)."""
 
-    def __init__(self, nodes: list[dict[str, Any]], **config: Any) -> None:
-        self.kube = FakeKube()
+    def __init__(
+        self, nodes: list[dict[str, Any]], kube: FakeKube | None = None, **config: Any
+    ) -> None:
+        self.kube = kube or FakeKube()
         for n in nodes:
             self.kube.create(NODES, n)
         config.setdefault("leader_elect", False)

@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from tessera.kube import LEASES, NODES, PODS, ApiError, Conflict
-from tessera.kube.kinds import GPUQUOTAS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from tessera.kube.kinds import (
+    GPUQUOTAS,
+    POD_DISRUPTION_BUDGETS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tessera.scheduler import http as http_server
@@ -475,6 +480,55 @@ def test_a_cluster_without_quotas_or_claims_apis_is_served() -> None:
         assert r.status == 200 and json.loads(r.body)["NodeNames"] == ["n1"]
     finally:
         app.stop()
+
+
+def test_without_its_budgets_listed_the_extender_places_pods_but_evicts_none() -> None:
+    # PodDisruptionBudgets that do not list (RBAC without them, say): preemption could
+    # not keep within them, so it waits; the verbs do not.
+    from tessera.kube import FakeKube
+
+    kube = FakeKube()
+    kube.unserved = {POD_DISRUPTION_BUDGETS.plural}
+    w = World([node_obj("n1", 1)], kube)
+    try:
+        low = pod_obj("low")
+        low["spec"]["priority"] = 10
+        assert w.schedule(w.create(low)) == "n1"
+        eventually(lambda: not w.app.state.reservations)
+        urgent = pod_obj("urgent")
+        urgent["spec"]["priority"] = 1000
+        assert w.filter(w.create(urgent))["NodeNames"] == []
+        w.app.preemptor.step()
+        assert [c for c in w.kube.calls if c[0] == "evict"] == []
+    finally:
+        w.close()
+
+
+def test_wait_synced_says_no_when_a_list_never_comes() -> None:
+    from tessera.kube import FakeKube
+    from tessera.scheduler.app import SchedulerApp
+    from tessera.scheduler.config import SchedulerConfig
+
+    kube = FakeKube()
+    kube.unserved = {NODES.plural}  # the one list every extender needs
+    app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), kube)
+    app.start()
+    try:
+        assert not app.wait_synced(0.3)
+        assert not app.synced()  # the others listed; the nodes did not
+        assert app.pod_reflector.synced.is_set()
+        assert app.handle("GET", "/readyz?verbose", b"").status == 503
+        assert app.handle("GET", "/healthz?verbose", b"").status == 200  # alive, not ready
+    finally:
+        app.stop()
+
+
+def test_a_leader_that_stops_hands_its_lease_over() -> None:
+    w = World([node_obj("n1", 1)], leader_elect=True, lease_namespace="default")
+    assert w.app.leader is not None and w.app.leader.try_acquire_or_renew()
+    w.close()
+    spec = w.kube.get(LEASES, "tessera-scheduler", "default")["spec"]
+    assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
 
 
 def test_the_gpu_map_page_is_off_by_default_and_shows_the_extenders_view() -> None:

@@ -190,6 +190,13 @@ def test_a_quota_written_past_the_rules_keeps_the_last_good_one() -> None:
         assert w.app.state.problems["bad-quota"] == 1
         out = w.filter(w.create(pod_obj("x", memory=2000, ns="team-a")), ["a1"])
         assert out["NodeNames"] == []  # still limited by the last good version
+        # The counter takes each new problem once, however often it is scraped.
+        counted = 'tessera_scheduler_state_problems_total{kind="bad-quota"} '
+        assert counted + "1.0" in w.app.metrics.exposition().decode()
+        assert counted + "1.0" in w.app.metrics.exposition().decode()
+        w.kube.merge_patch(GPUQUOTAS, "gpus", {"spec": {"limits": [{"name": "b"}]}}, "team-a")
+        _eventually(lambda: w.app.state.problems["bad-quota"] == 2)
+        assert counted + "2.0" in w.app.metrics.exposition().decode()
     finally:
         w.close()
 
