@@ -107,7 +107,7 @@ def test_prepared_claims_are_served_and_counted_on_their_cards(tmp_path: Path) -
     claim = ContainerAssignment("claim", (CardSlice(U1, 5000, 40),), ComputePolicy.FIXED_SHARE)
     layout.write_claim("uid-1", encode_limits(limits_for(claim)), "{}")
     layout.write_claim("uid-2", "junk", "{}")  # its limits do not read: marked, slot held
-    claims = [("uid-1", "team", "train-gpu"), ("uid-2", "team", "broken")]
+    claims = [("uid-1", "team", "train-gpu", (U1,)), ("uid-2", "team", "broken", (U0,))]
     view = NodeView("n1", lambda: CARDS, lambda: recs, lambda u: None, dict, dict,
                     claims=lambda: claims)  # fmt: skip
     samples = _scrape(NodeCollector(view, layout))
@@ -126,7 +126,7 @@ def test_prepared_claims_are_served_and_counted_on_their_cards(tmp_path: Path) -
              if s[0] == "tessera_card_compute_allocated_percent"}  # fmt: skip
     assert cores == {U0: 25, U1: 40}
     held = {s[1]["uuid"]: s[2] for s in samples if s[0] == "tessera_card_slots_used"}
-    assert held == {U0: 1, U1: 1}  # the broken claim's cards are unknown: none counted
+    assert held == {U0: 2, U1: 1}  # the broken claim holds its slot: its cards are known
     # Container series are unchanged by claims beside them.
     assert [s[1]["pod"] for s in samples if s[0] == "tessera_container_memory_limit_bytes"] == [
         "pod-a"

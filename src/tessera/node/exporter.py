@@ -82,8 +82,9 @@ class NodeView:
     utilization: Callable[[str], float | None]
     backstop_actions: Callable[[], Mapping[tuple[str, str, str], int]]
     info: Callable[[], Mapping[str, str]]
-    # Prepared DRA claims as (uid, namespace, name); none without the claims path.
-    claims: Callable[[], list[tuple[str, str, str]]] = field(default=list)
+    # Prepared DRA claims as (uid, namespace, name, card UUID of each slice); none
+    # without the claims path.
+    claims: Callable[[], list[tuple[str, str, str, tuple[str, ...]]]] = field(default=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,14 +170,10 @@ class NodeCollector(Collector):
                     self.layout.alloc_dir(r.alloc_id), r.cards)
             for r in self.view.allocations()
         ]  # fmt: skip
-        claims = []
-        for uid, namespace, name in self.view.claims():
-            folder = self.layout.claim_dir(uid)
-            try:  # the cards it holds, from its limits (a claim has no record besides)
-                held = tuple(c.uuid for c in self._limits.read(folder / LIMITS_IN_FOLDER).cards)
-            except (OSError, FormatError):
-                held = ()
-            claims.append(_Tenant(f"claim-{uid}", [node, namespace, name], folder, held))
+        claims = [
+            _Tenant(f"claim-{uid}", [node, namespace, name], self.layout.claim_dir(uid), cards)
+            for uid, namespace, name, cards in self.view.claims()
+        ]
         return containers, claims
 
     def collect(self) -> Iterator[Metric]:

@@ -211,10 +211,15 @@ class ClaimPreparer:
             self._names.pop(uid, None)
         log.info("unprepared claim %s", uid)
 
-    def prepared_claims(self) -> list[tuple[str, str, str]]:
-        """(UID, namespace, name) of every prepared claim (the exporter's claims)."""
+    def prepared_claims(self) -> list[tuple[str, str, str, tuple[str, ...]]]:
+        """(UID, namespace, name, the UUID of each slice's card) of every prepared claim:
+        the exporter's claims, whose slots count even when their limits file does not
+        read."""
         with self._mu:
-            return sorted((uid, ns, name) for uid, (ns, name) in self._names.items())
+            return sorted(
+                (uid, ns, name, tuple(s.uuid for s in self._held.get(uid, ())))
+                for uid, (ns, name) in self._names.items()
+            )
 
     def held_by_claim(self) -> dict[tuple[str, str], tuple[CardSlice, ...]]:
         """The slices of every prepared claim, by namespace and name (the backstop's caps)."""
