@@ -88,6 +88,45 @@ def test_api_errors_back_off_and_recover() -> None:
         kube.close()
 
 
+def test_a_resource_not_served_counts_as_empty_until_it_is() -> None:
+    # absent_ok: a CRD not installed lists as empty and synced; the list is tried again
+    # every backoff maximum, and once the CRD is in, its objects come.
+    kube = FakeKube()
+    kube.unserved = {NODES.plural}
+    view = View()
+    view.names = {"stale"}
+    r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05), absent_ok=True)
+    r.start()
+    try:
+        assert r.synced.wait(5)
+        assert r.absent and view.names == set()
+        time.sleep(0.2)  # several tries while still absent: the view is emptied once
+        assert view.replaces == 1 and r.lists == 0
+        kube.unserved = set()
+        kube.create(NODES, {"metadata": {"name": "n1"}})
+        _eventually(lambda: view.names == {"n1"})
+        assert not r.absent and r.lists == 1
+    finally:
+        r.stop()
+        kube.close()
+
+
+def test_a_resource_not_served_is_retried_not_taken_as_empty_without_absent_ok() -> None:
+    kube = FakeKube()
+    kube.unserved = {NODES.plural}
+    view = View()
+    r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
+    r.start()
+    try:
+        assert not r.synced.wait(0.3)  # nodes every extender needs: never synced on a 404
+        assert view.replaces == 0
+        kube.unserved = set()
+        assert r.synced.wait(5)
+    finally:
+        r.stop()
+        kube.close()
+
+
 def test_after_a_list_the_objects_are_let_go_a_step_at_a_time() -> None:
     """The handler keeps what it needs; the reflector empties the list it gave, so the
     decoded objects are freed a few at a time rather than in one long call into C."""
