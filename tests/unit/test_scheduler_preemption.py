@@ -695,6 +695,26 @@ def test_a_bind_with_no_reservation_keeps_off_what_a_hold_keeps(world: World) ->
     assert w.schedule(urgent) == "a1"
 
 
+def test_quota_victims_are_given_back_the_most_important_first() -> None:
+    """team may hold four A100s and holds them all on n1: p-1 one card, p-2 one, p-3 two
+    (priorities 1, 2, 3). Its urgent pod asks three. Taken least important first, all
+    three are needed; given back the most important first, p-3 stays needed and p-2 is
+    not: p-1 and p-3 go, less important together than p-2 and p-3."""
+    w = World([node_obj("n1", 4, "A100")])
+    try:
+        for name, gpu, prio in (("p-1", 1, 1), ("p-2", 1, 2), ("p-3", 2, 3)):
+            place_on(w, prio_pod(name, prio, gpu=gpu, ns="team"), "n1")
+        confirmed(w)
+        w.kube.create(GPUQUOTAS, gpu_quota("team", 4), "team")
+        eventually(lambda: w.app.state.quotas.book.of("team"))
+        urgent = w.create(prio_pod("urgent", 1000, gpu=3, ns="team"))
+        assert w.filter(urgent)["NodeNames"] == []
+        eventually(lambda: len(evictions(w)) == 2)
+        assert sorted(evictions(w)) == ["team/p-1", "team/p-3"]
+    finally:
+        w.close()
+
+
 def test_quota_victims_are_the_fewest_after_the_least_important_are_given_back() -> None:
     """team may hold four A100s and holds them: p-2 (priority 2) both cards of a1, p-1 and
     p-3 (priorities 1 and 3) one each on a2. Its urgent pod asks two cards. Taken least
