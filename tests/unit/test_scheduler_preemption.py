@@ -400,6 +400,45 @@ def test_a_refused_pod_is_tried_again_when_nothing_else_would_make_room(world: W
     eventually(lambda: "default/low-1" not in w.app.state.pods)
 
 
+def test_a_refused_preemption_waits_its_retry_and_is_dropped_once_its_pod_is_gone(
+    world: World,
+) -> None:
+    w = world
+    p = w.app.preemptor
+    p.retry_s = 30.0
+    budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
+                      "pod's disruption budget.")  # fmt: skip
+    w.kube.fail_next("evict", budget)
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    eventually(lambda: evictions(w) == ["default/low-1"])
+    p.step()
+    assert evictions(w) == ["default/low-1"]  # not before its retry is due
+    w.kube.delete(PODS, "urgent", "default")
+    eventually(lambda: "default/urgent" not in w.app.state.pods)
+    later = p.clock() + 60
+    p.clock = lambda: later
+    p.step()
+    assert evictions(w) == ["default/low-1"]  # due, but nobody waits for it any more
+
+
+def test_a_leader_that_stands_by_drops_its_holds_and_takes_them_back_when_it_leads(
+    world: World,
+) -> None:
+    # Holds live in the leader's memory; a standby's would be stale when it leads again,
+    # so it drops them and takes them over from tessera.io/preempting, as a new leader.
+    w = world
+    held_for_urgent(w)
+    p = w.app.preemptor
+    leads = True
+    p.leading = lambda: leads
+    leads = False
+    p.step()
+    assert w.app.state.holds.get("default/urgent") is None
+    leads = True
+    p.step()
+    assert w.app.state.holds.get("default/urgent") is not None
+
+
 def running_pod(name: str, priority: int, app: str, **kw: Any) -> dict[str, Any]:
     """A pod as the kubelet reports it once started: Running and Ready, labelled."""
     p = prio_pod(name, priority, **kw)
