@@ -26,9 +26,14 @@ from typing import Any, Literal, Protocol
 
 from tessera.kube.kinds import Kind
 
-__all__ = ["KubeApi", "ListResult", "Obj", "WatchEvent"]
+__all__ = ["KubeApi", "ListResult", "Obj", "WatchEvent", "resource_version"]
 
 Obj = dict[str, Any]
+
+
+def resource_version(obj: Obj | None) -> str:
+    """The object's ``metadata.resourceVersion``, "" when it has none."""
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
 
 
 @dataclass(frozen=True, slots=True)

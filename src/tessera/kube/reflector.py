@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from tessera.kube.errors import ApiError, Gone, NotFound
 from tessera.kube.kinds import Kind
-from tessera.kube.port import KubeApi, Obj, WatchEvent
+from tessera.kube.port import KubeApi, Obj, WatchEvent, resource_version
 
 __all__ = [
     "PagedHandler",
@@ -250,17 +250,13 @@ class _OneObject:
 
     def replace(self, items: list[Obj]) -> None:
         if items:
-            self._seen(items[0], _version(items[0]))
+            self._seen(items[0], resource_version(items[0]))
         else:
             self._seen(None, self.reflector.resource_version if self.reflector else "")
 
     def apply(self, event: WatchEvent) -> None:
         gone = event.type == "DELETED"
-        self._seen(None if gone else event.object, _version(event.object))
-
-
-def _version(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        self._seen(None if gone else event.object, resource_version(event.object))
 
 
 def follow_one(

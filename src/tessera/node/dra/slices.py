@@ -32,7 +32,7 @@ from tessera.claims.devices import resource_slice, slice_name
 from tessera.errors import SpecError
 from tessera.kube.errors import NotFound
 from tessera.kube.kinds import NODES, RESOURCE_SLICES
-from tessera.kube.port import KubeApi, Obj
+from tessera.kube.port import KubeApi, Obj, resource_version
 from tessera.kube.reflector import Reflector, follow_one
 from tessera.model.quantity import parse_quantity
 from tessera.model.types import Card
@@ -77,10 +77,6 @@ def _same_devices(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     return _canonical(_devices(a)) == _canonical(_devices(b))
 
 
-def _version(obj: dict[str, Any] | None) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
-
-
 def _keep_taint_times(want: list[Any], current: list[Any]) -> None:
     """Give each taint in ``want`` the ``timeAdded`` the API server stamped on the same
     taint in ``current`` (same device, key and effect).
@@ -107,7 +103,7 @@ def _older(version: str, than: Obj | None) -> bool:
     compared only when both are the integers every API server today writes)."""
     if than is None:
         return False
-    b = _version(than)
+    b = resource_version(than)
     return version.isdigit() and b.isdigit() and int(version) < int(b)
 
 
@@ -167,7 +163,7 @@ class SlicePublisher:
                     want = self._desired(cards, generation + 2, written)
                     written = self._write(want, written)
             self._current = written
-            self._sent = (_version(written), _canonical(_devices(want)))
+            self._sent = (resource_version(written), _canonical(_devices(want)))
             if not _same_devices(written, want) and not self._warned_changed:
                 # Taken as our own from now on, so that it is not written again each tick.
                 what = "beyond what the agent compares; the slice as stored counts as written"
@@ -180,7 +176,7 @@ class SlicePublisher:
         """Whether ``current`` is our last write, of these devices."""
         return (
             self._sent is not None
-            and _version(current) == self._sent[0]
+            and resource_version(current) == self._sent[0]
             and _canonical(_devices(desired)) == self._sent[1]
         )
 
