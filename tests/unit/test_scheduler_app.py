@@ -464,22 +464,15 @@ def test_a_cluster_without_quotas_or_claims_apis_is_served() -> None:
     # No GpuQuota CRD (installed without the chart's CRDs) and no resource.k8s.io/v1
     # (a release before it, or the group turned off): the extender places pods anyway.
     from tessera.kube import FakeKube
-    from tessera.scheduler.app import SchedulerApp
-    from tessera.scheduler.config import SchedulerConfig
 
     kube = FakeKube()
     kube.unserved = {GPUQUOTAS.plural, RESOURCE_SLICES.plural, RESOURCE_CLAIMS.plural}
-    kube.create(NODES, node_obj("n1", 1))
-    app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), kube)
-    app.start()
+    w = World([node_obj("n1", 1)], kube)  # synced, or it fails here
     try:
-        assert app.wait_synced(5)
-        assert app.quota_reflector.absent and app.claim_reflector.absent
-        pod = kube.create(PODS, pod_obj("p"), "default")
-        r = app.handle("POST", "/filter", json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode())
-        assert r.status == 200 and json.loads(r.body)["NodeNames"] == ["n1"]
+        assert w.app.quota_reflector.absent and w.app.claim_reflector.absent
+        assert w.filter(w.create(pod_obj("p")))["NodeNames"] == ["n1"]
     finally:
-        app.stop()
+        w.close()
 
 
 def test_without_its_budgets_listed_the_extender_places_pods_but_evicts_none() -> None:
