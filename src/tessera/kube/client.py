@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -210,15 +210,8 @@ class KubeClient:
         try:
             if resp.status >= 300:
                 raise error_from_status(resp.status, resp.read())
-            buf = b""
-            for chunk in resp.stream(65536):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield _watch_event(line)
-            if buf.strip():
-                yield _watch_event(buf)
+            for line in watch_lines(resp.stream(65536)):
+                yield _watch_event(line)
         except urllib3.exceptions.HTTPError as exc:
             raise Unavailable(0, "Unavailable", f"watch {kind.plural}: {exc}") from exc
         finally:
@@ -292,6 +285,28 @@ def binding_body(
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     return PODS.path(namespace, name) + "/binding", body
+
+
+def watch_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The non-blank lines of a watch stream, however its chunks cut them.
+
+    Each chunk is split once and a line's unfinished head is kept aside until its
+    end arrives, so the work is linear in the bytes (splitting a growing buffer a
+    line at a time copied the rest of the chunk for every event).
+    """
+    head: list[bytes] = []
+    for chunk in chunks:
+        *ended, rest = chunk.split(b"\n")
+        if ended:
+            if head:
+                ended[0] = b"".join(head) + ended[0]
+                head = []
+            yield from (line for line in ended if line.strip())
+        if rest:
+            head.append(rest)
+    tail = b"".join(head)
+    if tail.strip():
+        yield tail
 
 
 def _watch_event(line: bytes) -> WatchEvent:

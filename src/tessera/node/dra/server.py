@@ -124,7 +124,11 @@ class DraPluginServer:
             self.registered.clear()
 
     def start(self) -> None:
-        """Serve both sockets; the registration socket last, so kubelet finds us ready."""
+        """Serve both sockets from one gRPC server.
+
+        Binding a port creates its socket file, so kubelet may see the registration
+        socket before ``start``; its first call then waits in the listen queue.
+        """
         for path in (self.socket_path, self.registration_path):
             path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
