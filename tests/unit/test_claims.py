@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tessera.claims.allocation import claim_grant
+from tessera.claims.allocation import allocated_pools, claim_grant
 from tessera.claims.cdi import cdi_device_id, cdi_spec
 from tessera.claims.devices import (
     DRIVER,
@@ -194,6 +194,32 @@ def test_two_requests_on_one_card_add_up() -> None:
     [s] = grant.assignment.slices
     assert (s.memory_mib, s.cores_percent) == (3072, 30)
     assert len(grant.devices) == 2
+
+
+def test_two_requests_may_fill_a_card_to_100_percent_and_no_further() -> None:
+    full = _claim([_result("gpu-1", "a", memory="1Gi", compute="60"),
+                   _result("gpu-1", "b", memory="1Gi", compute="40")])  # fmt: skip
+    assert claim_grant(full, "n1", BY_NAME).assignment.slices[0].cores_percent == 100
+    over = _claim([_result("gpu-1", "a", memory="1Gi", compute="60"),
+                   _result("gpu-1", "b", memory="1Gi", compute="41")])  # fmt: skip
+    with pytest.raises(SpecError, match="must not take more than card"):
+        claim_grant(over, "n1", BY_NAME)
+
+
+def test_a_devices_share_id_is_kept_and_its_absence_is_none() -> None:
+    claim = _claim([{**_result("gpu-1", "a", memory="1Gi"), "shareID": "7f3c"},
+                    _result("gpu-2", "b", memory="1Gi")])  # fmt: skip
+    devices = claim_grant(claim, "n1", BY_NAME).devices
+    assert [(d.device, d.share_id) for d in devices] == [("gpu-1", "7f3c"), ("gpu-2", None)]
+
+
+def test_allocated_pools_are_the_nodes_holding_this_drivers_devices() -> None:
+    other = {"request": "nic", "driver": "nic.example.com", "pool": "n9", "device": "x"}
+    claim = _claim([_result("gpu-0"), {**_result("gpu-1"), "pool": "n2"}, other, "junk"])
+    assert allocated_pools(claim) == {"n1", "n2"}
+    for unallocated in ({}, {"status": None}, {"status": {}}, {"status": {"allocation": None}},
+                        {"status": {"allocation": {"devices": None}}}):  # fmt: skip
+        assert allocated_pools(unallocated) == set()
 
 
 def test_another_drivers_config_is_not_ours_to_read() -> None:
