@@ -22,7 +22,7 @@ from tessera.claims.devices import (
 )
 from tessera.errors import SpecError
 from tessera.model.clusterspec import make_cards
-from tessera.model.types import ComputePolicy
+from tessera.model.types import Card, ComputePolicy
 from tessera.node.isolation import Isolation, Visibility, container_edits
 
 CARDS = make_cards("n1", 4, "A100-SXM4-80GB", memory_mib=81920, nvlink="pairs")
@@ -95,11 +95,26 @@ def test_claims_pool() -> None:
 
 
 def test_a_published_slice_reads_back_as_its_cards() -> None:
-    cards = (CARDS[0], replace(CARDS[1], healthy=False, slots=4), CARDS[2])
+    cards = (CARDS[0], replace(CARDS[1], healthy=False, slots=4), replace(CARDS[2], cordoned=True))
     node, back = slice_cards(resource_slice("n1", reversed(cards), generation=3))
     assert node == "n1"
-    keep = [(c.uuid, c.index, c.model, c.memory_mib, c.healthy, c.slots) for c in cards]
-    assert [(c.uuid, c.index, c.model, c.memory_mib, c.healthy, c.slots) for c in back] == keep
+
+    def fields(c: Card) -> tuple[object, ...]:
+        return (c.uuid, c.index, c.model, c.memory_mib, c.healthy, c.slots, c.cordoned)
+
+    assert [fields(c) for c in back] == [fields(c) for c in cards]
+
+
+def test_a_slices_node_is_its_node_name_or_else_its_pools_name() -> None:
+    obj = resource_slice("n1", CARDS[:1], generation=1)
+    del obj["spec"]["nodeName"]
+    assert slice_cards(obj)[0] == obj["spec"]["pool"]["name"]
+    for bad in ({"nodeName": 5}, {"nodeName": "", "pool": {"name": ""}}, {"pool": None}):
+        edited = resource_slice("n1", CARDS[:1], generation=1)
+        edited["spec"].pop("nodeName")
+        edited["spec"].update(bad)
+        with pytest.raises(SpecError, match=r"spec\.nodeName: must name the node"):
+            slice_cards(edited)
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,11 @@ shape merged with their CPU and memory averaged, weights summing to one."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tessera.model.types import ContainerRequest, GpuRequest, PodRequest
+from tessera.model.types import ComputePolicy, ContainerRequest, GpuRequest, PodRequest
 from tessera.placement import WorkloadMix
 from tessera.placement.mix import RequestClass
 
@@ -39,13 +41,13 @@ def test_a_mix_built_from_pods_is_frozen_at_once() -> None:
 def test_kinds_of_one_gpu_shape_are_merged_their_cpu_and_memory_averaged() -> None:
     mix = WorkloadMix([
         task("a", 50, cpu=1000, memory=1000), task("b", 50, cpu=3000, memory=3000),
-        task("c", 50, cpu=2000, memory=2000), task("d", 20, cpu=500, memory=100),
+        task("c", 50, cpu=2002, memory=2002), task("d", 20, cpu=500, memory=100),
     ])  # fmt: skip
     weights = dict(mix.weights())
     half = RequestClass.of(task("x", 50))
     assert len(weights) == 2
     merged = next(c for c in weights if c.gpu == half.gpu)
-    assert (merged.cpu_milli, merged.memory_mib) == (2000, 2000)
+    assert (merged.cpu_milli, merged.memory_mib) == (2000, 2000)  # 6002 // 3, rounded down
     assert weights[merged] == pytest.approx(0.75)
     assert sum(weights.values()) == pytest.approx(1.0)
 
@@ -55,3 +57,25 @@ def test_only_the_most_common_shapes_are_kept() -> None:
     weights = WorkloadMix(pods, max_classes=3).weights()
     assert [c.gpu.memory_percent for c, _ in weights if c.gpu] == [10, 9, 8]
     assert sum(w for _, w in weights) == pytest.approx(1.0)
+
+
+def test_card_uuids_and_compute_policy_do_not_make_a_class() -> None:
+    plain = task("a", 50)
+    gpu = plain.containers[0].gpu
+    assert gpu is not None
+    pinned = dataclasses.replace(
+        plain,
+        containers=(
+            ContainerRequest(
+                "main",
+                dataclasses.replace(
+                    gpu,
+                    uuids=frozenset({"GPU-1"}),
+                    uuids_exclude=frozenset({"GPU-2"}),
+                    policy=ComputePolicy.BURST_SHARE,
+                ),
+            ),
+        ),
+    )
+    assert RequestClass.of(pinned) == RequestClass.of(plain)
+    assert len(WorkloadMix([plain, pinned]).weights()) == 1
