@@ -57,6 +57,34 @@ def pod_obj(
     }
 
 
+def prio_pod(name: str, priority: int, **kw: Any) -> dict[str, Any]:
+    p = pod_obj(name, **kw)
+    p["spec"]["priority"] = priority  # as the API server sets it from the PriorityClass
+    return p
+
+
+def running_pod(name: str, priority: int, app: str, **kw: Any) -> dict[str, Any]:
+    """A pod as the kubelet reports it once started: Running and Ready, labelled."""
+    p = prio_pod(name, priority, **kw)
+    p["metadata"]["labels"] = {"app": app}
+    p["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return p
+
+
+def pdb(name: str, app: str, allowed: int) -> dict[str, Any]:
+    """A budget as its controller has counted it: two healthy pods, ``allowed`` spare."""
+    return {
+        "metadata": {"name": name, "namespace": "default", "generation": 1},
+        "spec": {"selector": {"matchLabels": {"app": app}}},
+        "status": {
+            "disruptionsAllowed": allowed,
+            "currentHealthy": 2,
+            "desiredHealthy": 2 - allowed,
+            "observedGeneration": 1,
+        },
+    }
+
+
 class World:
     """A FakeKube plus a synced SchedulerApp (no leader election unless asked)."""
 

@@ -25,14 +25,8 @@ from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.preemptor import Preemptor, adopt_holds
 from tessera.scheduler.state import PodInfo, SchedulerState
-from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._scheduler_world import World, node_obj, pdb, prio_pod, running_pod
 from tests.unit._wait import eventually
-
-
-def prio_pod(name: str, priority: int, **kw: Any) -> dict[str, Any]:
-    p = pod_obj(name, **kw)
-    p["spec"]["priority"] = priority  # as the API server sets it from the PriorityClass
-    return p
 
 
 def place_on(w: World, pod: dict[str, Any], node: str) -> None:
@@ -437,28 +431,6 @@ def test_a_leader_that_stands_by_drops_its_holds_and_takes_them_back_when_it_lea
     leads = True
     p.step()
     assert w.app.state.holds.get("default/urgent") is not None
-
-
-def running_pod(name: str, priority: int, app: str, **kw: Any) -> dict[str, Any]:
-    """A pod as the kubelet reports it once started: Running and Ready, labelled."""
-    p = prio_pod(name, priority, **kw)
-    p["metadata"]["labels"] = {"app": app}
-    p["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-    return p
-
-
-def pdb(name: str, app: str, allowed: int) -> dict[str, Any]:
-    """A budget as its controller has counted it: two healthy pods, ``allowed`` spare."""
-    return {
-        "metadata": {"name": name, "namespace": "default", "generation": 1},
-        "spec": {"selector": {"matchLabels": {"app": app}}},
-        "status": {
-            "disruptionsAllowed": allowed,
-            "currentHealthy": 2,
-            "desiredHealthy": 2 - allowed,
-            "observedGeneration": 1,
-        },
-    }
 
 
 def budgeted_world(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
