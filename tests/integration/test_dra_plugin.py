@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tessera.claims.devices import DRIVER, UNHEALTHY_TAINT, slice_name
+from tessera.claims.devices import CAPACITY_SLOTS, DRIVER, UNHEALTHY_TAINT, slice_name
 from tessera.kube.errors import NotFound, Unavailable
 from tessera.kube.fake import FakeKube
 from tessera.kube.kinds import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -46,7 +46,7 @@ from tests.integration.kubelet_double import KubeletDouble
 
 NODE = "node-a"
 RES = "tessera.io/gpu"
-SLOTS = 4
+SLOTS = 6  # not the default 16: the slice and the node check must both use it
 CARDS = make_cards(NODE, 2, "A100")
 U0, U1 = CARDS[0].uuid, CARDS[1].uuid
 
@@ -269,6 +269,34 @@ def test_the_node_refuses_a_claim_that_would_overcommit_its_card(env: Env) -> No
         pb.NodePrepareResourcesRequest(claims=[_ref(second)]), timeout=5
     )
     assert out.claims[second["metadata"]["uid"]].error == ""
+
+
+def test_the_node_fills_a_card_to_its_edges_and_refuses_one_step_past(env: Env) -> None:
+    """Memory to the card's 40,960 MiB, compute to 100 % and every slot the slice offers
+    are the card's to give; one MiB, one percent or one holder more is refused, naming
+    what it would take."""
+    stub = env.stub()
+    slots = int(env.slice()["spec"]["devices"][0]["capacity"][CAPACITY_SLOTS]["value"])
+    assert slots == SLOTS
+
+    def prepare(name: str, mib: int, cores: int) -> str:
+        claim = _claim(env.kube, name, "gpu-1", memory=f"{mib}Mi", compute=str(cores))
+        request = pb.NodePrepareResourcesRequest(claims=[_ref(claim)])
+        return str(
+            stub.NodePrepareResources(request, timeout=5).claims[claim["metadata"]["uid"]].error
+        )
+
+    assert prepare("a", 10240, 60) == "" and prepare("b", 20480, 40) == ""
+    assert "to 30721 of 40960 MiB, 101 of 100 % compute" in prepare("c", 1, 1)
+    small = [f"s{i}" for i in range(slots - 3)]
+    assert all(prepare(name, 1, 0) == "" for name in small)
+    used = 30720 + len(small)
+    assert "to 40961 of 40960 MiB" in prepare("d", 40961 - used, 0)
+    assert prepare("e", 40959 - used, 0) == ""  # every slot taken, one MiB left
+    assert f"{slots + 1} of {slots} slots" in prepare("f", 1, 0)
+    gone = env.kube.get(RESOURCE_CLAIMS, "s0", "team")
+    stub.NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[_ref(gone)]), timeout=5)
+    assert prepare("g", 2, 0) == ""  # the last slot, to the card's last MiB
 
 
 def test_the_exporter_shows_a_prepared_claim_on_its_card(env: Env) -> None:

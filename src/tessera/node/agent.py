@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
@@ -138,8 +138,6 @@ class Agent:
         """The node's cards with their current health and the slots each is advertised as
         (what the inventory says: placement puts at most that many containers on a card)."""
         assert self.facts is not None and self.tracker is not None
-        from dataclasses import replace
-
         cordoned = self.cordons.current() if self.cordons is not None else frozenset()
         return tuple(
             replace(
@@ -174,7 +172,13 @@ class Agent:
         mig = sorted(self.facts.mig_enabled)
         if mig:
             log.warning("cards in MIG mode are not shared by Tessera yet: %s", mig)
-        cards = tuple(c for c in self.facts.cards if c.uuid not in self.facts.mig_enabled)
+        # Every part of the agent counts a card's slots as the inventory and the slice
+        # advertise them (--slots-per-card), not as discovery left them.
+        cards = tuple(
+            replace(c, slots=cfg.slots_per_card)
+            for c in self.facts.cards
+            if c.uuid not in self.facts.mig_enabled
+        )
         self.facts = NodeFacts(
             cards=cards,
             driver_version=self.facts.driver_version,
