@@ -84,6 +84,21 @@ def test_assignment_round_trip() -> None:
             '"numa":0,"nvlink":[],"healthy":true,"slots":"4"}]}',
             "'slots' must be an integer",
         ),
+        (
+            '{"v":1,"cards":[{"uuid":"x","index":0,"model":"T4","memoryMiB":1,"smCount":1,'
+            '"numa":0,"nvlink":["1"],"healthy":true}]}',
+            "'nvlink' must be a list of card indices",
+        ),
+        (
+            '{"v":1,"cards":[{"uuid":"x","index":0,"model":"T4","memoryMiB":1,"smCount":1,'
+            '"numa":0,"nvlink":[true],"healthy":true}]}',
+            "'nvlink' must be a list of card indices",
+        ),
+        (
+            '{"v":1,"cards":[{"uuid":"x","index":0,"model":"T4","memoryMiB":1,"smCount":1,'
+            '"numa":-2,"nvlink":[],"healthy":true}]}',
+            "'numa' must be >= -1, got -2",
+        ),
     ],
 )
 def test_inventory_refuses_malformed(text: str, fragment: str) -> None:
@@ -91,6 +106,15 @@ def test_inventory_refuses_malformed(text: str, fragment: str) -> None:
         decode_inventory("n1", text, 1, 1)
     assert str(err.value).startswith("node n1: annotation tessera.io/inventory")
     assert fragment in str(err.value)
+
+
+def test_inventory_takes_the_smallest_values_its_rules_allow() -> None:
+    text = (
+        '{"v":1,"cards":[{"uuid":"x","index":0,"model":"T4","memoryMiB":1,"smCount":0,'
+        '"numa":-1,"nvlink":[],"healthy":false,"slots":1}]}'
+    )
+    [card] = decode_inventory("n1", text, 1, 1).cards
+    assert (card.memory_mib, card.sm_count, card.numa_node, card.slots) == (1, 0, -1, 1)
 
 
 @pytest.mark.parametrize(
@@ -175,6 +199,7 @@ _PLACED = '"containers":[],"node":"a1"'
         ('{"node":"","v":1,"victims":["ns/a"]}', "field 'node' must not be empty"),
         ('{"node":"a1","v":1,"victims":[]}', "field 'victims' must list pods as namespace/name"),
         ('{"node":"a1","v":1,"victims":["a"]}', "field 'victims' must list pods as namespace/name"),
+        ('{"node":"a1","v":1,"victims":["ns/a","b"]}', "field 'victims' must list pods as"),
         ('{"node":"a1","v":2,"victims":["ns/a"]}', "unknown version 2"),
         ("[]", "must be a JSON object"),
     ],

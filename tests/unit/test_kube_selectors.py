@@ -21,6 +21,7 @@ LABELS = {"app": "train", "tier": "gpu"}
         ({"matchLabels": {"team": "a"}}, False),
         ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["x", "train"]}]}, True),
         ({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}, False),
+        ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["serve"]}]}, False),
         ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["train"]}]}, False),
         ({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}, True),
         ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, True),
