@@ -144,6 +144,20 @@ def test_a_host_port_another_pod_holds_on_the_node() -> None:
         "a": "host port 8080/TCP held by default/web"}  # fmt: skip
     assert ineligible(me(**with_port(8080, "10.0.0.2", "UDP")), nodes, pods).keys() == {"b"}
     assert ineligible(me(**with_port(9090)), nodes, pods) == {}
+    # Another address on the node: the port is free there.
+    assert ineligible(me(**with_port(8080, "10.0.0.3", "UDP")), nodes, pods) == {}
+    assert ineligible(me(**with_port(8080, None, "UDP")), nodes, pods).keys() == {"b"}
+
+
+def test_pods_on_nodes_not_offered_are_not_weighed() -> None:
+    """A pod bound to a node kube-scheduler does not offer (deleted, or filtered out
+    before) neither holds a port nor counts in a domain of the offered nodes."""
+    zone = "topology.kubernetes.io/zone"
+    nodes = [node("a", {zone: "z1"})]
+    ghost = placed("db-0", "gone", {"app": "db"}, **with_port(8080))
+    db = me({"app": "db"}, affinity=anti("podAntiAffinity", zone, matchLabels={"app": "db"}),
+            **with_port(8080))  # fmt: skip
+    assert ineligible(db, nodes, [ghost]) == {}
 
 
 def anti(kind: str, key: str, **selector: Any) -> dict[str, Any]:
@@ -207,6 +221,14 @@ def test_a_term_that_selects_namespaces_by_label_reads_their_labels() -> None:
             "labelSelector": {}, "topologyKey": host, "namespaceSelector": {}}]}})  # fmt: skip
     assert ineligible(me(), nodes, [guard], labels) == {
         "b": f"the anti-affinity of prod/guard in its {host}"}  # fmt: skip
+    # The labels unknown, a term with a namespaceSelector is not weighed at all, even
+    # where it also names the pending pod's namespace.
+    named = {"labelSelector": {}, "topologyKey": host, "namespaces": ["default"],
+             "namespaceSelector": {"matchLabels": {"tier": "x"}}}  # fmt: skip
+    guard["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ] = [named]
+    assert ineligible(me(), nodes, [guard]) == {}
     # Pod affinity: to a prod db pod's node.
     near = me(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
         "labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": host,
@@ -262,6 +284,19 @@ def test_topology_spread_counts_only_the_nodes_the_pod_may_use_and_min_domains()
     two = [node("a1", {"zone": "a"}), node("b1", {"zone": "b"})]
     assert ineligible(me({"app": "web"}, **spread()), two, pods) == {}
     assert set(ineligible(me({"app": "web"}, **spread(minDomains=3)), two, pods)) == {"a1", "b1"}
+    # As many domains as minDomains: the emptiest is the real one (1), and both fit.
+    assert ineligible(me({"app": "web"}, **spread(minDomains=2)), two, pods) == {}
+
+
+def test_topology_spread_counts_only_nodes_with_every_constraints_key() -> None:
+    """Two constraints (zone and host): a pod on a node with a zone but no host label is
+    not counted in its zone, as kube-scheduler counts only nodes with every key."""
+    both = spread()["topologySpreadConstraints"] + spread("host")["topologySpreadConstraints"]
+    nodes = [node("a1", {"zone": "a", "host": "a1"}), node("half", {"zone": "a"}),
+             node("b1", {"zone": "b", "host": "b1"})]  # fmt: skip
+    pods = [placed("w1", "half", {"app": "web"})]
+    out = ineligible(me({"app": "web"}, topologySpreadConstraints=both), nodes, pods)
+    assert out == {"half": "topology spread: the node has no host label"}
 
 
 def test_topology_spread_match_label_keys_and_node_taints_policy() -> None:
