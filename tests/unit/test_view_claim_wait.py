@@ -95,6 +95,21 @@ def test_a_whole_card_or_two_cards_find_no_room_beside_a_slice() -> None:
     assert lines[1].endswith("no node has room for it now"), lines
 
 
+def test_room_ends_at_the_last_slot_and_the_last_percent_of_compute() -> None:
+    """Card 0 holds one claim (1 GiB, 50 %), card 1 none. With one slot on card 0 it has
+    no room left; with its slots, a 50 % ask fits beside the claim and 51 % does not."""
+    held = _allocated("held", "gpu-0", "1Gi")
+    one_slot = [replace(CARDS[0], slots=1), CARDS[1]]
+
+    def line(claim: dict[str, Any], cards: Any = CARDS) -> str:
+        name = claim["metadata"]["name"]
+        return _lines(_pod({"name": "gpu", "resourceClaimName": name}), [held, claim], cards)[1]
+
+    assert "room on 1 card(s) of 1 node(s)" in line(_claim("a", "1Gi", "10"), one_slot)
+    assert "room on 2 card(s) of 1 node(s)" in line(_claim("b", "1Gi", "50"))
+    assert "room on 1 card(s) of 1 node(s)" in line(_claim("c", "1Gi", "51"))
+
+
 def test_cards_out_of_service_are_not_counted() -> None:
     out = [replace(CARDS[0], healthy=False), replace(CARDS[1], cordoned=True)]
     lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [_claim("c", "1Gi")], out)
@@ -144,6 +159,14 @@ def test_constraints_group_the_cards_one_allocation_may_take() -> None:
     said = ("no node has room for it now; 1 selector(s) or constraint(s) not weighed "
             "(constraints only within this request)")  # fmt: skip
     assert spanning.endswith(said), spanning
+    # Three cards on distinct islands and distinct indices: the islands (two) bound it.
+    three = _claim("c", "1Gi", count=3)
+    by_index = {"distinctAttribute": f"{DRIVER}/index"}
+    three["spec"]["devices"]["constraints"] = [{"distinctAttribute": island}, by_index]
+    pod = _pod({"name": "gpu", "resourceClaimName": "c"})
+    assert _lines(pod, [three], cards)[1].endswith(": no node has room for it now")
+    three["spec"]["devices"]["constraints"].pop(0)
+    assert "room on 4 card(s) of 1 node(s)" in _lines(pod, [three], cards)[1]
     one = _claim("c")
     one["spec"]["devices"]["constraints"] = [{"matchAttribute": island}]
     assert claim_asks(one) == [Ask("gpu", DRIVER, 1, None, 0, (), (Constraint(island),))]
@@ -188,6 +211,10 @@ def test_a_selector_that_does_not_evaluate_is_not_weighed_and_says_why() -> None
     assert f"not weighed; `{wrong}`: TypeError: No such overload" in _one(wrong), _one(wrong)
     missing = _one('device.attributes["example.com"].rack == "r1"')  # no such domain
     assert "; 1 selector(s) or constraint(s) not weighed; " in missing, missing
+    # An error on one card alone (its left side false) leaves the selector unweighed too.
+    partly = _one(f'device.attributes["{DRIVER}"].index == 0 || '
+                  'device.attributes["example.com"].rack == "r1"')  # fmt: skip
+    assert "room on 2 card(s) of 1 node(s)" in partly and "not weighed" in partly, partly
     broken = _one("device.driver ==")
     assert "Failed to parse expression" in broken, broken
     unread = _one("true", classes=None)  # the DeviceClasses could not be listed
