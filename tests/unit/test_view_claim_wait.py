@@ -106,7 +106,9 @@ def test_room_ends_at_the_last_slot_and_the_last_percent_of_compute() -> None:
         return _lines(_pod({"name": "gpu", "resourceClaimName": name}), [held, claim], cards)[1]
 
     assert "room on 1 card(s) of 1 node(s)" in line(_claim("a", "1Gi", "10"), one_slot)
-    assert "room on 2 card(s) of 1 node(s)" in line(_claim("b", "1Gi", "50"))
+    assert line(_claim("b", "1Gi", "50")).endswith(
+        "room on 2 card(s) of 1 node(s) now (most free: 40960 MiB on n1 card 1)"
+    )
     assert "room on 1 card(s) of 1 node(s)" in line(_claim("c", "1Gi", "51"))
 
 
@@ -284,10 +286,13 @@ def test_all_counts_only_cards_large_enough_and_under_its_constraints() -> None:
     """A card smaller than the request is not among "all" (the allocator compares the
     request with each device's capacity); the constraints must hold over every card."""
     slices = [resource_slice("n1", CARDS, generation=1),
-              resource_slice("n2", make_cards("n2", 2, "T4"), generation=1)]  # fmt: skip
+              resource_slice("n2", make_cards("n2", 3, "T4"), generation=1)]  # fmt: skip
     line = _all([], slices, capacity={"requests": {"memory": "20Gi"}})  # T4s: 15 GiB
     assert line.endswith("room on 1 node(s) now, all of their matching cards (most: 2 on n1)")
-    assert "room on 2 node(s)" in _all([], slices)
+    exactly = _all([], slices, capacity={"requests": {"memory": "40Gi"}})  # the A100's all
+    assert exactly.endswith("room on 1 node(s) now, all of their matching cards (most: 2 on n1)")
+    assert _all([], slices).endswith("room on 2 node(s) now, all of their matching cards "
+                                     "(most: 3 on n2)")  # fmt: skip
     assert _all([], slices, capacity={"requests": {"memory": "80Gi"}}).endswith(
         ": no card passes its CEL selectors and is large enough"
     )
@@ -303,6 +308,11 @@ def test_all_counts_only_cards_large_enough_and_under_its_constraints() -> None:
     line = explain(_pod({"name": "gpu", "resourceClaimName": "want"}), {"want": claim}, pairs,
                    gmap, CLASSES)[1]  # fmt: skip
     assert line.endswith("(1 with one against a constraint)"), line
+    one_island = [resource_slice("n1", make_cards("n1", 2, "A100", nvlink="pairs"), generation=1)]
+    line = explain(_pod({"name": "gpu", "resourceClaimName": "want"}), {"want": claim},
+                   one_island, build_map([], [], slices=one_island, claims=[claim]),
+                   CLASSES)[1]  # fmt: skip
+    assert "room on 1 node(s) now, all of their matching cards (most: 2 on n1)" in line, line
     claim["spec"]["devices"]["constraints"] = [{"distinctAttribute": f"{DRIVER}/uuid"}]
     line = explain(_pod({"name": "gpu", "resourceClaimName": "want"}), {"want": claim}, pairs,
                    gmap, CLASSES)[1]  # fmt: skip
