@@ -16,6 +16,7 @@ from tessera.model.types import (
     NodeInventory,
     PodRequest,
 )
+from tessera.placement import make_policy, place
 
 
 def node(
@@ -248,6 +249,24 @@ def test_node_events() -> None:
     assert state.check_invariants() == []
     with pytest.raises(SpecError, match="node: not in the cluster state"):
         state.remove_node("a")
+
+
+def test_a_removed_node_is_gone_from_every_view_placement_reads() -> None:
+    """Its row stays in the arrays for reuse; nothing may read it as a node."""
+    state = ClusterState([node("a"), node("b")])
+    assert "a" in state and len(state) == 2
+    state.remove_node("a")
+    assert "a" not in state and "b" in state and len(state) == 1
+    whole = GpuRequest(count=1, memory_mib=20000, cores_percent=30)  # more than any card
+    with pytest.raises(PlacementError) as err:
+        place(state.snapshot(), pod("big", whole), make_policy("binpack"))
+    assert set(err.value.reasons) == {"b"}
+    assert place(state.snapshot(), pod("p", SHARE), make_policy("binpack")).node == "b"
+
+
+def test_a_card_of_one_mib_is_a_card() -> None:
+    tiny = NodeInventory("a", (Card("a-g0", 0, "T4", 1),), 8000, 64000)
+    assert ClusterState([tiny]).snapshot().cards_free("a")[0].memory_mib == 1
 
 
 def test_update_that_drops_a_booked_card_is_reported() -> None:
