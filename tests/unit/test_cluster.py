@@ -325,6 +325,29 @@ def test_a_card_takes_at_most_its_slots_in_containers() -> None:
     assert state.snapshot().cards_free("a")[0].slots == 1
 
 
+def test_two_containers_of_one_pod_on_a_card_take_two_slots() -> None:
+    inv = NodeInventory("a", (Card("a-g0", 0, "T4", 16000, slots=3),), 8000, 64000)
+    state = ClusterState([inv])
+    best_effort = GpuRequest(count=1, memory_mib=100)
+    pair = PodRequest("ns", "pair", (ContainerRequest("a", best_effort),
+                                     ContainerRequest("b", best_effort)), 1000, 1000)  # fmt: skip
+    slice_ = (CardSlice("a-g0", 100, 0),)
+    state.assign(pair, Assignment("a", (ContainerAssignment("a", slice_),
+                                        ContainerAssignment("b", slice_))))  # fmt: skip
+    assert state.snapshot().cards_free("a")[0].slots == 1
+    state.release("ns/pair")
+    assert state.snapshot().cards_free("a")[0].slots == 3
+
+
+def test_a_pod_may_take_the_last_milli_cpu_and_mib_of_memory() -> None:
+    state = ClusterState([node("a", cpu=8000)])
+    exact = PodRequest("ns", "exact", (ContainerRequest("main", None),), 8000, 64000)
+    state.assign(exact, Assignment("a", ()))
+    more = PodRequest("ns", "more", (ContainerRequest("main", None),), 1, 0)
+    with pytest.raises(PlacementError, match="insufficient cpu"):
+        state.assign(more, Assignment("a", ()))
+
+
 def test_invariant_check_reports_a_card_over_its_slots() -> None:
     """The agent restarted with a smaller --slots-per-card under running pods."""
     state = ClusterState(
