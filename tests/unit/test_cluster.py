@@ -348,6 +348,18 @@ def test_a_pod_may_take_the_last_milli_cpu_and_mib_of_memory() -> None:
         state.assign(more, Assignment("a", ()))
 
 
+def test_a_slice_may_take_a_cards_last_mib_and_percent() -> None:
+    state = ClusterState([node("a")])
+    state.assign(pod("p0", SHARE), on("a", "a-g0", mem=6000, cores=30))
+    rest = GpuRequest(count=1, memory_mib=10000, cores_percent=70)
+    state.assign(pod("p1", rest), on("a", "a-g0", mem=10000, cores=70))
+    free = state.snapshot().cards_free("a")[0]
+    assert (free.memory_mib, free.cores_percent) == (0, 0)
+    one = GpuRequest(count=1, memory_mib=1, cores_percent=0)
+    with pytest.raises(PlacementError, match="has 0 MiB free, needs 1"):
+        state.assign(pod("p2", one), on("a", "a-g0", mem=1, cores=0))
+
+
 def test_invariant_check_reports_a_card_over_its_slots() -> None:
     """The agent restarted with a smaller --slots-per-card under running pods."""
     state = ClusterState(
