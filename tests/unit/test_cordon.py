@@ -11,10 +11,16 @@ from typing import Any
 
 import pytest
 
-from tessera.claims.devices import CORDONED_TAINT, UNHEALTHY_TAINT, resource_slice, slice_cards
+from tessera.claims.devices import (
+    CORDONED_TAINT,
+    DRIVER,
+    UNHEALTHY_TAINT,
+    resource_slice,
+    slice_cards,
+)
 from tessera.kube import NODES, PODS, FakeKube
 from tessera.kube.errors import ApiError
-from tessera.kube.kinds import RESOURCE_SLICES
+from tessera.kube.kinds import RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.model import annotations as keys
 from tessera.model.clusterspec import card_uuid, make_cards
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
@@ -263,6 +269,41 @@ def test_drain_evicts_the_cards_pods_retries_a_refusal_and_leaves_the_others() -
     assert [c[1] for c in kube.calls if c[0] == "evict"] == ["default/a", "default/b", "default/a"]
     assert now[0] >= 5  # the refused one was asked again only after retry_s
     assert [p["metadata"]["name"] for p in kube.list(PODS, "default").items] == ["other"]
+
+
+def _claim_on(kube: FakeKube, name: str, device: str, user: str) -> None:
+    """A claim allocated on ``device`` of n1's slice, reserved for pod ``user``."""
+    result = {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device,
+              "consumedCapacity": {"memory": "1Gi", "compute": "10", "slots": "1"}}  # fmt: skip
+    kube.create(RESOURCE_CLAIMS, {
+        "metadata": {"name": name, "namespace": "default"},
+        "status": {"allocation": {"devices": {"results": [result]}},
+                   "reservedFor": [{"resource": "pods", "name": user, "uid": f"u-{user}"}]},
+    }, "default")  # fmt: skip
+
+
+def test_the_tenants_of_a_claims_card_are_the_pods_its_claims_are_reserved_for() -> None:
+    """A claim named in the pod's spec, or made from a template and named in its status:
+    both are read, and their pods are the card's tenants."""
+    cards = make_cards("n1", 4, "A100")
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1", 2))
+    kube.create(RESOURCE_SLICES, resource_slice("n1", cards[2:], 1, "", "uid"))
+    _claim_on(kube, "named", "gpu-2", "user")
+    _claim_on(kube, "user-2-gpu-x7", "gpu-3", "templated")
+    user = pod_obj("user", gpu=None)
+    user["spec"]["nodeName"] = "n1"
+    user["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "named"}]
+    kube.create(PODS, user, "default")
+    templated = pod_obj("templated", gpu=None)
+    templated["spec"]["nodeName"] = "n1"
+    templated["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    made = [{"name": "gpu", "resourceClaimName": "user-2-gpu-x7"}]
+    templated["status"] = {"resourceClaimStatuses": made}
+    kube.create(PODS, templated, "default")
+    assert [t.pod for t in tenants(kube, "n1", frozenset({cards[2].uuid}))] == ["user"]
+    assert [t.pod for t in tenants(kube, "n1", frozenset({cards[3].uuid}))] == ["templated"]
+    assert tenants(kube, "n1", frozenset({cards[0].uuid})) == []
 
 
 def test_drain_gives_up_at_the_deadline_naming_who_is_left() -> None:
