@@ -106,6 +106,11 @@ class _Registration(pbg.RegistrationServicer):
     def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
         if request.version != "v1beta1":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported {request.version}")
+        with self.k._mu:
+            refuse = self.k.refuse_registers > 0
+            self.k.refuse_registers -= refuse
+        if refuse:  # as a kubelet still starting up answers
+            context.abort(grpc.StatusCode.UNAVAILABLE, "device manager not ready")
         # kubelet answers first and connects to the plugin in the background.
         threading.Thread(target=self.k._connect, args=(request,), daemon=True).start()
         return pb.Empty()
@@ -143,6 +148,7 @@ class KubeletDouble:
         self.pod_devices: dict[tuple[str, str], list[str]] = {}  # (uid, container) -> ids
         self.responses: dict[tuple[str, str], pb.ContainerAllocateResponse] = {}
         self.registrations: list[float] = []  # monotonic time of each Register
+        self.refuse_registers = 0  # Register calls to refuse (UNAVAILABLE) from now on
         self.updates = 0
         self.podres_calls = 0
         self._reg_server: grpc.Server | None = None
@@ -179,11 +185,13 @@ class KubeletDouble:
                 s.stop(grace=0).wait(5)
         self._reg_server = self._pr_server = None
 
-    def restart(self) -> None:
-        """Stop, clear the plugin folder, come back with a new kubelet.sock."""
+    def restart(self, clear: bool = True) -> None:
+        """Stop, clear the plugin folder (as kubelet's device manager does when it
+        starts; ``clear=False`` keeps the plugins' sockets), come back with a new
+        kubelet.sock."""
         self.stop()
         for p in self.plugin_dir.iterdir():
-            if p.name != "kubelet_internal_checkpoint":
+            if clear and p.name != "kubelet_internal_checkpoint":
                 p.unlink()
         with self._mu:
             self.devices.clear()

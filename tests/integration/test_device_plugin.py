@@ -365,6 +365,21 @@ def test_kubelet_restart_reregisters_and_keeps_allocations(env: Env) -> None:
     assert set(started[0].devices).isdisjoint(env.kubelet.pod_devices[(a[1].uid, "main")])
 
 
+def test_a_kubelet_back_under_the_plugins_socket_is_registered_with_once_it_answers(
+    env: Env,
+) -> None:
+    """A new kubelet.sock with the plugin's own socket still there: the agent sees the new
+    kubelet by its socket, and keeps asking while the new kubelet refuses."""
+    plugin = env.agent.plugin
+    assert plugin is not None
+    before = plugin.registrations
+    env.kubelet.refuse_registers = 3
+    env.kubelet.restart(clear=False)
+    env.kubelet.wait_devices(len(CARDS) * SLOTS, timeout=5)
+    assert env.kubelet.refuse_registers == 0
+    assert plugin.register_failures == 3 and plugin.registrations == before + 1
+
+
 def test_agent_restart_in_the_middle_loses_nothing(env: Env) -> None:
     a = pod_obj("g0", [("main", [(U0, 1000, 10)])], created=0)
     b = pod_obj("g1", [("main", [(U0, 2000, 20)])], created=1)
