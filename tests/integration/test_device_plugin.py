@@ -380,6 +380,13 @@ def test_a_kubelet_back_under_the_plugins_socket_is_registered_with_once_it_answ
     assert plugin.register_failures == 3 and plugin.registrations == before + 1
 
 
+def test_the_burst_coordinator_runs_with_a_period_and_not_at_zero(env: Env) -> None:
+    assert env.agent.coordinator is not None  # the hook backend's default: on
+    env.agent.stop()
+    env.new_agent(coordinator_period_s=0).start()
+    assert env.agent.coordinator is None
+
+
 def test_agent_restart_in_the_middle_loses_nothing(env: Env) -> None:
     a = pod_obj("g0", [("main", [(U0, 1000, 10)])], created=0)
     b = pod_obj("g1", [("main", [(U0, 2000, 20)])], created=1)
@@ -532,6 +539,7 @@ def _mps_agent(env: Env) -> FakeMps:
 def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(env: Env) -> None:
     mps = _mps_agent(env)
     assert mps.starts == 1
+    assert env.agent.coordinator is None  # burst-share lending is the hook backend's
     obj, kpod, _ = pod_obj("m", [("main", [(U0, 4096, 25), (U1, 4096, 25)])], created=0)
     env.pods.put(obj)
     (s,) = env.kubelet.run(kpod)
