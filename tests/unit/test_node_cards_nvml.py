@@ -151,6 +151,38 @@ def test_facts_translate_every_field(sysfs: Path) -> None:
     assert (facts.driver_version, facts.cuda_version) == ("550.54.15", "12.4")
 
 
+class _OlderNode(StubNvml):
+    """A node whose NUMA nodes come from sysfs or nowhere, with MIG only pending on card
+    2 (enabled, not yet active: a reset away), and no CUDA version to report."""
+
+    def nvmlDeviceGetNumaNodeId(self, h: Any) -> int:
+        raise self.NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetPciInfo(self, h: Any) -> Any:
+        if h.i == 3:
+            raise self.NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+        return super().nvmlDeviceGetPciInfo(h)
+
+    def nvmlDeviceGetMigMode(self, h: Any) -> tuple[int, int]:
+        pending = self.NVML_DEVICE_MIG_ENABLE if h.i == 2 else self.NVML_DEVICE_MIG_DISABLE
+        return (self.NVML_DEVICE_MIG_DISABLE, pending)
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        raise self.NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+
+
+def test_numa_from_sysfs_or_unknown_and_mig_only_once_active(tmp_path: Path) -> None:
+    # Card 0: sysfs says node 0; card 1: no numa_node file; card 2: "-1"; card 3: no PCI.
+    for i, node in ((0, "0"), (2, "-1")):
+        d = tmp_path / "bus/pci/devices" / f"0000:{0x3B + i:02x}:00.0"
+        d.mkdir(parents=True)
+        (d / "numa_node").write_text(node + "\n")
+    facts = NvmlDiscovery(_OlderNode(), sysfs=tmp_path).facts()
+    assert [c.numa_node for c in facts.cards] == [0, -1, -1, -1]
+    assert facts.mig_enabled == frozenset()  # shared until MIG is on, not once it is asked
+    assert facts.cuda_version == ""
+
+
 def test_xid_events_and_probe() -> None:
     stub = StubNvml()
     d = NvmlDiscovery(stub)

@@ -134,6 +134,79 @@ def test_a_field_the_server_adds_does_not_make_the_agent_write_every_tick(
     assert pub.writes == 3
 
 
+class _ServerWithoutDeviceTaints(FakeKube):
+    """An API server with the DRADeviceTaints feature off: it drops a device's taints."""
+
+    @staticmethod
+    def _default(kind: Any, obj: Any) -> None:
+        FakeKube._default(kind, obj)
+        for dev in (obj.get("spec") or {}).get("devices") or []:
+            dev.pop("taints", None)
+
+
+def _pool_generation(kube: FakeKube) -> int:
+    return int(kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["pool"]["generation"])
+
+
+def test_each_write_bumps_the_pools_generation() -> None:
+    kube, pub = _world()
+    cards = list(make_cards("n1", 2, "A100"))
+    assert pub.publish(cards) and _pool_generation(kube) == 1
+    cards[1] = replace(cards[1], cordoned=True)
+    assert pub.publish(cards) and _pool_generation(kube) == 2
+    assert not pub.publish(cards) and _pool_generation(kube) == 2
+
+
+def test_where_the_server_drops_taints_a_card_out_of_service_leaves_the_slice(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tainted device the server stores untainted would be allocatable: once the agent
+    sees its taint dropped, it writes out-of-service cards out of the slice instead, and
+    keeps doing so without asking again."""
+    kube = _ServerWithoutDeviceTaints()
+    kube.create(NODES, {"metadata": {"name": "n1"}})
+    pub = SlicePublisher(kube, "n1")
+    cards = list(make_cards("n1", 3, "A100"))
+    assert pub.publish(cards) and pub.taints_served is None  # no taint written yet
+    cards[0] = replace(cards[0], healthy=False)
+    assert pub.publish(cards)
+    assert pub.taints_served is False and "drops device taints" in caplog.text
+    stored = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]
+    assert [d["attributes"]["index"]["int"] for d in stored["devices"]] == [1, 2]
+    assert stored["pool"]["generation"] == 3  # the taint's write, then the one without it
+    assert pub.writes == 3 and not pub.publish(cards)
+    cards[2] = replace(cards[2], cordoned=True)
+    assert pub.publish(cards) and pub.writes == 4  # one write: taints are known dropped
+    assert len(kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"]) == 1
+    cards[0] = replace(cards[0], healthy=True)
+    assert pub.publish(cards)
+    devices = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"]
+    assert [d["attributes"]["index"]["int"] for d in devices] == [0, 1]
+
+
+def test_a_slice_made_again_after_a_deletion_is_taken_as_it_is() -> None:
+    """Deleted by hand, then put back as it was (a restore): the watch tells both, and
+    the agent, knowing the slice is there again, does not try to create it."""
+    kube, pub = _world()
+    cards = list(make_cards("n1", 2, "A100"))
+    assert pub.publish(cards)
+    obj = kube.get(RESOURCE_SLICES, slice_name("n1"))
+    kube.delete(RESOURCE_SLICES, slice_name("n1"))
+    pub._seen(None, str(int(obj["metadata"]["resourceVersion"]) + 1))  # as the watch says
+    del obj["metadata"]["resourceVersion"]
+    back = kube.create(RESOURCE_SLICES, obj)
+    pub._seen(back, back["metadata"]["resourceVersion"])
+    assert not pub.publish(cards) and pub.writes == 1
+
+
+def test_where_the_server_keeps_taints_a_sick_card_stays_tainted() -> None:
+    kube, pub = _world()
+    cards = list(make_cards("n1", 2, "A100"))
+    cards[0] = replace(cards[0], healthy=False)
+    assert pub.publish(cards) and pub.taints_served is True and pub.writes == 1
+    assert len(kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"]) == 2
+
+
 class _SlowWatch(FakeKube):
     """Holds the slice's list between reading and answering, and its watch until told:
     the window in which the agent's first write can fall."""
