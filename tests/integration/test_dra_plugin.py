@@ -18,14 +18,20 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from tessera.claims.devices import CAPACITY_SLOTS, DRIVER, UNHEALTHY_TAINT, slice_name
+from tessera.claims.devices import (
+    CAPACITY_SLOTS,
+    CLAIMS_LABEL,
+    DRIVER,
+    UNHEALTHY_TAINT,
+    slice_name,
+)
 from tessera.kube.errors import NotFound, Unavailable
 from tessera.kube.fake import FakeKube
 from tessera.kube.kinds import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -136,6 +142,25 @@ def test_cards_are_split_between_the_two_paths(env: Env) -> None:
     assert [d["attributes"]["uuid"]["string"] for d in spec["devices"]] == [U1]
     owner = env.slice()["metadata"]["ownerReferences"][0]
     assert owner["uid"] == env.kube.get(NODES, NODE)["metadata"]["uid"]
+
+
+def test_the_nodes_label_names_the_claims_cards_and_a_bad_one_offers_none(env: Env) -> None:
+    """Without --claims-cards the node's label decides; a label naming no card of the node
+    is logged and offers nothing to claims, and the extender path keeps every card."""
+    env.agent.stop()
+    cfg = replace(env.agent.cfg, claims_cards="")
+    for label, claims in (("9", set()), ("1", {U1})):
+        env.kube.merge_patch(NODES, NODE, {"metadata": {"labels": {CLAIMS_LABEL: label}}})
+        agent = Agent(cfg, env.discovery, env.agent.pods, MemoryEvents(), env.node, None,
+                      kube=env.kube)  # fmt: skip
+        agent.start()
+        try:
+            assert agent.claim_cards == claims
+            inventory = decode_inventory(NODE, env.node.text or "", 0, 0).cards
+            assert {c.uuid for c in inventory} == {U0, U1} - claims
+        finally:
+            agent.stop()
+    env.agent.start()
 
 
 def test_registration_names_the_driver_and_the_v1_service(env: Env) -> None:
