@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tessera.errors import PlacementError
-from tessera.model.annotations import ASSIGNMENT, INVENTORY, encode_assignment
+from tessera.model.annotations import ASSIGNMENT, INVENTORY, decode_inventory, encode_assignment
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.scheduler.state import SchedulerState, request_from_assignment
 from tests.unit._scheduler_world import node_obj, pod_obj
@@ -194,3 +194,28 @@ def test_only_cards_that_come_back_into_service_are_announced() -> None:
     assert told == []
     state.apply_node(node_obj("n1"))
     assert told == [[g0]]
+
+
+def test_pods_seen_before_their_node_are_booked_when_it_comes() -> None:
+    """The pod watch may run ahead of the node watch (or a node's inventory may come back
+    after it was refused): the pods bound there wait in the observed state, and are booked
+    the moment the node arrives, so that their cards are not offered again."""
+    state = SchedulerState()
+    state.replace_nodes([node_obj("n2")])
+    n1 = node_obj("n1")
+    g0 = decode_inventory("n1", n1["metadata"]["annotations"][INVENTORY], 0, 0).cards[0].uuid
+    early = pod_obj("early", memory=30000)
+    early["metadata"].update(uid="u-early")
+    early["metadata"]["annotations"][ASSIGNMENT] = encode_assignment(on("n1", g0, mem=30000))
+    early["spec"]["nodeName"] = "n1"
+    state.apply_pod(early)
+    assert state.cluster.booking("default/early") is None  # no node n1 yet
+    on_n2 = pod_obj("other", memory=1000)
+    on_n2["spec"]["nodeName"] = "n2"
+    g2 = uuids(state, "n2")[0]
+    on_n2["metadata"]["annotations"][ASSIGNMENT] = encode_assignment(on("n2", g2, mem=1000))
+    state.apply_pod(on_n2)
+    state.apply_node(n1)
+    assert state.cluster.booking("default/early") is not None
+    assert free_mem(state, "n1") == [10960, 40960]
+    assert state.cluster.check_invariants() == []
