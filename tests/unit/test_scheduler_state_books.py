@@ -219,3 +219,22 @@ def test_pods_seen_before_their_node_are_booked_when_it_comes() -> None:
     assert state.cluster.booking("default/early") is not None
     assert free_mem(state, "n1") == [10960, 40960]
     assert state.cluster.check_invariants() == []
+
+
+def test_a_reservation_on_a_node_that_goes_and_comes_back_is_booked_again() -> None:
+    """A node whose inventory is refused for a moment (or that is deleted and made again)
+    loses its bookings; a pod reserved there, its bind still in flight, must hold its
+    cards again when the node comes back."""
+    state = state_with(node_obj("n1"), node_obj("n2"))
+    g0, _ = uuids(state, "n1")
+    request = state.parse(pod_obj("p", memory=10000))
+    assert request is not None
+    state.reserve(request, "u1", on("n1", g0))
+    bad = node_obj("n1")
+    bad["metadata"]["annotations"][INVENTORY] = "not json"
+    state.apply_node(bad)
+    assert "n1" not in state.cluster
+    state.apply_node(node_obj("n1"))
+    assert state.cluster.booking(request.key) is not None
+    assert free_mem(state, "n1") == [30960, 40960]
+    assert state.cluster.check_invariants() == []
