@@ -20,6 +20,13 @@ from tests.unit._scheduler_world import World, node_obj, pdb, pod_obj, prio_pod,
 HOST = "kubernetes.io/hostname"
 
 
+def _why(monkeypatch: pytest.MonkeyPatch, kube: FakeKube, name: str) -> str:
+    monkeypatch.setattr(common.Conn, "client", lambda self: kube)
+    result = CliRunner().invoke(kubectl.app, ["why", name, "-n", "default"])
+    assert result.exit_code == 0, result.output
+    return str(result.output)
+
+
 def test_what_the_last_page_holds_keeps_the_pod_off(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = FakeKube()
     for name in ("a", "b"):
@@ -48,24 +55,14 @@ def test_what_the_last_page_holds_keeps_the_pod_off(monkeypatch: pytest.MonkeyPa
     }
     kube.create(PODS, waits, "default")
     assert len(kube.list(PODS, limit=500).items) == 500  # so the last ones are on page 2
-    monkeypatch.setattr(common.Conn, "client", lambda self: kube)
 
-    result = CliRunner().invoke(kubectl.app, ["why", "waits", "-n", "default"])
-    out: Any = result.output
-    assert result.exit_code == 0, out
+    out = _why(monkeypatch, kube, "waits")
     assert "kube-scheduler's own filters leave out 1 of 2 nodes" in out
     assert "pod anti-affinity: default/zz-db" in out
     assert "pod default/waits fits nowhere" in out
 
 
 # --- what `why` says in each case, against a FakeKube the scheduler placed pods in ------
-
-
-def _why(monkeypatch: pytest.MonkeyPatch, kube: FakeKube, name: str) -> str:
-    monkeypatch.setattr(common.Conn, "client", lambda self: kube)
-    result = CliRunner().invoke(kubectl.app, ["why", name, "-n", "default"])
-    assert result.exit_code == 0, result.output
-    return str(result.output)
 
 
 @pytest.fixture
