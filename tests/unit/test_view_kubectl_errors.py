@@ -64,24 +64,71 @@ def test_a_kubeconfig_that_does_not_load_or_lacks_the_context(
     assert err.startswith(f"error: kubeconfig {config}: ") and "nope" in err
 
 
-def test_a_pod_list_that_expires_between_pages_says_to_run_again(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _compacting(kube: FakeKube, passes: int) -> Any:
+    """``kube.list`` that, on its first ``passes`` paged lists of pods, makes enough
+    changes after the first page to compact that list's version away."""
+    listing = kube.list
+    left = [passes]
+
+    def list_then_compact(kind: Any, namespace: Any = None, **kw: Any) -> Any:
+        out = listing(kind, namespace, **kw)
+        if kind == PODS and out.continue_token and not kw.get("continue_token") and left[0]:
+            left[0] -= 1
+            for i in range(20):
+                kube.create(PODS, pod_obj(f"new{passes}-{left[0]}-{i}", gpu=None), "default")
+        return out
+
+    return list_then_compact
+
+
+def _two_pages() -> FakeKube:
     kube = FakeKube(history=10)
     kube.create(NODES, node_obj("a"))
     for i in range(700):  # two pages
         kube.create(PODS, pod_obj(f"p{i}", gpu=1), "default")
-    listing = kube.list
+    return kube
 
-    def list_then_compact(kind: Any, namespace: Any = None, **kw: Any) -> Any:
-        out = listing(kind, namespace, **kw)
-        if kind == PODS and out.continue_token:  # changes enough to compact its version
-            for i in range(20):
-                kube.create(PODS, pod_obj(f"new{i}", gpu=1), "default")
-        return out
 
-    monkeypatch.setattr(kube, "list", list_then_compact)
+def test_a_pod_list_that_expires_twice_says_to_run_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube = _two_pages()
+    monkeypatch.setattr(kube, "list", _compacting(kube, passes=2))
     monkeypatch.setattr(common.Conn, "client", lambda self: kube)
     err = run(monkeypatch, capsys, "top")
-    assert err.startswith("error: a list expired before it was read to the end")
+    assert err.count("note: a list expired before its end") == 1
+    assert "error: a list expired before it was read to the end, twice" in err
     assert err.rstrip().endswith("run the command again")
+
+
+@pytest.mark.parametrize(
+    ("command", "answer"),
+    [
+        (["top"], "700 GPU pod(s) waiting"),  # both pages of the second listing, p0 bound
+        (["why", "waits"], "pod default/waits fits now: node a"),
+        (["capacity"], "all     1       2"),
+    ],
+)
+def test_a_pod_list_that_expires_once_is_listed_again_and_said_once(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    answer: str,
+) -> None:
+    kube = _two_pages()
+    kube.create(PODS, pod_obj("waits", gpu=1), "default")
+    kube.merge_patch(PODS, "p0", {"spec": {"nodeName": "a"}}, "default")
+    monkeypatch.setattr(kube, "list", _compacting(kube, passes=1))
+    monkeypatch.setattr(common.Conn, "client", lambda self: kube)
+    monkeypatch.setattr(gc, "disable", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["kubectl-tessera", *command])
+    with pytest.raises(SystemExit) as exit_:
+        kubectl.main()
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 0, err
+    assert err.count("note: a list expired before its end") == 1
+    assert "error" not in err
+    assert answer in out
+    # The answer is printed once, from the second, whole listing.
+    first = out.splitlines()[0]
+    assert out.count(first) == 1, out

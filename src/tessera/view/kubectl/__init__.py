@@ -27,7 +27,7 @@ import sys
 
 import typer
 
-from tessera.kube.errors import ApiError
+from tessera.kube.errors import ApiError, Gone
 from tessera.view.kubectl import capacity, cordon, quota, top, why
 from tessera.view.kubectl.common import api_failure, app
 
@@ -45,8 +45,17 @@ def main() -> None:
     # listed objects (none in a cycle) were a third of `why` at 200,000 pods; what a
     # command drops is freed by reference counting, the rest at exit.
     gc.disable()
-    try:
-        app(prog_name="kubectl tessera")
-    except ApiError as exc:  # a sentence, not a traceback, as kubectl says it
-        typer.echo(f"error: {api_failure(exc)}", err=True)
-        sys.exit(1)
+    # A paged list of pods whose version the API server compacts before its last page is
+    # Gone. Every command lists before it prints or writes, so it is listed again from the
+    # start, once (client-go's pager falls back to one unpaged list, gigabytes here).
+    for attempt in (1, 2):
+        try:
+            app(prog_name="kubectl tessera")
+        except Gone as exc:
+            if attempt == 2:
+                typer.echo(f"error: {api_failure(exc)}", err=True)
+                sys.exit(1)
+            typer.echo(f"note: a list expired before its end ({exc}); listing again", err=True)
+        except ApiError as exc:  # a sentence, not a traceback, as kubectl says it
+            typer.echo(f"error: {api_failure(exc)}", err=True)
+            sys.exit(1)

@@ -79,8 +79,8 @@ def api_failure(exc: Exception) -> str:
     if isinstance(exc, Unavailable):
         return f"the API server did not answer: {exc.message}"
     if isinstance(exc, Gone):
-        return (f"a list expired before it was read to the end, the API server having "
-                f"compacted its version ({exc}); run the command again")  # fmt: skip
+        return (f"a list expired before it was read to the end, twice, the API server "
+                f"having compacted its version ({exc}); run the command again")  # fmt: skip
     return f"the API server refused: {exc}"
 
 
