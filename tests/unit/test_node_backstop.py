@@ -118,6 +118,27 @@ def test_past_the_cap_the_largest_process_is_killed_and_the_pod_told(tmp_path: P
     assert w.backstop.tick() == [] and len(w.killed) == 1 and len(w.events.events) == 1
 
 
+@pytest.mark.parametrize(
+    ("sizes", "killed"),
+    [
+        # 3600 MiB against 1000 + 3 x 512; without the largest, 2300 against 1000 + 2 x 512
+        # is still over; without the next, 1100 against 1000 + 512 fits.
+        ({10: 1300, 11: 1100, 12: 1200}, (10, 12)),
+        # 2600 against 1000 + 3 x 512; without the largest, 1600 fits 1000 + 2 x 512.
+        ({10: 1000, 11: 800, 12: 800}, (10,)),
+    ],
+)
+def test_the_largest_are_killed_until_the_rest_fit_with_their_own_slack(
+    tmp_path: Path, sizes: dict[int, int], killed: tuple[int, ...]
+) -> None:
+    w = World(tmp_path, BackstopMode.KILL)
+    for pid, mib in sizes.items():
+        w.process(pid, U0, mib)
+    [breach] = w.backstop.tick()
+    assert breach.killed == killed
+    assert w.killed == [(pid, signal.SIGKILL) for pid in killed]
+
+
 def test_warn_mode_reports_once_per_episode_and_kills_nothing(tmp_path: Path) -> None:
     w = World(tmp_path, BackstopMode.WARN)
     w.process(10, U0, 3000)

@@ -248,6 +248,9 @@ def test_only_a_first_allocation_is_judged(world: World) -> None:
     assert answer(w, review(big, sub=""))["allowed"] is True  # not the status
     assert answer(w, review(claim("none", memory=None)))["allowed"] is True
     assert answer(w, review(big))["allowed"] is False
+    text = w.app.handle("GET", "/metrics", b"").body.decode()
+    assert 'tessera_scheduler_admissions_total{hook="claims",result="allowed"} 3.0' in text
+    assert 'tessera_scheduler_admissions_total{hook="claims",result="refused"} 1.0' in text
 
 
 def test_a_standby_refuses_as_unavailable_and_bad_reviews_are_named(world: World) -> None:

@@ -164,19 +164,28 @@ def test_requests_follow_the_rewritten_limits_and_are_not_added_where_absent() -
     pod = _with_resources({"limits": dict(hami), "requests": {**hami, "cpu": "1"}})
     pod["spec"]["containers"].append({"name": "second", "image": "x",
                                       "resources": {"limits": dict(hami)}})  # fmt: skip
-    first, second = patched(pod, hook)["spec"]["containers"]
+    pod["spec"]["containers"].append({"name": "third", "image": "x", "resources": {
+        "limits": {**hami, "cpu": "2"}, "requests": dict(hami)}})  # fmt: skip
+    pod["spec"]["containers"].append({"name": "plain", "image": "x",
+                                      "resources": {"limits": {"cpu": "1"}}})  # fmt: skip
+    first, second, third, plain = patched(pod, hook)["spec"]["containers"]
     canonical = {"tessera.io/gpu": "1", "tessera.io/gpu-memory": "3000"}
     assert first["resources"] == {"limits": canonical, "requests": {**canonical, "cpu": "1"}}
     assert second["resources"] == {"limits": canonical}
+    assert third["resources"] == {"limits": {**canonical, "cpu": "2"}, "requests": canonical}
+    assert plain["resources"] == {"limits": {"cpu": "1"}}  # no GPU: untouched
 
 
-def test_a_sidecar_with_compat_names_is_rewritten_too() -> None:
+@pytest.mark.parametrize("restart", ["Always", None])  # a sidecar, a plain init container
+def test_an_init_container_with_compat_names_is_rewritten_too(restart: str | None) -> None:
     hook = Webhook("tessera-scheduler", compat=Compat(hami=True))
     pod = pod_obj("p", gpu=1)
     pod["spec"]["initContainers"] = [{
-        "name": "side", "image": "x", "restartPolicy": "Always",
+        "name": "side", "image": "x",
         "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}},
     }]  # fmt: skip
+    if restart:
+        pod["spec"]["initContainers"][0]["restartPolicy"] = restart
     side = patched(pod, hook)["spec"]["initContainers"][0]
     assert side["resources"]["limits"] == {"tessera.io/gpu": "1", "tessera.io/gpu-memory": "1000"}
 
@@ -192,6 +201,10 @@ def test_what_each_answer_reports_for_the_metrics() -> None:
     results = [HOOK.mutate(review(p)) for p in (gpu, plain, bad)]
     assert [(r.allowed, r.mutated, r.gpu) for r in results] == [
         (True, True, True), (True, False, False), (False, False, True)
+    ]  # fmt: skip
+    results = [HOOK.validate(review(p)) for p in (gpu, plain, bad)]
+    assert [(r.allowed, r.mutated, r.gpu) for r in results] == [
+        (True, False, True), (True, False, False), (False, False, True)
     ]  # fmt: skip
 
 
@@ -212,3 +225,35 @@ def test_a_review_without_a_uid_is_malformed() -> None:
     body["request"]["uid"] = ""
     with pytest.raises(WireError, match=r"request\.uid: must be a non-empty string"):
         HOOK.mutate(json.dumps(body).encode())
+
+
+def test_the_namespace_filled_in_keeps_the_objects_own_metadata() -> None:
+    """A CREATE whose object carries no namespace is read with the request's, and with
+    every other field of its metadata: a bad annotation is still refused."""
+    pod = pod_obj("p", gpu=1, annotations={"tessera.io/gpu-uuid": "card-0"})
+    del pod["metadata"]["namespace"]
+    body = json.loads(review(pod))
+    body["request"]["namespace"] = "team-a"
+    response = answer(HOOK.mutate(json.dumps(body).encode()).body)
+    assert not response["allowed"]
+    assert "tessera.io/gpu-uuid" in response["status"]["message"]
+
+
+def test_a_v1beta1_review_is_answered_in_v1beta1_and_a_refusal_says_invalid() -> None:
+    pod = pod_obj("bad", gpu=None)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"tessera.io/gpu-cores": "150"}}
+    body = json.loads(review(pod))
+    body["apiVersion"] = "admission.k8s.io/v1beta1"
+    out = json.loads(HOOK.mutate(json.dumps(body).encode()).body)
+    assert out["apiVersion"] == "admission.k8s.io/v1beta1"
+    status = out["response"]["status"]
+    assert (status["code"], status["reason"]) == (422, "Invalid")
+
+
+@pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
+def test_other_operations_are_allowed_untouched_and_not_counted_as_gpu_pods(
+    operation: str,
+) -> None:
+    verdict = HOOK.mutate(review(pod_obj("g", gpu=1), operation))
+    assert (verdict.allowed, verdict.mutated, verdict.gpu) == (True, False, False)
+    assert "patch" not in answer(verdict.body)
