@@ -232,6 +232,9 @@ def test_the_webhook_refuses_an_allocation_over_the_quota_and_counts_pods_with_c
     refused = answer(w, review(claim("b", memory="1Gi", device="gpu-1")))
     assert refused["allowed"] is False and refused["status"]["code"] == 403
     assert "19288 of 20000 MiB used, claim b asks 1024" in refused["status"]["message"]
+    text = w.app.handle("GET", "/metrics", b"").body.decode()
+    assert 'tessera_scheduler_admissions_total{hook="claims",result="allowed"} 1.0' in text
+    assert 'tessera_scheduler_admissions_total{hook="claims",result="refused"} 1.0' in text
     # The quota's status names the claim beside the pod.
     w.kube.create(RESOURCE_CLAIMS, claim("a", memory="12Gi"), "team-a")
     want = {"name": "a100", "used": {"memoryMiB": 19288, "coresPercent": 10, "cards": 0},

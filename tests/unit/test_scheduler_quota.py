@@ -180,6 +180,36 @@ def test_status_shows_what_is_used_and_by_whom() -> None:
         w.close()
 
 
+def test_status_names_the_first_holders_counts_them_all_and_is_written_once() -> None:
+    w = world()
+    writes: list[str] = []
+    patch = w.kube.merge_patch
+
+    def counted(kind: Any, name: str, body: Any, *args: Any, **kw: Any) -> Any:
+        if kind == GPUQUOTAS:
+            writes.append(name)
+        return patch(kind, name, body, *args, **kw)
+
+    w.kube.merge_patch = counted  # type: ignore[method-assign]
+    try:
+        _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 50000}))
+        for i in range(52):
+            assert w.schedule(w.create(pod_obj(f"s{i:02d}", memory=100, cores=1, ns="team-a")))
+
+        def limit() -> dict[str, Any]:
+            return dict((w.kube.get(GPUQUOTAS, "gpus", "team-a").get("status") or {"limits": [{}]})
+                        ["limits"][0])  # fmt: skip
+
+        _eventually(lambda: limit().get("pods") == 52)
+        assert limit()["used"]["memoryMiB"] == 5200
+        assert limit()["holders"] == [f"s{i:02d}" for i in range(50)]
+        settled = len(writes)
+        time.sleep(0.3)  # six periods of the writer with nothing changed
+        assert len(writes) == settled
+    finally:
+        w.close()
+
+
 def test_a_quota_written_past_the_rules_keeps_the_last_good_one() -> None:
     w = world()
     try:
