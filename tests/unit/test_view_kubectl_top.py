@@ -1,0 +1,196 @@
+"""``kubectl tessera top`` and ``pod`` against a FakeKube the scheduler placed pods in:
+the filters, the orders, the wide columns and the live use (tests/e2e covers them on the
+real control plane with the viewer role)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tessera.kube.fake import FakeKube
+from tessera.kube.kinds import NODES, PODS
+from tessera.model.annotations import ASSIGNMENT, COMPUTE_POLICY, GPU_UUID, INVENTORY
+from tessera.model.clusterspec import make_cards
+from tessera.view import kubectl, prom
+from tessera.view.kubectl import common
+from tests.unit._scheduler_world import World, node_obj, pod_obj
+
+A0, A1 = (c.uuid for c in make_cards("a1", 2, "A100"))
+[T0] = (c.uuid for c in make_cards("t1", 1, "T4"))
+
+
+@pytest.fixture
+def placed(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKube]:
+    """a1: card 0 holds train (team-a, 12000 MiB 30 %) and infer (team-b, 4000 MiB 10 %,
+    burst-share); card 1 is free and sick. t1: its one T4 held whole by whole (team-a),
+    then cordoned. waits (team-b) asks for a B200 the cluster lacks."""
+    w = World([node_obj("a1", 2, "A100", sick=(1,)), node_obj("t1", 1, "T4")])
+    pods = [
+        pod_obj("train", gpu=None, memory=12000, cores=30, ns="team-a",
+                annotations={GPU_UUID: A0}),
+        pod_obj("infer", gpu=None, memory=4000, cores=10, ns="team-b",
+                annotations={GPU_UUID: A0, COMPUTE_POLICY: "burst-share"}),
+        pod_obj("whole", gpu=1, ns="team-a", annotations={GPU_UUID: T0}),
+    ]  # fmt: skip
+    for p in pods:
+        assert w.schedule(w.create(p))
+    waits = pod_obj("waits", gpu=None, memory=8000, ns="team-b",
+                    annotations={"tessera.io/gpu-model": "B200"})  # fmt: skip
+    assert w.schedule(w.create(waits)) is None
+    w.app.stop()
+    monkeypatch.setattr(common.Conn, "client", lambda self: w.kube)
+    monkeypatch.setattr(common.Conn, "namespace", lambda self, given: given or "team-a")
+    assert _run("cordon", "t1", "0").startswith("node t1: card 0")
+    yield w.kube
+    w.kube.close()
+
+
+def _run(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(kubectl.app, list(args))
+    assert result.exit_code == code, result.output
+    return str(result.output)
+
+
+def _rows(text: str) -> list[dict[str, str]]:
+    """A table's rows by header, cut where each header starts (every column is padded to
+    its width; cells may be empty or hold a space). Lines after the table are left out."""
+    lines = text.splitlines()
+    header = lines[0]
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    names = header.split()
+    out = []
+    for line in lines[1:]:
+        if not line.strip() or line.startswith(("No GPU", "node ", "pod ")) or "waiting" in line:
+            continue
+        cuts = [*starts[1:], None]
+        out.append({n: line[a:b].strip() for n, a, b in zip(names, starts, cuts, strict=True)})
+    return out
+
+
+def test_top_shows_a_row_per_holder_and_one_for_a_free_card(placed: FakeKube) -> None:
+    out = _run("top")
+    rows = _rows(out)
+    got = [(r["NODE"], r["CARD"], r["POD"], r["SLICE"]) for r in rows]
+    assert got == [
+        ("a1", "0", "team-a/train", "12000Mi 30%"),
+        ("a1", "0", "team-b/infer", "4000Mi 10%"),
+        ("a1", "1", "<free>", ""),
+        ("t1", "0", "team-a/whole", "whole"),
+    ]
+    assert rows[0]["MEMORY"] == "16000/40960Mi" and rows[0]["COMPUTE"] == "40%"
+    assert "1 GPU pod(s) waiting (kubectl tessera why NAME -n NS)" in out
+
+
+def test_top_by_namespace_shows_its_holders_only_and_counts_its_waiting(placed: FakeKube) -> None:
+    rows = _rows(_run("top", "-n", "team-b"))
+    assert [(r["NODE"], r["CARD"], r["POD"]) for r in rows] == [("a1", "0", "team-b/infer")]
+    assert rows[0]["MEMORY"] == "16000/40960Mi"  # the card's whole allocation, still
+    assert "1 GPU pod(s) waiting" in _run("top", "-n", "team-b")
+    out = _run("top", "-n", "team-a")
+    assert "waiting" not in out
+    assert _run("top", "-n", "nobody").strip() == "No GPU cards found held in namespace nobody"
+
+
+def test_top_by_model_and_each_order(placed: FakeKube) -> None:
+    assert {r["NODE"] for r in _rows(_run("top", "--model", "T4"))} == {"t1"}
+    assert _run("top", "--model", "H100").startswith("No GPU cards found\n")
+
+    def cards(order: str) -> list[tuple[str, str]]:
+        doc = json.loads(_run("top", "--sort-by", order, "-o", "json"))
+        return [(c["node"], c["index"]) for c in doc["cards"]]
+
+    assert cards("node") == [("a1", 0), ("a1", 1), ("t1", 0)]
+    # Free memory: a1/1 40960, a1/0 24960, t1/0 none (held whole).
+    assert cards("free") == [("a1", 1), ("a1", 0), ("t1", 0)]
+    assert cards("memory") == [("a1", 0), ("t1", 0), ("a1", 1)]  # 16000, 15360 (whole), 0
+    assert cards("cores") == [("t1", 0), ("a1", 0), ("a1", 1)]  # 100 %, 40 %, 0
+
+
+def test_top_wide_says_each_cards_state_slots_and_policy(placed: FakeKube) -> None:
+    rows = _rows(_run("top", "-o", "wide"))
+    got = [(r["NODE"], r["CARD"], r["UUID"], r["STATE"], r["SLOTS"], r["POLICY"]) for r in rows]
+    assert got == [
+        ("a1", "0", A0, "ok", "2/16", "fixed-share"),
+        ("a1", "0", A0, "ok", "2/16", "burst-share"),
+        ("a1", "1", A1, "UNHEALTHY", "0/16", ""),
+        ("t1", "0", T0, "cordoned", "1/16", "fixed-share"),
+    ]
+
+
+def test_a_sick_card_cordoned_says_both(placed: FakeKube) -> None:
+    _run("cordon", "a1", "1")
+    [row] = [r for r in _rows(_run("top", "-o", "wide", "--model", "A100")) if r["CARD"] == "1"]
+    assert row["STATE"] == "UNHEALTHY,cordoned"
+
+
+def test_top_with_prometheus_shows_and_sorts_by_live_use(
+    placed: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use = {("team-a", "train", "main", A0): (3 * 2**30, 25.0),
+           ("team-a", "whole", "main", T0): (2**30, None)}  # fmt: skip
+    seen: list[str] = []
+    monkeypatch.setattr(prom, "container_use", lambda url: seen.append(url) or use)
+    out = _run("top", "--prometheus", "http://prom:9090")
+    assert seen == ["http://prom:9090"]
+    rows = {r["POD"]: r for r in _rows(out)}
+    assert (rows["team-a/train"]["USED"], rows["team-a/train"]["ACHIEVED"]) == ("3072Mi", "25%")
+    assert (rows["team-b/infer"]["USED"], rows["team-b/infer"]["ACHIEVED"]) == ("-", "-")
+    assert (rows["team-a/whole"]["USED"], rows["team-a/whole"]["ACHIEVED"]) == ("1024Mi", "-")
+    doc = json.loads(_run("top", "--prometheus", "u", "--sort-by", "used", "-o", "json"))
+    assert [(c["node"], c["index"]) for c in doc["cards"]] == [("a1", 0), ("t1", 0), ("a1", 1)]
+    [train] = [h for h in doc["cards"][0]["holders"] if h["pod"] == "train"]
+    assert (train["usedBytes"], train["achievedPercent"]) == (3 * 2**30, 25.0)
+
+
+def test_top_says_when_prometheus_cannot_be_read(
+    placed: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(url: str) -> Any:
+        raise ConnectionRefusedError("Connection refused")
+
+    monkeypatch.setattr(prom, "container_use", refused)
+    out = _run("top", "--prometheus", "http://prom:9090", code=1)
+    assert "error: --prometheus http://prom:9090: Connection refused" in out
+
+
+def test_top_and_pod_name_the_problems_and_the_waiting(placed: FakeKube) -> None:
+    node = placed.get(NODES, "a1")
+    node["metadata"]["annotations"][INVENTORY] = "{not json"
+    placed.replace(NODES, node)
+    placed.merge_patch(PODS, "whole", {"metadata": {"annotations": {ASSIGNMENT: "[1"}}},
+                       "team-a")  # fmt: skip
+    doc = json.loads(_run("top", "-o", "json"))
+    assert [c["node"] for c in doc["cards"]] == ["t1"]
+    assert list(doc["nodeProblems"]) == ["a1"]
+    problems = doc["podProblems"]
+    assert sorted(problems) == ["team-a/train", "team-a/whole", "team-b/infer"], problems
+    assert "a1" in problems["team-a/train"] and ASSIGNMENT in problems["team-a/whole"]
+    assert doc["pending"] == ["team-b/waits"]
+    out = _run("top")
+    assert "node a1: " in out and "pod team-a/whole: " in out
+    out = _run("pod", "whole", code=1)
+    assert out.startswith("pod team-a/whole: ")
+
+
+def test_pod_shows_its_cards_or_why_it_has_none(placed: FakeKube) -> None:
+    out = _run("pod", "infer", "-n", "team-b")
+    assert out.startswith("pod team-b/infer on node a1\n")
+    [row] = _rows(out.split("\n", 1)[1])
+    assert (row["CONTAINER"], row["CARD"], row["MODEL"], row["MEMORY"], row["COMPUTE"],
+            row["POLICY"], row["UUID"]) == ("main", "0", "A100", "4000Mi", "10%", "burst-share",
+                                            A0)  # fmt: skip
+    doc = json.loads(_run("pod", "whole", "-o", "json"))  # the context's namespace
+    assert doc["pod"] == "team-a/whole" and doc["node"] == "t1" and doc["waiting"] is None
+    [card] = doc["cards"]
+    assert (card["exclusive"], card["model"], card["uuid"]) == (True, "T4", T0)
+    out = _run("pod", "waits", "-n", "team-b")
+    assert out.startswith("pod team-b/waits is waiting to be placed (")
+    assert "kubectl tessera why waits -n team-b" in out
+    assert "waiting" in json.loads(_run("pod", "waits", "-n", "team-b", "-o", "json"))
+    out = _run("pod", "nope", "-n", "team-b", code=1)
+    assert 'pods "nope" not found in namespace team-b' in out
