@@ -49,6 +49,18 @@ def test_waiting_tasks_take_the_card_when_it_frees_and_run_their_lifetime(policy
     assert r.wait_quantile(0.5) == 8 and r.wait_quantile(0.99) == 11
 
 
+def test_a_waiting_task_placed_inside_the_window_stops_counting_as_waiting() -> None:
+    tasks = [task("a", 1000), task("b", 1000), task("c", 500)]
+    lifetimes = {"a": Lifetime(0, 5), "b": Lifetime(1), "c": Lifetime(20)}
+    r = replay_departures(ONE_CARD, tasks, lifetimes, "binpack")
+    # Window [0, 20]: b waits over [1, 5], then holds the card; c arrives at the end.
+    assert r.window == (0, 20) and r.waits == (0, 4)
+    assert r.waiting_task_seconds == 4 and r.peak_waiting == 1
+    assert r.demand_milli_seconds == 1000 * 20 + 1000 * 4
+    assert set(r.waiting_curve[: CURVE_POINTS * 5 // 20]) == {0, 1}
+    assert set(r.waiting_curve[CURVE_POINTS * 6 // 20 : -1]) == {0}
+
+
 def test_the_figures_are_over_the_windows_span_and_quantiles_by_nearest_rank() -> None:
     tasks = [task("a", 1000), task("b", 1000), task("c", 500)]
     r = replay_departures(ONE_CARD, tasks, {"a": Lifetime(0, 10), "b": Lifetime(2, 6),
@@ -110,10 +122,16 @@ def test_the_window_leaves_out_the_first_and_last_percent_of_arrivals() -> None:
     assert measure_window(list(reversed(times))) == (2.0, 198.0)
 
 
-def test_the_curves_sample_allocation_and_waiting_across_the_window() -> None:
+@pytest.mark.parametrize("start", [0, 100])
+def test_the_curves_sample_allocation_and_waiting_across_the_window(start: int) -> None:
     tasks = [task("a", 1000), task("b", 1000)]
-    r = replay_departures(ONE_CARD, tasks, {"a": Lifetime(0, 50), "b": Lifetime(100)}, "binpack")
-    assert r.window == (0, 100)
+    lifetimes = {"a": Lifetime(start, start + 50), "b": Lifetime(start + 100)}
+    seen: list[tuple[int, int]] = []
+    r = replay_departures(ONE_CARD, tasks, lifetimes, "binpack",
+                          progress=lambda done, known: seen.append((done, known)))  # fmt: skip
+    assert r.window == (start, start + 100)
+    # Three events: a arrives (its departure is then known), a leaves, b arrives.
+    assert seen == [(1, 3), (2, 3), (3, 3)]
     assert len(r.allocation_curve) == len(r.waiting_curve) == CURVE_POINTS + 1
     # a holds the card over [0, 50), none over [50, 100), b from 100.
     assert r.allocation_curve[:50] == (1.0,) * 50
