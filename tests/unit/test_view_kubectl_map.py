@@ -1,6 +1,7 @@
-"""``kubectl tessera top`` and ``pod`` against a FakeKube the scheduler placed pods in:
-the filters, the orders, the wide columns and the live use (tests/e2e covers them on the
-real control plane with the viewer role)."""
+"""The commands that read the GPU map -- ``kubectl tessera top``, ``pod`` and ``quota`` --
+against a FakeKube the scheduler placed pods in: the filters, the orders, the wide
+columns, the live use and the quotas' rows (tests/e2e runs them on the real control
+plane with the viewer role)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tessera.kube.fake import FakeKube
-from tessera.kube.kinds import NODES, PODS
+from tessera.kube.kinds import GPUQUOTAS, NODES, PODS
 from tessera.model.annotations import ASSIGNMENT, COMPUTE_POLICY, GPU_UUID, INVENTORY
 from tessera.model.clusterspec import make_cards
 from tessera.view import kubectl, prom
@@ -194,3 +195,58 @@ def test_pod_shows_its_cards_or_why_it_has_none(placed: FakeKube) -> None:
     assert "waiting" in json.loads(_run("pod", "waits", "-n", "team-b", "-o", "json"))
     out = _run("pod", "nope", "-n", "team-b", code=1)
     assert 'pods "nope" not found in namespace team-b' in out
+
+
+# --- quota -----------------------------------------------------------------------------
+
+
+def _quota(ns: str, *limits: dict[str, Any]) -> dict[str, Any]:
+    meta = {"namespace": ns, "name": "gpus"}
+    return {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota", "metadata": meta,
+            "spec": {"limits": list(limits)}}  # fmt: skip
+
+
+@pytest.fixture
+def quotas(placed: FakeKube) -> FakeKube:
+    """team-a: 50000 MiB and 100 % of A100s, and one T4 card; team-b: a quota
+    that does not read (a limit capping nothing)."""
+    placed.create(GPUQUOTAS, _quota("team-a",
+        {"name": "a100", "models": ["A100"], "memoryMiB": 50000, "coresPercent": 100},
+        {"name": "t4", "models": ["T4"], "cards": 1}), "team-a")  # fmt: skip
+    placed.create(GPUQUOTAS, _quota("team-b", {"name": "none", "models": ["*"]}), "team-b")
+    return placed
+
+
+def test_quota_shows_the_namespaces_use_against_each_limit(quotas: FakeKube) -> None:
+    rows = _rows(_run("quota"))  # the context's namespace
+    got = [(r["NAMESPACE"], r["LIMIT"], r["MODELS"], r["MEMORY"], r["CORES"], r["CARDS"])
+           for r in rows]  # fmt: skip
+    assert got == [
+        ("team-a", "a100", "A100", "12000/50000Mi", "30/100%", "-"),
+        ("team-a", "t4", "T4", "-", "-", "1/1"),
+    ]
+    wide = _rows(_run("quota", "-o", "wide", "-n", "team-a"))
+    assert [r["HOLDERS"] for r in wide] == ["train", "whole"]
+    doc = json.loads(_run("quota", "-o", "json"))
+    [a100, t4] = doc["quotas"]
+    assert a100["memoryMiB"] == {"used": 12000, "hard": 50000}
+    assert a100["cards"] == {"used": 0, "hard": None} and a100["holders"] == ["team-a/train"]
+    assert t4["cards"] == {"used": 1, "hard": 1} and t4["holders"] == ["team-a/whole"]
+
+
+def test_quota_of_every_namespace_shows_one_that_does_not_read(quotas: FakeKube) -> None:
+    rows = _rows(_run("quota", "-A"))
+    assert [(r["NAMESPACE"], r["LIMIT"]) for r in rows] == [
+        ("team-a", "a100"), ("team-a", "t4"), ("team-b", "INVALID")
+    ]  # fmt: skip
+    assert "spec.limits[0]" in rows[2]["MODELS"] and "must cap at least one" in rows[2]["MODELS"]
+    [bad] = json.loads(_run("quota", "-n", "team-b", "-o", "json"))["quotas"]
+    assert bad["quota"] == "gpus" and "must cap at least one" in bad["error"]
+
+
+def test_quota_where_there_is_none_or_the_resource_is_not_installed(placed: FakeKube) -> None:
+    assert _run("quota", "-n", "team-c").strip() == "No GpuQuotas found in namespace team-c"
+    assert _run("quota", "-A").strip() == "No GpuQuotas found"
+    placed.unserved.add(GPUQUOTAS.plural)
+    out = _run("quota", code=1)
+    assert "error: the GpuQuota resource is not installed (deploy/gpuquota-crd.yaml)" in out
