@@ -193,7 +193,8 @@ def test_required_pod_anti_affinity_both_ways_and_pod_affinity() -> None:
 def test_a_term_that_selects_namespaces_by_label_reads_their_labels() -> None:
     """As InterPodAffinity: the namespaces a term names or its namespaceSelector selects
     (an empty one: every namespace); naming neither, the owner's own. Without the
-    namespaces' labels such a term is not weighed."""
+    namespaces' labels, a selector that is not empty selects none of them: anti-affinity
+    keeps the pod off what the named namespaces hold, pod affinity is not weighed."""
     host = "kubernetes.io/hostname"
     nodes = [node(n, {host: n}) for n in ("a", "b", "c")]
     pods = [placed("db-0", "a", {"app": "db"}, ns="prod"),
@@ -214,26 +215,41 @@ def test_a_term_that_selects_namespaces_by_label_reads_their_labels() -> None:
     named_too = avoiding(namespaces=["dev"], namespaceSelector={"matchLabels": {"tier": "prod"}})
     assert ineligible(named_too, nodes, pods, labels).keys() == {"a", "b"}  # not its own
     assert ineligible(avoiding(), nodes, pods, labels).keys() == {"c"}  # its own namespace
-    assert ineligible(prod_only, nodes, pods) == {}  # the labels unknown: not weighed
+    # The labels unknown: the selector selects nothing; the named namespaces still do,
+    # and an empty selector still selects every namespace.
+    assert ineligible(prod_only, nodes, pods) == {}
+    assert ineligible(named_too, nodes, pods) == {"b": f"pod anti-affinity: dev/db-1 in its {host}"}
+    assert ineligible(everywhere, nodes, pods).keys() == {"a", "b", "c"}
     # A placed pod's term that selects the pending pod's namespace by label keeps it off.
     guard = placed("guard", "b", {"app": "x"}, ns="prod", affinity={"podAntiAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [{
             "labelSelector": {}, "topologyKey": host, "namespaceSelector": {}}]}})  # fmt: skip
     assert ineligible(me(), nodes, [guard], labels) == {
         "b": f"the anti-affinity of prod/guard in its {host}"}  # fmt: skip
-    # The labels unknown, a term with a namespaceSelector is not weighed at all, even
-    # where it also names the pending pod's namespace.
+    assert ineligible(me(), nodes, [guard]).keys() == {"b"}  # {} needs no labels
+    # The labels unknown, a placed pod's term that names the pending pod's namespace
+    # keeps it off; one whose only way to select it is the selector does not.
     named = {"labelSelector": {}, "topologyKey": host, "namespaces": ["default"],
              "namespaceSelector": {"matchLabels": {"tier": "x"}}}  # fmt: skip
-    guard["spec"]["affinity"]["podAntiAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ] = [named]
+    terms = guard["spec"]["affinity"]["podAntiAffinity"]
+    terms["requiredDuringSchedulingIgnoredDuringExecution"] = [named]
+    assert ineligible(me(), nodes, [guard]) == {
+        "b": f"the anti-affinity of prod/guard in its {host}"}  # fmt: skip
+    named["namespaces"] = ["dev"]
     assert ineligible(me(), nodes, [guard]) == {}
     # Pod affinity: to a prod db pod's node.
     near = me(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
         "labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": host,
         "namespaceSelector": {"matchLabels": {"tier": "prod"}}}]}})  # fmt: skip
     assert ineligible(near, nodes, pods, labels).keys() == {"b", "c"}
+    assert ineligible(near, nodes, pods) == {}  # the labels unknown: not weighed
+    near_any = me(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": host,
+        "namespaceSelector": {}}]}})  # fmt: skip
+    assert ineligible(near_any, nodes, pods) == {}  # a db pod on every node
+    lone = [placed("db-0", "a", {"app": "db"}, ns="prod"), placed("web", "b", {"app": "web"})]
+    assert ineligible(near_any, nodes, lone) == {
+        n: f"pod affinity: no pod it wants in its {host}" for n in ("b", "c")}  # fmt: skip
 
 
 def spread(key: str = "zone", max_skew: int = 1, **more: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tessera.kube.fake import FakeKube
-from tessera.kube.kinds import EVENTS, NODES, POD_DISRUPTION_BUDGETS, PODS
+from tessera.kube.kinds import EVENTS, NAMESPACES, NODES, POD_DISRUPTION_BUDGETS, PODS
 from tessera.model.annotations import ASSIGNMENT, PREEMPTING, encode_assignment, encode_preempting
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
@@ -89,6 +89,35 @@ def test_a_pod_that_fits_is_told_its_node_and_cards(monkeypatch: pytest.MonkeyPa
     out = _why(monkeypatch, kube, "small")
     assert "pod default/small fits now: node a1, cards " in out
     assert out.split("cards ")[1].split(".")[0] in uuids
+
+
+def test_namespaces_that_cannot_be_read_are_said_and_named_ones_still_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube = FakeKube()
+    for name in ("a", "b"):
+        node = node_obj(name, 1)
+        node["metadata"]["labels"] = {HOST: name}
+        kube.create(NODES, node)
+    db = pod_obj("db", gpu=None, ns="prod")
+    db["metadata"]["labels"] = {"app": "db"}
+    db["spec"]["nodeName"] = "a"
+    kube.create(PODS, db, "prod")
+    waits = pod_obj("waits", gpu=1)
+    away = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOST,
+            "namespaces": ["prod"],
+            "namespaceSelector": {"matchLabels": {"tier": "x"}}}  # fmt: skip
+    waits["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [away]}
+    }
+    kube.create(PODS, waits, "default")
+    kube.unserved.add(NAMESPACES.plural)
+    out = _why(monkeypatch, kube, "waits")
+    assert "namespaces not read (404 NotFound: " in out
+    assert "anti-affinity terms count the namespaces they name" in out
+    assert "kube-scheduler's own filters leave out 1 of 2 nodes" in out
+    assert "pod anti-affinity: prod/db" in out
+    assert "pod default/waits fits now: node b" in out
 
 
 def test_a_pod_without_a_gpu_or_on_the_claims_path_is_not_the_extenders(

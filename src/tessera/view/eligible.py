@@ -10,7 +10,9 @@ PodTopologySpread): a host port another pod on the node holds; required pod affi
 and anti-affinity, the pod's own and the anti-affinity of the pods already placed; and
 the pod's topology spread constraints that may not be broken (``whenUnsatisfiable:
 DoNotSchedule``). A term that selects namespaces by label (``namespaceSelector``) is
-weighed with the namespaces' labels, when they are given, and left out when not. The CPU
+weighed with the namespaces' labels, when they are given. When not, an anti-affinity
+term is weighed by the namespaces it names (and an empty selector's every namespace),
+and a pod affinity term with a selector that is not empty is left out. The CPU
 and memory kube-scheduler counts are left to kube-scheduler, whose events ``why`` prints.
 """
 
@@ -39,8 +41,8 @@ def ineligible(
     """Node name -> why kube-scheduler's own filters would not offer it to ``pod``; the
     nodes not named would be offered. ``placed``: the cluster's pods (those bound and not
     finished count), for ports and inter-pod affinity. ``namespace_labels``: each
-    namespace's labels, for affinity terms with a ``namespaceSelector`` (None: such terms
-    are not weighed)."""
+    namespace's labels, for affinity terms with a ``namespaceSelector`` (None: unknown;
+    see the module's docstring)."""
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or []
     nodes = list(nodes)
@@ -142,14 +144,18 @@ class _Terms:
     """Which pods an affinity term selects, as kube-scheduler's InterPodAffinity reads
     it: in the namespaces it names, or those its ``namespaceSelector`` selects (an
     empty one: every namespace), or, naming neither, the owner's own; and by its label
-    selector."""
+    selector. With the namespaces' labels unknown, a selector that is not empty selects
+    none of them: what the term selects is then known from below only."""
 
     def __init__(self, namespace_labels: Mapping[str, Mapping[str, str]] | None) -> None:
         self.namespace_labels = namespace_labels
 
-    def weighed(self, term: Obj) -> bool:
-        """False for a term that selects namespaces by label when their labels are unknown."""
-        return term.get("namespaceSelector") is None or self.namespace_labels is not None
+    def exact(self, term: Obj) -> bool:
+        """Whether ``selects`` is exact for ``term``: only a selector that is not empty,
+        with the namespaces' labels unknown, leaves it short. Anti-affinity may be
+        weighed short (a node it keeps the pod off stays off); pod affinity may not."""
+        by_label = term.get("namespaceSelector")
+        return by_label is None or self.namespace_labels is not None or _selects_all(by_label)
 
     def selects(self, term: Obj, owner: Obj, pod: Obj) -> bool:
         """Whether ``term`` (of ``owner``) selects ``pod``."""
@@ -161,10 +167,18 @@ class _Terms:
             named = [(owner.get("metadata") or {}).get("namespace")]
         in_scope = ns in named or (
             by_label is not None
-            and self.namespace_labels is not None
-            and selects(by_label, self.namespace_labels.get(str(ns), {}))
+            and (
+                _selects_all(by_label)
+                if self.namespace_labels is None
+                else selects(by_label, self.namespace_labels.get(str(ns), {}))
+            )
         )
         return in_scope and selects(term.get("labelSelector"), meta.get("labels") or {})
+
+
+def _selects_all(selector: Obj) -> bool:
+    """An empty label selector: it selects everything, whatever the labels."""
+    return not selector.get("matchLabels") and not selector.get("matchExpressions")
 
 
 def _affinity_rule(pod: Obj, labels_of: Mapping[str, Mapping[str, str]], others: list[Obj],
@@ -186,21 +200,20 @@ def _affinity_rule(pod: Obj, labels_of: Mapping[str, Mapping[str, str]], others:
     terms = _Terms(namespace_labels)
     rules: list[tuple[str, dict[str, str], str]] = []  # (key, domains, what keeps it off)
     for term in _terms(pod, "podAntiAffinity"):
-        if terms.weighed(term):
-            key = str(term.get("topologyKey") or "")
-            taken = domains(key, (o for o in others if terms.selects(term, pod, o)))
-            rules.append((key, taken, "pod anti-affinity: "))
+        key = str(term.get("topologyKey") or "")
+        taken = domains(key, (o for o in others if terms.selects(term, pod, o)))
+        rules.append((key, taken, "pod anti-affinity: "))
     theirs: dict[str, dict[str, str]] = {}  # the placed pods' anti-affinity, by key
     for other in others:
         for term in _terms(other, "podAntiAffinity"):
-            if terms.weighed(term) and terms.selects(term, other, pod):
+            if terms.selects(term, other, pod):
                 key = str(term.get("topologyKey") or "")
                 for value, who in domains(key, [other]).items():
                     theirs.setdefault(key, {}).setdefault(value, who)
     rules += [(key, taken, "the anti-affinity of ") for key, taken in theirs.items()]
     wanted: list[tuple[str, dict[str, str]]] = []
     for term in _terms(pod, "podAffinity"):
-        if not terms.weighed(term):
+        if not terms.exact(term):
             continue
         key = str(term.get("topologyKey") or "")
         matching = [o for o in others if terms.selects(term, pod, o)]

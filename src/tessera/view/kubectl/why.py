@@ -171,8 +171,9 @@ def why(
         namespace_labels = {str(n["metadata"]["name"]): n["metadata"].get("labels") or {}
                             for n in api.list(NAMESPACES).items}  # fmt: skip
     except ApiError as exc:
-        typer.echo(f"namespaces not read ({exc}): affinity terms with a namespaceSelector "
-                   "are not weighed")  # fmt: skip
+        typer.echo(f"namespaces not read ({exc}): a namespaceSelector that is not empty "
+                   "selects none; anti-affinity terms count the namespaces they name, pod "
+                   "affinity terms with such a selector are not weighed")  # fmt: skip
     left_out = ineligible(obj, nodes, placed, namespace_labels)
     names = [str(n["metadata"]["name"]) for n in nodes
              if n["metadata"]["name"] not in left_out]  # fmt: skip
