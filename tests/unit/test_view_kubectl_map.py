@@ -110,6 +110,7 @@ def test_top_by_model_and_each_order(placed: FakeKube) -> None:
     assert cards("free") == [("a1", 1), ("a1", 0), ("t1", 0)]
     assert cards("memory") == [("a1", 0), ("t1", 0), ("a1", 1)]  # 16000, 15360 (whole), 0
     assert cards("cores") == [("t1", 0), ("a1", 0), ("a1", 1)]  # 100 %, 40 %, 0
+    assert cards("used") == cards("node")  # no use known (no --prometheus): every card 0
 
 
 def test_top_wide_says_each_cards_state_slots_and_policy(placed: FakeKube) -> None:
