@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from tessera.kube.fake import FakeKube
 from tessera.kube.kinds import NODES, PODS
@@ -132,3 +133,28 @@ def test_a_pod_list_that_expires_once_is_listed_again_and_said_once(
     # The answer is printed once, from the second, whole listing.
     first = out.splitlines()[0]
     assert out.count(first) == 1, out
+
+
+def test_the_namespace_is_the_flag_else_the_contexts_else_default(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: plain\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "contexts: [{name: plain, context: {cluster: c, user: u}},\n"
+        "           {name: team, context: {cluster: c, user: u, namespace: team-a}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    assert common.Conn(str(path), None).namespace(None) == "default"  # the current one
+    assert common.Conn(str(path), "team").namespace(None) == "team-a"
+    assert common.Conn(str(path), "team").namespace("ops") == "ops"
+    path.write_text(path.read_text().replace("current-context: plain", "current-context: team"))
+    assert common.Conn(str(path), None).namespace(None) == "team-a"
+    assert common.Conn(str(path), "plain").namespace(None) == "default"
+    assert common.Conn(str(tmp_path / "none"), None).namespace(None) == "default"
+
+
+def test_no_command_shows_the_commands_and_no_completion_options() -> None:
+    result = CliRunner().invoke(kubectl.app, [])
+    for command in ("top", "pod", "why", "quota", "capacity", "cordon", "uncordon", "drain"):
+        assert f" {command} " in result.output, result.output
+    assert "--install-completion" not in CliRunner().invoke(kubectl.app, ["--help"]).output

@@ -173,8 +173,10 @@ def test_top_and_pod_name_the_problems_and_the_waiting(placed: FakeKube) -> None
     assert sorted(problems) == ["team-a/train", "team-a/whole", "team-b/infer"], problems
     assert "a1" in problems["team-a/train"] and ASSIGNMENT in problems["team-a/whole"]
     assert doc["pending"] == ["team-b/waits"]
-    out = _run("top")
-    assert "node a1: " in out and "pod team-a/whole: " in out
+    result = CliRunner().invoke(kubectl.app, ["top"])
+    assert result.exit_code == 0, result.output
+    assert "node a1: " in result.stderr and "pod team-a/whole: " in result.stderr
+    assert "node a1: " not in result.stdout and "pod team-a/" not in result.stdout
     out = _run("pod", "whole", code=1)
     assert out.startswith("pod team-a/whole: ")
 
@@ -196,6 +198,18 @@ def test_pod_shows_its_cards_or_why_it_has_none(placed: FakeKube) -> None:
     assert "waiting" in json.loads(_run("pod", "waits", "-n", "team-b", "-o", "json"))
     out = _run("pod", "nope", "-n", "team-b", code=1)
     assert 'pods "nope" not found in namespace team-b' in out
+
+
+def test_pod_with_prometheus_shows_each_cards_live_use(
+    placed: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use = {("team-b", "infer", "main", A0): (512 * 2**20, 9.5)}
+    monkeypatch.setattr(prom, "container_use", lambda url: use)
+    out = _run("pod", "infer", "-n", "team-b", "--prometheus", "http://prom:9090")
+    [row] = _rows(out.split("\n", 1)[1])
+    assert (row["MEMORY"], row["USED"], row["ACHIEVED"]) == ("4000Mi", "512Mi", "10%")
+    doc = json.loads(_run("pod", "whole", "--prometheus", "u", "-o", "json"))
+    assert (doc["cards"][0]["usedBytes"], doc["cards"][0]["achievedPercent"]) == (None, None)
 
 
 # --- quota -----------------------------------------------------------------------------
