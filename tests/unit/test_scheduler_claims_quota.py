@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from tessera.claims.devices import resource_slice
 from tessera.kube import GPUQUOTAS
 from tessera.kube.kinds import RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.kube.port import WatchEvent
@@ -18,6 +17,7 @@ from tessera.model.clusterspec import make_cards
 from tessera.quota.usage import Usage
 from tessera.scheduler.claims_book import ClaimsBook
 from tessera.scheduler.state import SchedulerState
+from tests.unit._claims import a_slice, claim
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
 
@@ -28,35 +28,6 @@ QUOTA = {
     "metadata": {"namespace": "team-a", "name": "gpus", "resourceVersion": "1"},
     "spec": {"limits": [{"name": "a100", "models": ["A100"], "memoryMiB": 20000}]},
 }
-
-
-def a_slice(node: str = "c1", model: str = "A100") -> dict[str, Any]:
-    return resource_slice(node, make_cards(node, 4, model), generation=1)
-
-
-def claim(
-    name: str,
-    uid: str = "",
-    memory: str | None = "8Gi",
-    device: str = "gpu-0",
-    pool: str = "c1",
-    driver: str = "gpu.tessera.io",
-    ns: str = "team-a",
-) -> dict[str, Any]:
-    """A claim allocated one device (``memory`` None: not allocated)."""
-    obj: dict[str, Any] = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": ns, "name": name, "uid": uid or f"uid-{name}"},
-        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
-        "status": {},
-    }
-    if memory is not None:
-        consumed = {"memory": memory, "compute": "10", "slots": "1"}
-        result = {"request": "gpu", "driver": driver, "pool": pool, "device": device,
-                  "consumedCapacity": consumed}  # fmt: skip
-        obj["status"] = {"allocation": {"devices": {"results": [result]}}}
-    return obj
 
 
 class Clock:

@@ -14,11 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from tessera.kube.fake import FakeKube
-from tessera.kube.kinds import GPUQUOTAS, NODES, PODS
+from tessera.kube.kinds import GPUQUOTAS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.model.annotations import ASSIGNMENT, COMPUTE_POLICY, GPU_UUID, INVENTORY
 from tessera.model.clusterspec import make_cards
 from tessera.view import kubectl, prom
 from tessera.view.kubectl import common
+from tests.unit._claims import a_slice, claim
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 
 A0, A1 = (c.uuid for c in make_cards("a1", 2, "A100"))
@@ -257,6 +258,27 @@ def test_quota_of_every_namespace_shows_one_that_does_not_read(quotas: FakeKube)
     assert "spec.limits[0]" in rows[2]["MODELS"] and "must cap at least one" in rows[2]["MODELS"]
     [bad] = json.loads(_run("quota", "-n", "team-b", "-o", "json"))["quotas"]
     assert bad["quota"] == "gpus" and "must cap at least one" in bad["error"]
+
+
+def test_quota_counts_the_namespaces_claims_and_notes_one_that_does_not_read(
+    quotas: FakeKube,
+) -> None:
+    quotas.create(RESOURCE_SLICES, a_slice("c1", "A100"))
+    quotas.create(RESOURCE_CLAIMS, claim("x", memory="8Gi"), "team-a")
+    quotas.create(RESOURCE_CLAIMS, claim("odd", device="gpu-9"), "team-a")  # no such device
+    quotas.create(RESOURCE_CLAIMS, claim("theirs", ns="team-b"), "team-b")
+    result = CliRunner().invoke(kubectl.app, ["quota", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    [a100, _] = json.loads(result.stdout)["quotas"]
+    assert a100["memoryMiB"] == {"used": 12000 + 8192, "hard": 50000}
+    assert a100["coresPercent"] == {"used": 30 + 10, "hard": 100}
+    assert a100["holders"] == ["team-a/claim/x", "team-a/train"]
+    assert result.stderr.startswith("note: claim team-a/odd is not counted: ")
+    assert "theirs" not in result.stderr
+    wide = CliRunner().invoke(kubectl.app, ["quota", "-o", "wide"])
+    assert _rows(wide.stdout)[0]["HOLDERS"] == "claim/x,train"
+    top = CliRunner().invoke(kubectl.app, ["top"])
+    assert "team-a/odd" in top.stderr and "odd" not in top.stdout, top.output
 
 
 def test_quota_where_there_is_none_or_the_resource_is_not_installed(placed: FakeKube) -> None:
