@@ -3,6 +3,8 @@ to the node and kubelet's pod-resources (docs/node-agent.md)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
@@ -74,6 +76,25 @@ def test_no_match_names_the_node_the_size_and_the_cards() -> None:
         m.choose(1, None, "Allocate", set())
 
 
+def test_find_and_find_by_name_pick_the_container_named_and_pass_over_problems() -> None:
+    a = pod("a", {"init": ("GPU-a",), "main": ("GPU-b",)})
+    b = pod("b", {"main": ("GPU-c",)})
+    bad = pod("bad", {"main": ("GPU-d",)}, problem="assignment names node gpu-9")
+    elsewhere = pod("x", {"main": ("GPU-e",)}, node="gpu-2")
+    m = Matcher(NODE, Pods([a, bad, elsewhere, b]), None)
+    for claim in (("a", "main"), ("a", "init"), ("b", "main")):
+        t = m.find(claim)
+        assert t is not None and (t.pod.uid, t.container.name) == claim
+    assert m.find(("a", "side")) is None and m.find(("bad", "main")) is None
+    t = m.find_by_name("ns", "pod-a", "main")
+    assert t is not None and t.cards == ("GPU-b",)
+    assert m.find_by_name("ns", "pod-a", "side") is None
+    assert m.find_by_name("ns", "pod-x", "main") is None  # bound to another node
+    assert m.find_by_name("other", "pod-b", "main") is None
+    with pytest.raises(AllocationError, match="assignment names node gpu-9"):
+        m.find_by_name("ns", "pod-bad", "main")
+
+
 def test_next_in_pod_is_the_next_container_of_the_same_live_pod() -> None:
     mine = pod("mine", {"init": ("GPU-a",), "main": ("GPU-a",)})
     other = pod("other", {"main": ("GPU-a",)}, created="2026-11-28T00:00:00Z")
@@ -95,6 +116,22 @@ def test_next_in_pod_on_other_cards_is_refused_naming_both() -> None:
         r"cards \['GPU-a'\].*but it is assigned \['GPU-b'\]",
     ):
         m.next_in_pod(record("mine", "init"), frozenset({"GPU-a"}), 1, {("mine", "init")})
+
+
+def test_next_in_pod_refuses_a_container_asking_another_count_or_not_assigned() -> None:
+    rec = record("mine", "init")
+    wants_two = pod("mine", {"init": ("GPU-a",), "main": ("GPU-a",)}, counts={"main": 2})
+    with pytest.raises(AllocationError, match=r"container 'main' .* assigned \['GPU-a'\]"):
+        Matcher(NODE, Pods([wants_two]), None).next_in_pod(
+            rec, frozenset({"GPU-a"}), 1, {("mine", "init")})  # fmt: skip
+    both = pod("mine", {"init": ("GPU-a",), "main": ("GPU-a",)})
+    assert both.assignment is not None
+    init_only = dataclasses.replace(both, assignment=dataclasses.replace(
+        both.assignment, containers=both.assignment.containers[:1]))  # fmt: skip
+    m = Matcher(NODE, Pods([init_only]), None)
+    with pytest.raises(AllocationError, match=r"container 'main' .* but it is assigned \[\]"):
+        m.next_in_pod(rec, frozenset({"GPU-a"}), 1, {("mine", "init")})
+    assert m.find(("mine", "main")) is None  # no assignment: nothing to hand it
 
 
 def test_a_container_is_alive_only_while_kubelet_lists_its_pod_and_the_pod_runs_here() -> None:
