@@ -339,9 +339,14 @@ def test_make_policy_refuses_unknown_names() -> None:
     assert {"binpack", "spread", "topology", "fragmentation", "random", "best-fit"} == POLICIES
     with pytest.raises(SpecError, match="placement: must be one of"):
         make_policy("tetris")
-    with pytest.raises(SpecError, match="placement: must be one of"):
-        make_policy("binpack/spread/random")
-    assert make_policy("spread/binpack").name == "spread/binpack"
+    for name in ("binpack/spread/random", "binpack/tetris", "tetris/binpack", "binpack/", ""):
+        with pytest.raises(SpecError, match="placement: must be one of"):
+            make_policy(name)
+    both = make_policy("spread/binpack")
+    assert both.name == "spread/binpack"
+    assert type(both.node) is type(make_policy("spread").node)
+    assert type(both.card) is type(make_policy("binpack").card)
+    assert type(both.card) is not type(make_policy("spread").card)
 
 
 def test_public_names() -> None:
@@ -370,7 +375,9 @@ def test_policy_set_honours_the_pod_override_and_keeps_each_policy() -> None:
 
     from tessera.placement import PolicySet
 
-    policies = PolicySet("binpack", seed=3)
+    mix = WorkloadMix()
+    policies = PolicySet("binpack", seed=3, mix=mix)
+    assert policies.mix is mix  # the one the scheduler observes pods into
     plain = share()
     assert policies.for_pod(plain) is policies.default
     assert policies.default.name == "binpack"

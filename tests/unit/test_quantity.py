@@ -25,6 +25,14 @@ from tessera.model.quantity import cpu_milli, memory_mib, parse_quantity
         ("100k", Fraction(100_000), "k"),
         ("3M", Fraction(3 * 10**6), "M"),
         ("1E", Fraction(10**18), "E"),
+        ("4T", Fraction(4 * 10**12), "T"),
+        ("2P", Fraction(2 * 10**15), "P"),
+        ("1Ti", Fraction(1 << 40), "Ti"),
+        ("3Pi", Fraction(3 << 50), "Pi"),
+        ("2Ei", Fraction(2 << 60), "Ei"),
+        ("1e30", Fraction(10**30), "e30"),
+        ("1e-30", Fraction(1, 10**30), "e-30"),
+        ("1" * 64, Fraction(int("1" * 64)), ""),  # the longest text read
         ("1e3", Fraction(1000), "e3"),
         ("1E3", Fraction(1000), "E3"),
         ("15e-1", Fraction(3, 2), "e-1"),
@@ -75,8 +83,15 @@ def test_malformed(raw: object) -> None:
 
 
 def test_huge_exponent_refused_cheaply() -> None:
-    with pytest.raises(SpecError, match="exponent must be within"):
-        parse_quantity("1e999999999", "f")
+    for raw in ("1e999999999", "1e31", "1e-31"):
+        with pytest.raises(SpecError, match="exponent must be within"):
+            parse_quantity(raw, "f")
+
+
+def test_integer_flag() -> None:
+    assert parse_quantity("2", "f").is_integer and parse_quantity("1k", "f").is_integer
+    assert not parse_quantity("1.5", "f").is_integer
+    assert not parse_quantity("500m", "f").is_integer
 
 
 def test_binary_flag() -> None:
