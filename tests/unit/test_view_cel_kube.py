@@ -42,6 +42,11 @@ def _literal(value: Any) -> str:
         ('quantity("1Gi").compareTo(quantity("1G"))', 1),
         ('quantity("1e3").compareTo(quantity("1k"))', 0),
         ('quantity("1.5").isInteger()', False),
+        ('quantity("2k").isInteger()', True),
+        ('quantity("1").isLessThan(quantity("1000m"))', False),  # equal is neither
+        ('quantity("1").isGreaterThan(quantity("1000m"))', False),
+        ('quantity("2").isLessThan(quantity("1"))', False),
+        ('quantity("500m").sign()', 1),
         ('quantity("1.5k").asInteger()', 1500),
         ('quantity("250m").asApproximateFloat()', 0.25),
         ('quantity("-3").sign()', -1),
@@ -67,6 +72,13 @@ def _literal(value: Any) -> str:
         ('isSemver("1.2")', False),
         ('isSemver("v1.2", true)', True),
         ('semver("v535.104.05", true) == semver("535.104.5")', True),
+        ('semver("v1", true) == semver("1.0.0")', True),  # missing parts are 0
+        ('semver("1.9.9").isLessThan(semver("1.10.0"))', True),
+        ('semver("1.2.4").compareTo(semver("1.2.3"))', 1),
+        ('semver("1.0.0").isGreaterThan(semver("1.0.0-rc.1"))', True),
+        # int64's last values (shifted, as the test compares one past the answer too)
+        ('quantity("9223372036854775807").asInteger() - 9223372036854775806', 1),
+        ('quantity("-9223372036854775808").asInteger() + 9223372036854775807', -1),
     ],
 )
 def test_functions_give_what_kubernetes_gives(expression: str, expected: Any) -> None:
@@ -102,6 +114,9 @@ def test_a_devices_capacities_and_versions_are_typed() -> None:
         ('quantity("1") < quantity("2")', "No such overload"),  # no ordering operators
         ('quantity("1").compareTo(semver("1.0.0"))', "compareTo: no overload for semver"),
         ("quantity(1)", "quantity: no overload for int"),
+        ('quantity("1").major()', "major: no overload for quantity"),
+        ('quantity("9223372036854775808").asInteger()', "cannot convert value to integer"),
+        ('quantity("-9223372036854775809").asInteger()', "cannot convert value to integer"),
         (f'device.capacity["{DRIVER}"].slots.sign() == 1', ""),  # no such capacity
     ],
 )
@@ -115,3 +130,17 @@ def test_the_values_are_exact_and_canonical() -> None:
     assert quantity_value("1.5Ki") == {QUANTITY: "1536/1"}
     assert quantity_value("100m") == {QUANTITY: "1/10"}
     assert semver_value("1.2.3-rc.1+sha") == {SEMVER: "1.2.3-rc.1"}
+
+
+# Semantic Versioning 2.0.0, item 11: the precedence example, lowest first.
+PRECEDENCE = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2",
+              "1.0.0-beta.11", "1.0.0-rc.1", "1.0.0", "1.0.1", "1.1.0", "2.0.0"]  # fmt: skip
+
+
+@pytest.mark.parametrize("i", range(len(PRECEDENCE)))
+def test_versions_compare_in_semantic_versioning_precedence(i: int) -> None:
+    for j, other in enumerate(PRECEDENCE):
+        expression = f'semver("{PRECEDENCE[i]}").compareTo(semver("{other}"))'
+        want = (i > j) - (i < j)
+        selector = Selector(f"({expression}) == {want}")
+        assert selector.test(DEVICE) is True, (expression, want, selector.problem)
