@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tessera.kube import EVENTS, ApiError, EventRecorder, FakeKube
+import pytest
+
+from tessera.kube import EVENTS, ApiError, EventRecorder, FakeKube, events
 
 POD = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
 
@@ -32,3 +34,69 @@ def test_api_failure_is_swallowed() -> None:
     rec.flush()
     rec.stop()
     assert [e["message"] for e in kube.list(EVENTS, "ns").items] == ["m2"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_same_message_is_sent_again_once_its_interval_has_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(events.time, "monotonic", clock)
+    rec = EventRecorder(FakeKube(), "c", interval_s=60)
+    assert rec.record(POD, "R", "m")
+    clock.now += 59.9
+    assert not rec.record(POD, "R", "m")
+    clock.now += 0.1  # the interval to the second since the last one sent
+    assert rec.record(POD, "R", "m")
+
+
+def test_objects_without_a_uid_are_told_apart_by_namespace_and_name() -> None:
+    rec = EventRecorder(FakeKube(), "c")
+    node_a = {"kind": "Node", "metadata": {"name": "a"}}
+    assert rec.record(node_a, "R", "m")
+    assert rec.record({"kind": "Node", "metadata": {"name": "b"}}, "R", "m")
+    assert not rec.record(node_a, "R", "m")
+
+
+def test_an_event_says_who_reports_it_and_keeps_the_first_1024_characters() -> None:
+    kube = FakeKube()
+    rec = EventRecorder(kube, "tessera-agent", instance="gpu-1", interval_s=60)
+    rec.start()
+    node = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "gpu-1", "uid": "n1"}}
+    assert rec.record(node, "CardUnhealthy", "x" * 1500, type_="Normal")
+    rec.flush()
+    rec.stop()
+    [e] = kube.list(EVENTS, "default").items  # a node's events go to default
+    assert e["message"] == "x" * 1024
+    assert (e["type"], e["count"], e["reason"]) == ("Normal", 1, "CardUnhealthy")
+    assert e["source"] == {"component": "tessera-agent"}
+    assert (e["reportingComponent"], e["reportingInstance"]) == ("tessera-agent", "gpu-1")
+    assert e["involvedObject"]["kind"] == "Node" and e["involvedObject"]["uid"] == "n1"
+    assert e["metadata"]["name"].startswith("gpu-1.")
+
+
+def test_a_full_queue_drops_and_counts_instead_of_blocking_the_caller() -> None:
+    rec = EventRecorder(FakeKube(), "c", max_queue=2)  # not started: nothing drains it
+    assert [rec.record(POD, "R", f"m{i}") for i in range(4)] == [True, True, False, False]
+    assert rec.dropped == 2
+
+
+def test_pruning_the_memory_of_sent_messages_keeps_the_recent_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(events.time, "monotonic", clock)
+    rec = EventRecorder(FakeKube(), "c", interval_s=60, max_queue=60_000)  # not drained
+    assert rec.record(POD, "R", "recent")
+    clock.now += 120
+    for i in range(50_000):  # past 50,000 messages those older than the interval go
+        rec.record(POD, "R", f"m{i}")
+    assert not rec.record(POD, "R", "m49999")  # sent this second: still known
+    assert not rec.record(POD, "R", "m0")
