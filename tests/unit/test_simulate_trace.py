@@ -12,15 +12,15 @@ HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos"
 
 
 def test_reads_rows_and_ignores_other_columns() -> None:
-    tasks = parse_tasks_csv(
-        [HEADER, "a,12000,16384,1,1000,,LS", "b,6000,12288,1,460,V100M16|V100M32,BE", "c,8,1,0,0,,"]
-    )
+    rows = ["a,12000,16384,1,1000,,LS", "b,6000,12288,1,460,V100M16|V100M32,BE", "c,8,1,0,0,,"]
+    tasks = parse_tasks_csv([HEADER, *rows, "d,0,0,1,10,,"])
     assert tasks == [
         TraceTask("a", 12000, 16384, 1, 1000),
         TraceTask("b", 6000, 12288, 1, 460, frozenset({"V100M16", "V100M32"})),
         TraceTask("c", 8, 1, 0, 0),
+        TraceTask("d", 0, 0, 1, 10),  # no CPU or memory asked: allowed
     ]
-    assert [t.gpu_milli_total for t in tasks] == [1000, 460, 0]
+    assert [t.gpu_milli_total for t in tasks] == [1000, 460, 0, 10]
 
 
 def test_gpu_spec_column_is_optional() -> None:

@@ -43,6 +43,11 @@ def test_variants_are_seeded() -> None:
     assert make_variant(tasks, "shared", 0.6, seed=3) != make_variant(tasks, "shared", 0.6, seed=4)
     same = make_variant(tasks, "multi", demand_share(tasks, "multi"))
     assert same == list(tasks)  # the list's own share changes nothing
+    # The most a variant can reach: every single whole card swapped.
+    total = sum(t.gpu_milli_total for t in tasks)
+    singles = sum(t.gpu_milli_total for t in tasks if t.num_gpu == 1 and t.gpu_milli == 1000)
+    most = make_variant(tasks, "shared", demand_share(tasks, "shared") + singles / total)
+    assert not [t for t in most if t.num_gpu == 1 and t.gpu_milli == 1000]
 
 
 def test_bad_variants_name_the_rule() -> None:
