@@ -108,7 +108,10 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     values: dict[str, str] = {}
     for key in ("PodName", "PodNamespace", "PodUID", "Node"):
         value = obj.get(key)
-        if not isinstance(value, str) or (key != "PodUID" and not value):
+        if not isinstance(value, str):
+            rule = "a string" if key == "PodUID" else "a non-empty string"
+            raise WireError(f"ExtenderBindingArgs.{key}: must be {rule}")
+        if not value and key != "PodUID":  # kube-scheduler may send no UID
             raise WireError(f"ExtenderBindingArgs.{key}: must be a non-empty string")
         values[key] = value
     return BindingArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
