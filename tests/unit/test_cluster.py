@@ -217,6 +217,18 @@ def test_copy_on_write_reuses_free_tables_and_never_moves_a_held_view() -> None:
     assert state.check_invariants() == []
 
 
+def test_a_slice_of_one_table_keeps_every_table_of_its_snapshot_from_reuse() -> None:
+    state = ClusterState([node("a"), node("b")])
+    snap = state.snapshot()
+    kept = snap.tables.free_mem[0]  # a's cards, as they were
+    del snap
+    state.assign(pod("p", SHARE), on("a", "a-g0"))  # the old tables become a spare
+    state.snapshot()
+    state.assign(pod("q", SHARE), on("a", "a-g1"))  # a spare is wanted: not that one
+    assert kept.tolist() == [16000, 16000]
+    assert [c.memory_mib for c in state.snapshot().cards_free("a")] == [12000, 12000]
+
+
 def test_row_generation_changes_only_where_something_changed() -> None:
     state = ClusterState([node("a"), node("b")])
     s1 = state.snapshot()
