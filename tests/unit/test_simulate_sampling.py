@@ -9,7 +9,7 @@ from tessera.errors import PlacementError
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tessera.placement import make_policy, place
-from tessera.simulate.replay import place_in_cycles, replay
+from tessera.simulate.replay import place_in_cycles, replay, replay_stream
 from tessera.simulate.sampling import NodeSearch, backoff_wait_s, nodes_to_find
 from tessera.simulate.trace import TraceTask, to_pod_request
 from tessera.simulate.workload import synthetic_cluster, synthetic_tasks
@@ -86,15 +86,34 @@ def test_a_window_short_of_feasible_nodes_walks_the_whole_cluster() -> None:
 
 
 def test_a_pod_only_a_later_window_can_hold_is_placed_on_a_later_cycle() -> None:
-    state = cluster(200)
-    # Fill every card but n150's, so only the second window has room.
+    state = full_but(200, 150)  # only the second window has room
     policy = make_policy("binpack", seed=1)
-    for i in range(200):
-        if i != 150:
-            whole = to_pod_request(TraceTask(f"w{i}", 100, 100, 1, 1000))
-            state.assign(whole, place(state.snapshot(), whole, policy, [f"n{i:03}"]).assignment)
     decision, cycles = place_in_cycles(state.snapshot(), POD, policy, NodeSearch(50))
     assert (decision.node, cycles) == ("n150", 2)
+
+
+def full_but(n: int, free: int) -> ClusterState:
+    """``cluster(n)`` with every card held whole but node ``free``'s."""
+    state = cluster(n)
+    policy = make_policy("binpack", seed=1)
+    for i in range(n):
+        if i != free:
+            whole = to_pod_request(TraceTask(f"w{i}", 100, 100, 1, 1000))
+            state.assign(whole, place(state.snapshot(), whole, policy, [f"n{i:03}"]).assignment)
+    return state
+
+
+def test_the_replay_counts_the_tasks_placed_on_a_later_cycle_by_cycle() -> None:
+    stream = [TraceTask("a", 100, 100, 1, 300), TraceTask("b", 100, 100, 1, 300)]
+    nodes = [NodeInventory(f"n{i:03}", make_cards(f"n{i:03}", 1, "T4"), 8000, 65536)
+             for i in range(200)]  # fmt: skip
+    r = replay_stream(nodes, stream, "binpack", 1, 1.0, state=full_but(200, 120),
+                      nodes_to_score=50)  # fmt: skip
+    # Each waits a cycle: the window n000-n099 is full, and after a's two windows the
+    # search has come round to n000 again for b.
+    assert (r.placed_tasks, r.retried_cycles, r.retried_tasks) == (2, {2: 2}, 2)
+    every = replay_stream(nodes, stream, "binpack", 1, 1.0, state=full_but(200, 120))
+    assert (every.placed_tasks, every.retried_cycles) == (2, {})
 
 
 def test_a_pod_no_node_can_hold_fails_with_a_reason_for_every_node() -> None:
