@@ -90,6 +90,8 @@ def test_a_pod_only_a_later_window_can_hold_is_placed_on_a_later_cycle() -> None
     policy = make_policy("binpack", seed=1)
     decision, cycles = place_in_cycles(state.snapshot(), POD, policy, NodeSearch(50))
     assert (decision.node, cycles) == ("n150", 2)
+    decision, cycles = place_in_cycles(state.snapshot(), POD, policy, None)  # every node
+    assert (decision.node, cycles) == ("n150", 1)
 
 
 def full_but(n: int, free: int) -> ClusterState:
@@ -107,8 +109,10 @@ def test_the_replay_counts_the_tasks_placed_on_a_later_cycle_by_cycle() -> None:
     stream = [TraceTask("a", 100, 100, 1, 300), TraceTask("b", 100, 100, 1, 300)]
     nodes = [NodeInventory(f"n{i:03}", make_cards(f"n{i:03}", 1, "T4"), 8000, 65536)
              for i in range(200)]  # fmt: skip
+    seen: list[tuple[int, int]] = []
     r = replay_stream(nodes, stream, "binpack", 1, 1.0, state=full_but(200, 120),
-                      nodes_to_score=50)  # fmt: skip
+                      nodes_to_score=50, progress=lambda *p: seen.append(p))  # fmt: skip
+    assert seen == [(1, 2), (2, 2)]
     # Each waits a cycle: the window n000-n099 is full, and after a's two windows the
     # search has come round to n000 again for b.
     assert (r.placed_tasks, r.retried_cycles, r.retried_tasks) == (2, {2: 2}, 2)
