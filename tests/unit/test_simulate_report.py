@@ -2,12 +2,21 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from tessera.simulate.metrics import ReplayResult, Spread, summarize
+from tessera.model.clusterspec import make_cards
+from tessera.model.types import NodeInventory
+from tessera.simulate.metrics import (
+    ReplayResult,
+    Spread,
+    gpu_capacity_milli,
+    retry_summary,
+    summarize,
+)
 from tessera.simulate.report import failures_table, plot_allocation, summary_table, write_json
 
 
@@ -37,6 +46,7 @@ def test_result_ratios() -> None:
     r = RUNS[0]
     assert (r.gpu_allocation_ratio, r.arrived_ratio, r.failed_tasks) == (0.9, 1.29, 3)
     assert (r.allocation_at(100), r.allocation_at(50), r.allocation_at(130)) == (0.9, 0.5, None)
+    assert (r.allocation_at(0), r.allocation_at(129), r.allocation_at(-1)) == (0.0, 0.9, None)
 
 
 def test_summary_is_mean_and_sample_std() -> None:
@@ -46,6 +56,24 @@ def test_summary_is_mean_and_sample_std() -> None:
     assert s.allocation.std == pytest.approx(math.sqrt(2 * 0.02**2))
     assert s.failed_by_reason == {"insufficient gpu": 2.0, "insufficient cpu": 1.0}
     assert Spread.of([0.5]) == Spread(0.5, 0.0, 1)
+    empty = Spread.of([])
+    assert math.isnan(empty.mean) and math.isnan(empty.std) and empty.n == 0
+    # At 100 % of arrivals: only the runs whose stream got there count.
+    short = result("binpack", 44, 5_000, CURVE[:80])
+    (s,) = summarize([*RUNS, short])
+    assert (s.allocation_at_100.mean, s.allocation_at_100.n) == (0.9, 2)
+
+
+def test_capacity_counts_healthy_cards_and_retries_are_summed_per_policy() -> None:
+    sick = NodeInventory("b", tuple(replace(c, healthy=False) for c in make_cards("b", 1, "T4")),
+                         8000, 65536)  # fmt: skip
+    nodes = [NodeInventory("a", make_cards("a", 3, "T4"), 8000, 65536), sick]
+    assert gpu_capacity_milli(nodes) == 3000
+    assert retry_summary([]) == (0.0, 1)
+    assert retry_summary(RUNS) == (0.0, 1)  # none waited: one cycle each
+    first, second = RUNS
+    waited = [replace(first, retried_cycles={2: 3, 4: 1}), replace(second, retried_cycles={3: 2})]
+    assert retry_summary(waited) == (3.0, 4)
 
 
 def test_table_shows_ratio_to_fgd() -> None:
