@@ -50,12 +50,11 @@ def main() -> None:
     # start, once (client-go's pager falls back to one unpaged list, gigabytes here).
     for attempt in (1, 2):
         try:
-            app(prog_name="kubectl tessera")
-        except Gone as exc:
-            if attempt == 2:
-                typer.echo(f"error: {api_failure(exc)}", err=True)
-                sys.exit(1)
-            typer.echo(f"note: a list expired before its end ({exc}); listing again", err=True)
+            app(prog_name="kubectl tessera")  # exits (SystemExit) when the command ends
+            return
         except ApiError as exc:  # a sentence, not a traceback, as kubectl says it
+            if isinstance(exc, Gone) and attempt == 1:
+                typer.echo(f"note: a list expired before its end ({exc}); listing again", err=True)
+                continue
             typer.echo(f"error: {api_failure(exc)}", err=True)
             sys.exit(1)
