@@ -85,6 +85,15 @@ def pdb(name: str, app: str, allowed: int) -> dict[str, Any]:
     }
 
 
+def gpu_quota(ns: str, *limits: dict[str, Any], name: str = "gpus") -> dict[str, Any]:
+    return {
+        "apiVersion": "tessera.io/v1alpha1",
+        "kind": "GpuQuota",
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {"limits": list(limits)},
+    }
+
+
 class World:
     """A FakeKube plus a synced SchedulerApp (no leader election unless asked)."""
 

@@ -12,17 +12,8 @@ from tessera.kube import GPUQUOTAS, PODS
 from tessera.model.annotations import ASSIGNMENT, QUOTA_RETRY
 from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.config import SchedulerConfig
-from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._scheduler_world import World, gpu_quota, node_obj, pod_obj
 from tests.unit._wait import eventually as _eventually
-
-
-def gpu_quota(ns: str, *limits: dict[str, Any], name: str = "gpus") -> dict[str, Any]:
-    return {
-        "apiVersion": "tessera.io/v1alpha1",
-        "kind": "GpuQuota",
-        "metadata": {"namespace": ns, "name": name},
-        "spec": {"limits": list(limits)},
-    }
 
 
 def world() -> World:

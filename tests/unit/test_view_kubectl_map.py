@@ -20,7 +20,7 @@ from tessera.model.clusterspec import make_cards
 from tessera.view import kubectl, prom
 from tessera.view.kubectl import common
 from tests.unit._claims import a_slice, claim
-from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._scheduler_world import World, gpu_quota, node_obj, pod_obj
 
 A0, A1 = (c.uuid for c in make_cards("a1", 2, "A100"))
 [T0] = (c.uuid for c in make_cards("t1", 1, "T4"))
@@ -216,20 +216,14 @@ def test_pod_with_prometheus_shows_each_cards_live_use(
 # --- quota -----------------------------------------------------------------------------
 
 
-def _quota(ns: str, *limits: dict[str, Any]) -> dict[str, Any]:
-    meta = {"namespace": ns, "name": "gpus"}
-    return {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota", "metadata": meta,
-            "spec": {"limits": list(limits)}}  # fmt: skip
-
-
 @pytest.fixture
 def quotas(placed: FakeKube) -> FakeKube:
     """team-a: 50000 MiB and 100 % of A100s, and one T4 card; team-b: a quota
     that does not read (a limit capping nothing)."""
-    placed.create(GPUQUOTAS, _quota("team-a",
+    placed.create(GPUQUOTAS, gpu_quota("team-a",
         {"name": "a100", "models": ["A100"], "memoryMiB": 50000, "coresPercent": 100},
         {"name": "t4", "models": ["T4"], "cards": 1}), "team-a")  # fmt: skip
-    placed.create(GPUQUOTAS, _quota("team-b", {"name": "none", "models": ["*"]}), "team-b")
+    placed.create(GPUQUOTAS, gpu_quota("team-b", {"name": "none", "models": ["*"]}), "team-b")
     return placed
 
 
