@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.cluster import ClusterState
+from tessera.cluster.booking import Booking
+from tessera.cluster.invariants import check
 from tessera.errors import PlacementError, SpecError
 from tessera.model.types import (
     Assignment,
@@ -381,3 +385,33 @@ def test_invariant_check_reports_a_card_over_its_slots() -> None:
     state.assign(pod("q", SHARE), on("a", "a-g0"))
     state.update_node(NodeInventory("a", (Card("a-g0", 0, "T4", 16000, slots=1),), 8000, 64000))
     assert state.check_invariants() == ["card a-g0 on a: 2 containers booked, only 1 slots exist"]
+
+
+def test_invariant_check_reports_a_card_whose_model_the_request_refuses() -> None:
+    """The inventory now names the card's model otherwise (a driver upgrade renaming it)
+    under a pod that asked for the old name: the pod keeps the card, and the check says so."""
+    state = ClusterState([node("a")])
+    state.assign(pod("p", replace(SHARE, models=frozenset({"T4"}))), on("a", "a-g0"))
+    assert state.check_invariants() == []
+    state.update_node(node("a", model="A10"))
+    assert state.check_invariants() == [
+        "pod ns/p container main holds card a-g0 of model A10, which its request does not allow"
+    ]
+
+
+def test_invariant_check_reports_bookings_the_state_does_not_hold() -> None:
+    """The check recomputes from the bookings it is given: one more pod at 41 % on a
+    card the state has at 60 % is over 100 % by one, and out of step with the tables."""
+    state = ClusterState([node("a")])
+    state.assign(pod("p", SHARE), on("a", "a-g0", cores=60))
+    extra = pod("q", SHARE)
+    assignment = on("a", "a-g0", cores=41)
+    bookings = state.bookings()
+    bookings[extra.key] = Booking(extra, assignment, assignment.footprint(), assignment.slots())
+    assert check(state.snapshot(), bookings) == [
+        "card a-g0 on a: 101% cores booked, over 100%",
+        "card a-g0 on a: state says 12000 MiB / 40% free, bookings say 8000 MiB / -1%",
+        "card a-g0 on a: state says 15 slots free, bookings say 14",
+        "card a-g0 on a: tenant count or exclusivity flag out of step",
+        "node a: free cpu/memory out of step with the bookings",
+    ]
