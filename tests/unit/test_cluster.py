@@ -401,10 +401,11 @@ def test_invariant_check_reports_a_card_whose_model_the_request_refuses() -> Non
 
 def test_invariant_check_reports_bookings_the_state_does_not_hold() -> None:
     """The check recomputes from the bookings it is given: one more pod at 41 % on a
-    card the state has at 60 % is over 100 % by one, and out of step with the tables."""
+    card the state has at 60 % is over 100 % by one, and out of step with the tables
+    (its memory alone is enough to put the node's free figures out of step)."""
     state = ClusterState([node("a")])
     state.assign(pod("p", SHARE), on("a", "a-g0", cores=60))
-    extra = pod("q", SHARE)
+    extra = pod("q", SHARE, cpu=0)
     assignment = on("a", "a-g0", cores=41)
     bookings = state.bookings()
     bookings[extra.key] = Booking(extra, assignment, assignment.footprint(), assignment.slots())
