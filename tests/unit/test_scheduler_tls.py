@@ -4,14 +4,17 @@ pair that does not match."""
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import json
+import logging
 import os
 import ssl
 import time
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from tessera.scheduler.http import serve
 from tessera.scheduler.metrics import Metrics
@@ -98,6 +101,28 @@ def test_webhook_over_generated_tls(tmp_path: Path) -> None:
         w.close()
 
 
+def test_a_generated_certificate_lasts_a_year_under_a_ca_that_signs_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """Generated again into the same directory (the next start), under a new CA."""
+    first_ca = generate_serving_cert(tmp_path / "a" / "tls", HOSTS).ca_pem()
+    again = generate_serving_cert(tmp_path / "a" / "tls", HOSTS)
+    assert again.ca_pem() != first_ca
+    leaf = x509.load_pem_x509_certificate(again.cert_file.read_bytes())
+    ca = x509.load_pem_x509_certificate(again.ca_pem())
+    # Valid from five minutes back, for clocks a little behind.
+    lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+    assert lifetime == dt.timedelta(days=365, minutes=5)
+    assert leaf.issuer == ca.subject
+    limits = ca.extensions.get_extension_for_class(x509.BasicConstraints)
+    assert limits.critical and limits.value.ca and limits.value.path_length == 0  # RFC 5280
+    assert not leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    usage_ext = ca.extensions.get_extension_for_class(x509.KeyUsage)
+    usage = usage_ext.value
+    assert usage_ext.critical and usage.key_cert_sign and usage.crl_sign and usage.digital_signature
+    assert not (usage.content_commitment or usage.key_encipherment or usage.data_encipherment)
+
+
 def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path) -> None:
     volume = SecretVolume(tmp_path / "mount")
     first, second = _issued(tmp_path, "first"), _issued(tmp_path, "second")
@@ -123,7 +148,9 @@ def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path) -> No
         w.close()
 
 
-def test_a_pair_that_does_not_match_is_never_served(tmp_path: Path) -> None:
+def test_a_pair_that_does_not_match_is_never_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     volume = SecretVolume(tmp_path / "mount")
     first, second = _issued(tmp_path, "first"), _issued(tmp_path, "second")
     volume.write(first)
@@ -133,9 +160,15 @@ def test_a_pair_that_does_not_match_is_never_served(tmp_path: Path) -> None:
     server = serve(w.app, "127.0.0.1", 0, tls.context)  # checks made by hand below
     try:
         old_ca, new_ca = _ca(tmp_path, "first", first), _ca(tmp_path, "second", second)
-        # A rotation caught half done: the new certificate beside the old key.
+        # A rotation caught half done: the new certificate beside the old key. Said once
+        # for these files, however often they are looked at.
         volume.write({**second, "tls.key": first["tls.key"]})
-        assert tls.check() is False
+        with caplog.at_level(logging.WARNING, logger="tessera.scheduler.tls"):
+            assert tls.check() is False
+            assert tls.check() is False
+        assert [r.getMessage().split(" changed")[0] for r in caplog.records] == [
+            f"webhook certificate {volume.root / 'tls.crt'}"
+        ]
         assert _trusted_by(server.port, old_ca) and len(loads) == 1
         # A file gone for a moment (a mount being replaced): nothing changes either.
         (volume.root / "..data").unlink()
