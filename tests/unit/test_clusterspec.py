@@ -5,7 +5,13 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import SpecError
-from tessera.model.clusterspec import card_uuid, parse_nodes_csv, read_nodes_csv, synthetic_nodes
+from tessera.model.clusterspec import (
+    card_uuid,
+    make_cards,
+    parse_nodes_csv,
+    read_nodes_csv,
+    synthetic_nodes,
+)
 
 HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 
@@ -30,6 +36,37 @@ def test_optional_columns_and_topology() -> None:
     assert v100[0].nvlink_peers == (1, 2, 3, 4)
     assert v100[5].nvlink_peers == (1, 4, 6, 7)
     assert [c.numa_node for c in v100] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("layout", "count", "peers"),
+    [
+        ("all", 3, [(1, 2), (0, 2), (0, 1)]),
+        ("all", 1, [()]),
+        ("pairs", 3, [(1,), (0,), ()]),  # the odd card out has no mate
+        ("pairs", 2, [(1,), (0,)]),
+        ("none", 4, [(), (), (), ()]),
+        # Two quads, each card also joined to the one four away, where that card exists.
+        ("cube-mesh", 6, [(1, 2, 3, 4), (0, 2, 3, 5), (0, 1, 3), (0, 1, 2), (0, 5), (1, 4)]),
+    ],
+)
+def test_nvlink_layouts_join_the_cards_they_name(
+    layout: str, count: int, peers: list[tuple[int, ...]]
+) -> None:
+    assert [c.nvlink_peers for c in make_cards("n", count, "T4", nvlink=layout)] == peers
+
+
+def test_numa_halves_from_four_cards_and_unknown_models_count_no_sms() -> None:
+    assert [c.numa_node for c in make_cards("n", 3, "T4")] == [0, 0, 0]
+    assert [c.numa_node for c in make_cards("n", 4, "T4")] == [0, 0, 1, 1]
+    assert make_cards("n", 1, "T4")[0].sm_count == 40
+    assert make_cards("n", 1, "X9", memory_mib=1000)[0].sm_count == 0
+
+
+def test_only_eight_v100s_are_cube_meshed_unless_told() -> None:
+    assert make_cards("n", 8, "V100M16")[7].nvlink_peers == (3, 4, 5, 6)
+    for model, count in [("V100M16", 4), ("A100", 8)]:
+        assert {c.nvlink_peers for c in make_cards("n", count, model)} == {()}
 
 
 @pytest.mark.parametrize(
@@ -59,6 +96,20 @@ def test_synthetic_nodes_are_deterministic() -> None:
     assert a == synthetic_nodes(3, 4, "A100")
     assert [n.name for n in a] == ["node-0000", "node-0001", "node-0002"]
     assert len({c.uuid for n in a for c in n.cards}) == 12
+    # Names stay four digits wide up to 10,000 nodes, and widen to sort past it.
+    assert synthetic_nodes(10_000, 0, "T4")[-1].name == "node-9999"
+    wide = synthetic_nodes(10_001, 0, "T4")
+    assert (wide[0].name, wide[-1].name) == ("node-00000", "node-10000")
+
+
+def test_synthetic_nodes_refuse_negative_counts_and_allow_none() -> None:
+    with pytest.raises(SpecError, match=r"nodes: must be >= 0 \(got -1\)"):
+        synthetic_nodes(-1, 1, "T4")
+    with pytest.raises(SpecError, match=r"cards-per-node: must be >= 0 \(got -1\)"):
+        synthetic_nodes(1, -1, "T4")
+    assert synthetic_nodes(0, 1, "T4") == []
+    (bare,) = synthetic_nodes(1, 0, "T4")
+    assert bare.cards == () and bare.memory_mib == 393216  # 384 GiB by default
 
 
 def test_reads_the_openb_node_list(openb_dir: Path) -> None:
