@@ -96,6 +96,25 @@ def test_table_shows_ratio_to_fgd() -> None:
     ]
 
 
+def test_table_without_a_published_figure_or_a_run_at_100() -> None:
+    """Arrivals to 110 % have no published FGD figure; a stream that stopped short of
+    100 % has no figure there; policies run over unequal seed counts are not counted."""
+    short = replace(result("spread", 7, 5_000, CURVE[:80]), arrival=1.1)
+    console = Console(width=100, record=True)
+    console.print(summary_table(summarize([*RUNS, short]), 1.1))
+    lines = console.export_text().splitlines()
+    words = " ".join(" ".join(lines).split())  # the title and the caption wrap
+    assert "arrivals to 110% of capacity, mean ±std over seeds" in words
+    spread = next(line for line in lines if line.split()[:1] == ["spread"])
+    assert spread.split() == ["spread", "50.00", "±0.00", "—", "—", "—", "25.00", "±0.00"]
+    binpack = next(line for line in lines if line.split()[:1] == ["binpack"])
+    assert binpack.split()[3] == "—" and binpack.split()[6] == f"{0.90 / 0.9523:.4f}"
+    assert "(Weng et al., ATC'23), 95.23% at 100%" in words and "at 130%" not in words
+    console = Console(width=100, record=True)
+    console.print(summary_table(summarize(RUNS[:1]), 1.3))
+    assert "over 1 seed " in " ".join(console.export_text().split()) + " "
+
+
 def test_json_shape(tmp_path: Path) -> None:
     path = tmp_path / "out" / "sim.json"
     write_json(path, RUNS, {"arrival": 1.3})
@@ -120,6 +139,29 @@ def test_json_shape(tmp_path: Path) -> None:
         3,
     )
     assert first["gpu_allocation_ratio_at_100"] == 0.9
+
+
+def _strict(text: str) -> object:
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_is_strict_and_rounded(tmp_path: Path) -> None:
+    """No NaN reaches the file (other tools refuse it): what is unknown is null."""
+    rising = tuple(k / 3000 for k in range(130))
+    timed = replace(result("spread", 1, 5_000, rising), seconds=1.23456, cpu_seconds=0.98765)
+    unknown = replace(result("spread", 2, 5_000, CURVE[:80]), fragmentation_rate=math.nan)
+    path = tmp_path / "sim.json"
+    write_json(path, [timed, unknown], {})
+    text = path.read_text()
+    assert text.endswith("}\n")
+    first, second = _strict(text)["results"]  # type: ignore[index]
+    assert math.isclose(first["gpu_allocation_ratio_at_100"], 100 / 3000)
+    assert (first["seconds"], first["cpu_seconds"]) == (1.235, 0.988)
+    assert first["allocation_curve"][1] == 0.000333
+    assert (second["gpu_allocation_ratio_at_100"], second["fragmentation_rate"]) == (None, None)
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
