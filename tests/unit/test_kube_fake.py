@@ -53,6 +53,32 @@ def test_bind_refuses_a_bound_pod_and_a_wrong_uid() -> None:
         kube.bind("ns", "missing", "", "n1")
 
 
+def test_bind_refuses_a_terminating_or_gated_pod_and_marks_the_pod_scheduled() -> None:
+    """As the API server's binding storage: 409 for a pod being deleted or still gated,
+    and a bound pod's PodScheduled condition turns True (the scheduler's reason goes)."""
+    kube = FakeKube()
+    kube.graceful_evictions = True
+    pending = _pod("a")
+    waiting = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    pending["status"] = {"conditions": [waiting]}
+    uid = kube.create(PODS, pending, "ns")["metadata"]["uid"]
+    kube.bind("ns", "a", uid, "n1")
+    (scheduled,) = kube.get(PODS, "a", "ns")["status"]["conditions"]
+    assert (scheduled["type"], scheduled["status"]) == ("PodScheduled", "True")
+    assert "reason" not in scheduled and scheduled["lastTransitionTime"].endswith("Z")
+    with pytest.raises(Conflict, match=r'pods/binding "a": pod a is already assigned to node "n1"'):
+        kube.bind("ns", "a", uid, "n2")
+    gated = {**_pod("g"), "spec": {"schedulingGates": [{"name": "example.com/wait"}]}}
+    gated_uid = kube.create(PODS, gated, "ns")["metadata"]["uid"]
+    with pytest.raises(Conflict, match=r"pod g has non-empty \.spec\.schedulingGates"):
+        kube.bind("ns", "g", gated_uid, "n1")
+    going = kube.create(PODS, _pod("t"), "ns")["metadata"]["uid"]
+    kube.evict("ns", "t", going)  # a pending pod: no budget weighed; now terminating
+    with pytest.raises(Conflict, match="pod t is being deleted, cannot be assigned to a host"):
+        kube.bind("ns", "t", going, "n1")
+    assert "nodeName" not in kube.get(PODS, "t", "ns")["spec"]
+
+
 def test_watch_delivers_changes_in_order_then_gone_after_expiry() -> None:
     kube = FakeKube()
     start = kube.list(NODES).resource_version
@@ -119,7 +145,8 @@ def test_a_resource_slice_is_stored_as_the_api_server_stores_it() -> None:
 @pytest.mark.parametrize(
     ("written", "stored"),
     [("40960Mi", "40Gi"), ("1536Mi", "1536Mi"), ("1Mi", "1Mi"), ("1024Ki", "1Mi"),
-     ("100", "100"), ("0", "0"), ("1000", "1k"), ("2048", "2048"), ("0.5", "500m")],
+     ("1Ki", "1Ki"), ("1024Pi", "1Ei"), ("100", "100"), ("0", "0"), ("1000", "1k"),
+     ("2048", "2048"), ("0.5", "500m")],
 )  # fmt: skip
 def test_quantities_take_their_canonical_form(written: str, stored: str) -> None:
     assert canonical_quantity(written) == stored

@@ -2,10 +2,11 @@
 
 For unit tests of everything above the port. It keeps what the real server guarantees
 and Tessera relies on: a cluster-wide resourceVersion; ``Conflict`` on a stale
-resourceVersion or UID precondition; ``Conflict`` when binding a bound pod; watches that
-deliver every change after a resourceVersion, in order, and ``Gone`` once that version
-has left the (bounded) history; paged lists (``limit``) read from one snapshot, their
-continue tokens ``Gone`` on the same terms and a malformed one refused (400).
+resourceVersion or UID precondition; ``Conflict`` when binding a bound, terminating or
+gated pod, and a binding's PodScheduled condition; watches that deliver every change
+after a resourceVersion, in order, and ``Gone`` once that version has left the
+(bounded) history; paged lists (``limit``) read from one snapshot, their continue tokens
+``Gone`` on the same terms and a malformed one refused (400).
 ``fail_next`` injects an error into the next call of an operation, the way a flaky server
 would.
 """
@@ -94,6 +95,35 @@ def _matches(obj: Obj, label_selector: str | None, field_selector: str | None) -
         if (str(cur) == v) == negate:
             return False
     return True
+
+
+def _binding_refusal(pod: Obj) -> str:
+    """Why the API server refuses to bind ``pod``, or "" (pkg/registry/core/pod/storage,
+    ``setPodNodeAndMetadata``, v1.36)."""
+    name, spec = pod["metadata"]["name"], pod.get("spec") or {}
+    if pod["metadata"].get("deletionTimestamp"):
+        return f"pod {name} is being deleted, cannot be assigned to a host"
+    if spec.get("nodeName"):
+        return f'pod {name} is already assigned to node "{spec["nodeName"]}"'
+    if spec.get("schedulingGates"):
+        return f"pod {name} has non-empty .spec.schedulingGates"
+    return ""
+
+
+def _set_scheduled(pod: Obj) -> None:
+    """The condition a binding sets: PodScheduled True, replacing the scheduler's False
+    (its reason and message go); the transition time moves only when the status does."""
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    new = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+           "lastTransitionTime": now}  # fmt: skip
+    if old is None:
+        conditions.append(new)
+        return
+    if old.get("status") == "True":
+        new["lastTransitionTime"] = old.get("lastTransitionTime")
+    conditions[conditions.index(old)] = new
 
 
 class FakeKube:
@@ -488,17 +518,18 @@ class FakeKube:
                 raise NotFound(404, "NotFound", f'pods "{name}" not found')
             if uid and stored["metadata"]["uid"] != uid:
                 raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
-            if stored.get("spec", {}).get("nodeName"):
+            refusal = _binding_refusal(stored)
+            if refusal:
                 raise Conflict(
                     409,
                     "Conflict",
-                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
-                    f"already assigned to node {stored['spec']['nodeName']!r}",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": {refusal}',
                 )
             stored.setdefault("spec", {})["nodeName"] = node
             if annotations:
                 meta = stored.setdefault("metadata", {})
                 meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+            _set_scheduled(stored)
             self._stamp(stored)
             self._record(PODS, "MODIFIED", stored)
             self._check_lost_answer("bind")
