@@ -7,7 +7,7 @@ import pytest
 from tessera.kube import NODES, PODS, ApiError, Conflict, FakeKube, Gone, NotFound
 from tessera.kube.binder import bind_once, bound_so
 from tessera.kube.fake import canonical_quantity
-from tessera.kube.kinds import POD_DISRUPTION_BUDGETS, RESOURCE_SLICES
+from tessera.kube.kinds import GPUQUOTAS, POD_DISRUPTION_BUDGETS, RESOURCE_SLICES
 
 
 def _pod(name: str) -> dict:
@@ -129,6 +129,25 @@ def test_field_selector_filters_lists() -> None:
         p["metadata"]["name"] for p in kube.list(PODS, field_selector="spec.schedulerName!=x").items
     ]
     assert names == ["b"]
+
+
+def test_field_labels_the_api_server_does_not_index_are_refused() -> None:
+    """A list or watch selecting on a field the real server does not index fails there
+    with 400; so it does here, rather than filtering in a way no cluster would."""
+    kube = FakeKube()
+    kube.list(RESOURCE_SLICES, field_selector="spec.driver=gpu.tessera.io,spec.nodeName=n")
+    kube.list(GPUQUOTAS, field_selector="metadata.name=q")
+    refused = [
+        (PODS, "spec.nodeName=n,spec.containers=x", "spec.containers"),
+        (NODES, "metadata.namespace=x", "metadata.namespace"),
+        (GPUQUOTAS, "spec.limits!=x", "spec.limits"),
+    ]
+    for kind, selector, label in refused:
+        with pytest.raises(ApiError, match=f"field label not supported: {label}$") as err:
+            kube.list(kind, field_selector=selector)
+        assert err.value.status == 400
+        with pytest.raises(ApiError, match=f"field label not supported: {label}$"):
+            next(iter(kube.watch(kind, "0", field_selector=selector, timeout_s=0)))
 
 
 def test_a_resource_slice_is_stored_as_the_api_server_stores_it() -> None:

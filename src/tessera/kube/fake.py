@@ -6,7 +6,8 @@ resourceVersion or UID precondition; ``Conflict`` when binding a bound, terminat
 gated pod, and a binding's PodScheduled condition; watches that deliver every change
 after a resourceVersion, in order, and ``Gone`` once that version has left the
 (bounded) history; paged lists (``limit``) read from one snapshot, their continue tokens
-``Gone`` on the same terms and a malformed one refused (400).
+``Gone`` on the same terms and a malformed one refused (400); a field selector on a
+label the real server does not index refused (400).
 ``fail_next`` injects an error into the next call of an operation, the way a flaky server
 would.
 """
@@ -78,6 +79,34 @@ def _canonical_quantities(value: Any) -> Any:
     if isinstance(value, list):
         return [_canonical_quantities(v) for v in value]
     return canonical_quantity(value) if isinstance(value, str) else value
+
+
+# The field labels the API server lets a list or watch select on, per resource (v1.36:
+# pkg/apis/core/v1/conversion.go, pkg/apis/resource/v1/conversion.go); every other
+# resource, custom ones included, has the metadata two only.
+_META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+_FIELDS = {
+    "pods": _META_FIELDS | {
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+        "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP",
+        "status.podIPs", "status.nominatedNodeName",
+    },
+    "nodes": frozenset({"metadata.name", "spec.unschedulable"}),
+    "events": _META_FIELDS | {
+        "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+        "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+        "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
+    },
+    "resourceslices": frozenset({"metadata.name", "spec.nodeName", "spec.driver"}),
+}  # fmt: skip
+
+
+def _check_fields(kind: Kind, field_selector: str | None) -> None:
+    """400, as the API server answers a field label it does not index."""
+    for term in filter(None, (field_selector or "").split(",")):
+        label = term.partition("!=" if "!=" in term else "=")[0]
+        if label not in _FIELDS.get(kind.plural, _META_FIELDS):
+            raise ApiError(400, "BadRequest", f"field label not supported: {label}")
 
 
 def _matches(obj: Obj, label_selector: str | None, field_selector: str | None) -> bool:
@@ -240,6 +269,7 @@ class FakeKube:
         with self._lock:
             self.calls.append(("list", kind.plural))
             self._check_failure("list", kind)
+            _check_fields(kind, field_selector)
             if continue_token:
                 snapshot, offset = self._continued(continue_token)
             else:
@@ -295,6 +325,7 @@ class FakeKube:
         since = int(resource_version or 0)
         with self._lock:
             self._check_failure("watch", kind)
+            _check_fields(kind, field_selector)
         while True:
             with self._lock:
                 if self._closed:
