@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from tessera.kube import NODES, PODS, ApiError, Conflict, FakeKube, Gone, NotFound
@@ -90,6 +92,28 @@ def test_watch_delivers_changes_in_order_then_gone_after_expiry() -> None:
     kube.expire_history()
     with pytest.raises(Gone):
         list(kube.watch(NODES, start, timeout_s=0))
+
+
+def test_a_watch_waits_for_a_change_made_after_it_started() -> None:
+    kube = FakeKube()
+    start = kube.list(NODES).resource_version
+    events = kube.watch(NODES, start, timeout_s=5)
+    threading.Timer(0.3, lambda: kube.create(NODES, {"metadata": {"name": "n1"}})).start()
+    first = next(events)
+    assert (first.type, first.object["metadata"]["name"]) == ("ADDED", "n1")
+
+
+def test_lists_and_watches_keep_to_a_namespace_and_labels() -> None:
+    kube = FakeKube()
+    start = kube.list(PODS).resource_version
+    for name, ns, labels in [("a", "x", {"app": "t"}), ("b", "y", {"app": "t"}),
+                             ("c", "x", {"app": "u"}), ("d", "x", None)]:  # fmt: skip
+        kube.create(PODS, {"metadata": {"name": name, "labels": labels}}, ns)
+    assert _names(kube.list(PODS, "x").items) == ["a", "c", "d"]
+    assert _names(kube.list(PODS, "x", label_selector="app=t").items) == ["a"]
+    assert _names(kube.list(PODS, label_selector="app=t").items) == ["a", "b"]
+    watched = kube.watch(PODS, start, "x", label_selector="app=u", timeout_s=0)
+    assert [e.object["metadata"]["name"] for e in watched] == ["c"]
 
 
 def test_held_watches_deliver_later_in_order() -> None:
@@ -240,9 +264,15 @@ def test_a_paged_list_reads_one_snapshot_until_its_version_is_compacted() -> Non
     assert {r.resource_version for r in (first, second, last)} == {first.resource_version}
     assert _names(kube.list(PODS).items) == ["p0", "p1", "p2", "p3", "p4", "late"]
     assert kube.list(PODS, limit=10).continue_token == ""  # one page: no token
-    with pytest.raises(ApiError) as bad:
-        kube.list(PODS, limit=2, continue_token="not-a-token")
-    assert bad.value.status == 400 and "continue key is not valid" in str(bad.value)
+    # Pages that end with the items: no token for an empty page after them.
+    exact = kube.list(PODS, limit=3)
+    tail = kube.list(PODS, limit=3, continue_token=exact.continue_token)
+    assert (_names(tail.items), tail.continue_token) == (["p3", "p4", "late"], "")
+    assert kube.list(PODS, limit=6).continue_token == ""
+    for token in ("not-a-token", "x.2", "1.x", "999.0"):
+        with pytest.raises(ApiError) as bad:
+            kube.list(PODS, limit=2, continue_token=token)
+        assert bad.value.status == 400 and "continue key is not valid" in str(bad.value)
     stale = kube.list(PODS, limit=2)
     for i in range(4):  # more changes than the history keeps
         kube.create(PODS, _pod(f"q{i}"), "default")
