@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -18,6 +18,15 @@ __all__ = ["node_agent"]
 class Backend(enum.StrEnum):
     NVML = "nvml"
     FAKE = "fake"
+
+
+_Choice = TypeVar("_Choice", bound=enum.StrEnum)
+
+
+def _choice(flag: str, value: str, choices: type[_Choice]) -> _Choice:
+    if value not in tuple(choices):
+        raise typer.BadParameter(f"{flag} must be one of {', '.join(choices)}, not {value!r}")
+    return choices(value)
 
 
 def node_agent(
@@ -107,6 +116,7 @@ def node_agent(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from tessera.claims.devices import claims_pool
     from tessera.errors import SpecError
     from tessera.kube.client import KubeClient
     from tessera.kube.events import EventRecorder
@@ -116,31 +126,34 @@ def node_agent(
     from tessera.node.isolation import Isolation, MpsDaemon, Visibility
     from tessera.node.kube_source import KubeEvents, KubeNode, KubePods
     from tessera.node.kubelet.podresources import PodResourcesClient
-    from tessera.node.ports import Discovery
+    from tessera.node.ports import Discovery, DiscoveryError
 
-    if backstop not in tuple(BackstopMode):
-        raise typer.BadParameter(
-            f"--backstop must be one of {', '.join(BackstopMode)}, not {backstop!r}"
-        )
-    mode = BackstopMode(backstop)
-    try:
-        iso = Isolation(isolation)
-        vis = Visibility(visibility)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    mode = _choice("--backstop", backstop, BackstopMode)
+    iso = _choice("--isolation", isolation, Isolation)
+    vis = _choice("--visibility", visibility, Visibility)
     disc: Discovery
     if backend is Backend.FAKE:
         from tessera.node.cards.fake import FakeDiscovery
 
         if nodes is None:
             raise typer.BadParameter("--backend fake needs --nodes (a node CSV)")
-        disc = FakeDiscovery.from_csv(nodes, node, fault_dir=fault_dir, device_dir=fake_device_dir)
+        try:
+            disc = FakeDiscovery.from_csv(
+                nodes, node, fault_dir=fault_dir, device_dir=fake_device_dir
+            )
+        except (OSError, SpecError, DiscoveryError) as exc:
+            raise typer.BadParameter(f"--nodes: {exc}") from None
     else:
         from tessera.node.cards.nvml import NvmlDiscovery
 
         disc = NvmlDiscovery()
+    facts = disc.facts()
+    try:  # before any API call: a typo is told at once, not after the pod list's wait
+        claims_pool(claims_cards, [c.index for c in facts.cards])
+    except SpecError as exc:
+        raise typer.BadParameter(str(exc)) from None
     api = KubeClient.from_kubeconfig(kubeconfig)
-    cards = frozenset(c.uuid for c in disc.facts().cards)
+    cards = frozenset(c.uuid for c in facts.cards)
     pods = KubePods(api, node, resource, cards)
     if not pods.start():
         typer.echo("warning: pod list not synced within 30 s; continuing", err=True)
