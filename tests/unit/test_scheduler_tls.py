@@ -192,3 +192,15 @@ def test_files_that_do_not_load_at_start_are_an_error(tmp_path: Path) -> None:
     volume.write({**first, "tls.key": second["tls.key"]})
     with pytest.raises(ssl.SSLError):
         ReloadingContext(volume.serving())
+
+
+def test_a_load_callback_given_later_hears_of_the_pair_loaded_already(tmp_path: Path) -> None:
+    volume = SecretVolume(tmp_path / "mount")
+    volume.write(_issued(tmp_path, "first"))
+    tls = ReloadingContext(volume.serving())
+    loads: list[float] = []
+    tls.on_load(loads.append)
+    assert loads == [tls.not_after]
+    volume.write(_issued(tmp_path, "second"))
+    assert tls.check() is True
+    assert loads == [loads[0], tls.not_after]

@@ -29,10 +29,11 @@ def scheduler(
         str, typer.Option(help="address of the extender (HTTP) and webhook (HTTPS)")
     ] = "0.0.0.0",
     port: Annotated[
-        int, typer.Option(help="extender, healthz, readyz, metrics (plain HTTP)")
+        int,
+        typer.Option(min=1, max=65535, help="extender, healthz, readyz, metrics (plain HTTP)"),
     ] = 8888,
     webhook_port: Annotated[
-        int, typer.Option(help="admission webhook (HTTPS); 0: no webhook")
+        int, typer.Option(min=0, max=65535, help="admission webhook (HTTPS); 0: no webhook")
     ] = 8443,
     tls_cert: Annotated[
         Path | None,
@@ -51,7 +52,7 @@ def scheduler(
     lease_namespace: Annotated[str, typer.Option()] = "kube-system",
     lease_name: Annotated[str, typer.Option()] = "tessera-scheduler",
     reservation_ttl: Annotated[
-        float, typer.Option(help="seconds a filter's reservation waits for bind")
+        float, typer.Option(min=1.0, help="seconds a filter's reservation waits for bind")
     ] = 30.0,
     quota_status_s: Annotated[
         float,
@@ -75,6 +76,7 @@ def scheduler(
     """Serve the kube-scheduler extender (filter/prioritize/bind) and the admission webhook."""
     import logging
     import signal
+    import ssl
     import tempfile
     import threading
 
@@ -103,6 +105,25 @@ def scheduler(
         )
     if (tls_cert is None) != (tls_key is None):
         raise typer.BadParameter("give both --tls-cert and --tls-key, or neither")
+    # The webhook's certificate is read before the API is reached: a wrong path or a
+    # key that does not match is told at once, by the flag's name.
+    tls: ReloadingContext | None = None
+    if webhook_port:
+        if tls_cert is not None and tls_key is not None:
+            cert = ServingCert(tls_cert, tls_key)
+        else:
+            directory = tls_dir or Path(tempfile.mkdtemp(prefix="tessera-tls-"))
+            cert = generate_serving_cert(directory, tls_host or ["localhost", "127.0.0.1"])
+            logging.getLogger("tessera.scheduler").info(
+                "webhook certificate generated in %s (caBundle: ca.crt)", directory
+            )
+        try:
+            tls = ReloadingContext(cert)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise typer.BadParameter(
+                f"{cert.cert_file} and {cert.key_file} do not load: {exc}",
+                param_hint="--tls-cert/--tls-key",
+            ) from None
     config = SchedulerConfig(
         scheduler_name=scheduler_name,
         policy=policy,
@@ -123,16 +144,8 @@ def scheduler(
     app.start()
     binder = AioBinder(api)  # one session per server loop (see kube/binder.py)
     servers = [serve(app, host, port, binder=binder)]
-    if webhook_port:
-        if tls_cert is not None and tls_key is not None:
-            cert = ServingCert(tls_cert, tls_key)
-        else:
-            directory = tls_dir or Path(tempfile.mkdtemp(prefix="tessera-tls-"))
-            cert = generate_serving_cert(directory, tls_host or ["localhost", "127.0.0.1"])
-            logging.getLogger("tessera.scheduler").info(
-                "webhook certificate generated in %s (caBundle: ca.crt)", directory
-            )
-        tls = ReloadingContext(cert, on_load=app.metrics.webhook_cert_loaded)
+    if tls is not None:
+        tls.on_load(app.metrics.webhook_cert_loaded)
         servers.append(serve(app, host, webhook_port, tls.context, binder, tls.check))
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

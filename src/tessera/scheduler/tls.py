@@ -112,6 +112,12 @@ class ReloadingContext:
         self.context = self._current
         self.context.sni_callback = self._pick
 
+    def on_load(self, callback: Callable[[float], None]) -> None:
+        """Call ``callback(not_after)`` after every load from now on, and at once for
+        the pair loaded already (the metrics exist only after the certificate is read)."""
+        self._on_load = callback
+        callback(self.not_after)
+
     def _pick(self, conn: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
         conn.context = self._current
 
