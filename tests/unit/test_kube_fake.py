@@ -16,6 +16,18 @@ def _pod(name: str) -> dict:
     return {"metadata": {"name": name, "namespace": "ns"}, "spec": {}}
 
 
+def test_a_namespaced_object_is_written_to_the_namespace_of_the_path_only() -> None:
+    kube = FakeKube()
+    with pytest.raises(ApiError, match="does not match the namespace sent") as other:
+        kube.create(PODS, _pod("a"), "elsewhere")  # the body says ns
+    with pytest.raises(ApiError, match="does not allow this method") as bare:
+        kube.create(PODS, _pod("a"))
+    assert (other.value.status, bare.value.status) == (400, 405)
+    unnamed = {"metadata": {"name": "b"}}
+    assert kube.create(PODS, unnamed, "ns")["metadata"]["namespace"] == "ns"
+    assert kube.create(NODES, {"metadata": {"name": "n"}})["metadata"].get("namespace") is None
+
+
 def test_create_stamps_uid_and_resource_version() -> None:
     kube = FakeKube()
     a = kube.create(PODS, _pod("a"), "ns")
@@ -252,9 +264,9 @@ def _names(items: list[dict]) -> list[str]:
 def test_a_paged_list_reads_one_snapshot_until_its_version_is_compacted() -> None:
     kube = FakeKube(history=3)
     for i in range(5):
-        kube.create(PODS, _pod(f"p{i}"), "default")
+        kube.create(PODS, _pod(f"p{i}"), "ns")
     first = kube.list(PODS, limit=2)
-    kube.create(PODS, _pod("late"), "default")  # after the snapshot: not in its pages
+    kube.create(PODS, _pod("late"), "ns")  # after the snapshot: not in its pages
     second = kube.list(PODS, limit=2, continue_token=first.continue_token)
     again = kube.list(PODS, limit=2, continue_token=first.continue_token)  # tokens keep
     last = kube.list(PODS, limit=2, continue_token=second.continue_token)
@@ -275,7 +287,7 @@ def test_a_paged_list_reads_one_snapshot_until_its_version_is_compacted() -> Non
         assert bad.value.status == 400 and "continue key is not valid" in str(bad.value)
     stale = kube.list(PODS, limit=2)
     for i in range(4):  # more changes than the history keeps
-        kube.create(PODS, _pod(f"q{i}"), "default")
+        kube.create(PODS, _pod(f"q{i}"), "ns")
     with pytest.raises(Gone):
         kube.list(PODS, limit=2, continue_token=stale.continue_token)
 

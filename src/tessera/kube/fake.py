@@ -7,7 +7,8 @@ gated pod, and a binding's PodScheduled condition; watches that deliver every ch
 after a resourceVersion, in order, and ``Gone`` once that version has left the
 (bounded) history; paged lists (``limit``) read from one snapshot, their continue tokens
 ``Gone`` on the same terms and a malformed one refused (400); a field selector on a
-label the real server does not index refused (400).
+label the real server does not index refused (400); a namespaced object written with no
+namespace in the call, or naming another than the call's, refused (405, 400).
 ``fail_next`` injects an error into the next call of an operation, the way a flaky server
 would.
 """
@@ -371,7 +372,7 @@ class FakeKube:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
             if kind.namespaced:
-                meta["namespace"] = namespace or meta.get("namespace") or "default"
+                meta["namespace"] = self._namespace_of(kind, namespace, meta)
             key = self._key(kind, meta["name"], meta.get("namespace"))
             if key in self._objects:
                 raise Conflict(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" exists')
@@ -382,6 +383,20 @@ class FakeKube:
             self._objects[key] = obj
             self._record(kind, "ADDED", obj)
             return copy.deepcopy(obj)
+
+    @staticmethod
+    def _namespace_of(kind: Kind, namespace: str | None, meta: dict[str, Any]) -> str:
+        """The namespace a write of a namespaced object goes to, refused as the API
+        server refuses it: no namespace in the path is the all-namespaces collection,
+        which takes no writes (405), and the object may not name another (400)."""
+        if not namespace:
+            raise ApiError(405, "MethodNotAllowed",
+                           f"the server does not allow this method on the requested "
+                           f"resource ({kind.plural} written with no namespace)")  # fmt: skip
+        if meta.get("namespace") not in (None, "", namespace):
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not "
+                           "match the namespace sent on the request")  # fmt: skip
+        return namespace
 
     def _precondition(self, kind: Kind, stored: Obj, meta: dict[str, Any]) -> None:
         name = stored["metadata"]["name"]
@@ -402,7 +417,9 @@ class FakeKube:
             self.calls.append(("replace", kind.plural))
             self._check_failure("replace", kind)
             meta = body.get("metadata", {})
-            key = self._key(kind, meta.get("name", ""), namespace or meta.get("namespace"))
+            if kind.namespaced:
+                namespace = self._namespace_of(kind, namespace, meta)
+            key = self._key(kind, meta.get("name", ""), namespace)
             stored = self._objects.get(key)
             if stored is None:
                 raise NotFound(404, "NotFound", f'{kind.plural} "{meta.get("name")}" not found')
