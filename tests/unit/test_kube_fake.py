@@ -211,7 +211,8 @@ def _running(name: str, labels: dict[str, str], ready: bool = True) -> dict:
     pod = _pod(name)
     pod["metadata"].update(namespace="default", labels=labels)
     pod["status"] = {"phase": "Running",
-                     "conditions": [{"type": "Ready", "status": str(ready)}]}  # fmt: skip
+                     "conditions": [{"type": "PodScheduled", "status": "True"},
+                                    {"type": "Ready", "status": str(ready)}]}  # fmt: skip
     return pod
 
 
@@ -244,6 +245,52 @@ def test_evict_keeps_pod_disruption_budgets_as_the_api_server() -> None:
     b["status"]["phase"] = "Pending"
     kube.replace(PODS, b, "default")
     kube.evict("default", "b", b["metadata"]["uid"])
+
+
+def test_evict_weighs_an_unready_pod_and_a_stale_budget_as_the_api_server() -> None:
+    """Eviction storage (v1.36): an unready pod goes without taking a disruption when
+    the budget is met (healthy >= desired > 0) or its policy is AlwaysAllow; otherwise
+    it is weighed like any pod. A budget its controller has not seen since its last
+    change answers 429, and a negative allowance 403."""
+    cases = [
+        # (budget status and spec changes, the pod ready?, HTTP status or 0 for evicted)
+        ({"currentHealthy": 2, "desiredHealthy": 1}, False, 0),
+        ({"currentHealthy": 1, "desiredHealthy": 1}, False, 0),
+        ({"currentHealthy": 0, "desiredHealthy": 1}, False, 429),
+        ({"currentHealthy": 0, "desiredHealthy": 0}, False, 429),
+        ({"currentHealthy": 0, "desiredHealthy": 1, "policy": "AlwaysAllow"}, False, 0),
+        ({"currentHealthy": 2, "desiredHealthy": 1, "policy": "AlwaysAllow"}, True, 429),
+        ({"disruptionsAllowed": 3, "observedGeneration": 0}, True, 429),
+        ({"disruptionsAllowed": -1}, True, 403),
+    ]
+    for change, ready, answer in cases:
+        kube = FakeKube()
+        pod = kube.create(PODS, _running("a", {"app": "train"}, ready=ready), "default")
+        budget = _budget("keep", 0)
+        if "policy" in change:
+            budget["spec"]["unhealthyPodEvictionPolicy"] = change.pop("policy")
+        budget["status"].update(change)
+        kube.create(POD_DISRUPTION_BUDGETS, budget, "default")
+        if answer:
+            with pytest.raises(ApiError) as refused:
+                kube.evict("default", "a", pod["metadata"]["uid"])
+            assert refused.value.status == answer, (change, ready)
+            continue
+        kube.evict("default", "a", pod["metadata"]["uid"])
+        with pytest.raises(NotFound):
+            kube.get(PODS, "a", "default")
+        status = kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")["status"]
+        assert status["disruptionsAllowed"] == 0 and "disruptedPods" not in status, change
+
+
+def test_a_status_patch_changes_the_status_only() -> None:
+    kube = FakeKube()
+    kube.create(PODS, _pod("a"), "ns")
+    patch = {"metadata": {"labels": {"x": "y"}}, "status": {"phase": "Running"}}
+    out = kube.merge_patch(PODS, "a", patch, "ns", subresource="status")
+    assert out["status"] == {"phase": "Running"} and "labels" not in out["metadata"]
+    out = kube.merge_patch(PODS, "a", {"metadata": {"labels": {"x": "y"}}}, "ns", "status")
+    assert "labels" not in out["metadata"]
 
 
 def test_evict_refuses_a_pod_two_budgets_cover() -> None:
