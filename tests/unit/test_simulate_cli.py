@@ -122,6 +122,7 @@ def test_departures_mode_runs_writes_json_and_plot(
     )  # fmt: skip
     assert code == 0, err
     assert "With departures: arrivals 2x the trace's pace, 300% of capacity" in out
+    assert "mean ±std over 2 seeds" in " ".join(out.split())
     assert "binpack" in out and "fragmentation" in out and "wait p99" in out
     doc = json.loads(out_json.read_text())
     assert (doc["mode"], doc["arrival"], doc["speedup"]) == ("departures", 3.0, 2.0)
@@ -133,6 +134,8 @@ def test_departures_mode_runs_writes_json_and_plot(
         assert r["tasks"] > 4 and 0 < r["time_weighted_allocation"] <= 1
         assert r["time_weighted_demand"] >= r["time_weighted_allocation"]
         assert len(r["allocation_curve"]) == len(r["waiting_curve"]) == 101
+        start, end = r["window_seconds"]
+        assert 0 <= start < end
     assert out_png.read_bytes()[:4] == b"\x89PNG"
 
 
