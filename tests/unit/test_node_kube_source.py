@@ -4,8 +4,8 @@ import time
 
 from tessera.kube.events import EventRecorder
 from tessera.kube.fake import FakeKube
-from tessera.kube.kinds import EVENTS, PODS
-from tessera.node.kube_source import KubeEvents, KubePods
+from tessera.kube.kinds import EVENTS, NODES, PODS
+from tessera.node.kube_source import KubeEvents, KubeNode, KubePods
 
 RES = "tessera.io/gpu"
 
@@ -62,3 +62,15 @@ def test_events_land_on_the_pod() -> None:
     (event,) = api.list(EVENTS, "default").items
     assert event["involvedObject"]["uid"] == created["metadata"]["uid"]
     assert event["reason"] == "TesseraAllocateFailed" and event["message"] == "no assignment"
+
+
+def test_the_inventory_annotation_is_read_back_as_written() -> None:
+    kube = FakeKube()
+    kube.create(NODES, {"metadata": {"name": "n1"}})
+    node = KubeNode(kube)
+    assert node.inventory_text("n1") is None  # a node the agent has not written yet
+    kube.merge_patch(NODES, "n1", {"metadata": {"annotations": {"other": "x"}}})
+    assert node.inventory_text("n1") is None
+    node.set_inventory("n1", '{"v":1}')
+    assert node.inventory_text("n1") == '{"v":1}'
+    assert kube.get(NODES, "n1")["metadata"]["annotations"]["other"] == "x"
