@@ -129,7 +129,8 @@ def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path) -> No
     volume.write(first)
     w = World([node_obj("n1", 1)])
     metrics = Metrics()
-    tls = ReloadingContext(volume.serving(), on_load=metrics.webhook_cert_loaded)
+    tls = ReloadingContext(volume.serving())
+    tls.on_load(metrics.webhook_cert_loaded)
     server = serve(w.app, "127.0.0.1", 0, tls.context, recheck_tls=tls.check)
     try:
         old_ca, new_ca = _ca(tmp_path, "first", first), _ca(tmp_path, "second", second)
@@ -155,7 +156,8 @@ def test_a_pair_that_does_not_match_is_never_served(
     first, second = _issued(tmp_path, "first"), _issued(tmp_path, "second")
     volume.write(first)
     loads: list[float] = []
-    tls = ReloadingContext(volume.serving(), on_load=loads.append)
+    tls = ReloadingContext(volume.serving())
+    tls.on_load(loads.append)
     w = World([node_obj("n1", 1)])
     server = serve(w.app, "127.0.0.1", 0, tls.context)  # checks made by hand below
     try:

@@ -96,19 +96,18 @@ class ReloadingContext:
     So a load never touches a context in use: a rotation caught half-written (a key
     that does not match its certificate, refused by OpenSSL) is refused with a warning,
     the old pair keeps serving, and the next check tries again. Nothing is written to
-    disk (the chart's root filesystem is read-only). ``on_load(not_after)`` is called
-    after every load, the first included, with the certificate's expiry (unix seconds).
+    disk (the chart's root filesystem is read-only). A callback given to ``on_load``
+    hears of every load with the certificate's expiry (unix seconds).
     """
 
-    def __init__(self, cert: ServingCert, on_load: Callable[[float], None] | None = None):
+    def __init__(self, cert: ServingCert):
         self.cert = cert
-        self._on_load = on_load
+        self._on_load: Callable[[float], None] | None = None
         self._seen = self._stamps()
         self._refused: tuple[tuple[int, int, int], ...] = ()
         # Files that do not load at start: an error, raised here. The first context is
         # the served one; its callback hands each handshake to the newest.
         self._current, self.not_after = self._load()
-        self._loaded(self.not_after)
         self.context = self._current
         self.context.sni_callback = self._pick
 
