@@ -102,10 +102,17 @@ _FIELDS = {
 }  # fmt: skip
 
 
+def _field_terms(field_selector: str | None) -> Iterator[tuple[str, str, bool]]:
+    """(label, value, negated) for each term of a field selector (``a=b,c!=d``)."""
+    for term in filter(None, (field_selector or "").split(",")):
+        negate = "!=" in term
+        label, _, value = term.partition("!=" if negate else "=")
+        yield label, value, negate
+
+
 def _check_fields(kind: Kind, field_selector: str | None) -> None:
     """400, as the API server answers a field label it does not index."""
-    for term in filter(None, (field_selector or "").split(",")):
-        label = term.partition("!=" if "!=" in term else "=")[0]
+    for label, _, _ in _field_terms(field_selector):
         if label not in _FIELDS.get(kind.plural, _META_FIELDS):
             raise ApiError(400, "BadRequest", f"field label not supported: {label}")
 
@@ -116,9 +123,7 @@ def _matches(obj: Obj, label_selector: str | None, field_selector: str | None) -
         k, _, v = term.partition("=")
         if labels.get(k) != v:
             return False
-    for term in filter(None, (field_selector or "").split(",")):
-        negate = "!=" in term
-        k, _, v = term.partition("!=" if negate else "=")
+    for k, v, negate in _field_terms(field_selector):
         cur: Any = obj
         for part in k.split("."):
             cur = cur.get(part, "") if isinstance(cur, dict) else ""
