@@ -1,6 +1,6 @@
 """``tessera node-agent``: a flag it cannot use is told at once, by name, before the agent
-reaches the API server (no kubeconfig is given here: reaching for the in-cluster config
-would fail with another message)."""
+reaches the API server (the flag checks give no kubeconfig: reaching for the in-cluster config
+would fail with another message); a node that cannot host it is one line, exit 1."""
 
 from __future__ import annotations
 
@@ -60,3 +60,24 @@ def test_the_fake_backend_names_its_node_list_when_it_cannot_use_it(tmp_path: Pa
     result = CliRunner().invoke(app, ["node-agent", "--node", "n1", "--backend", "fake"])
     assert result.exit_code == 2
     assert "--backend fake needs --nodes (a node CSV)" in " ".join(result.stderr.split())
+
+
+def test_a_kubeconfig_it_cannot_read_is_one_line(tmp_path: Path) -> None:
+    code, err = _run(tmp_path, "--kubeconfig", str(tmp_path / "none.yaml"))
+    assert code == 1, err
+    assert err.startswith(f"tessera node-agent: error: kubeconfig {tmp_path / 'none.yaml'}: ")
+
+
+def test_a_node_without_nvml_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynvml  # nvidia-ml-py, a dependency: imported here as the agent imports it
+
+    def no_library() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_library)
+    result = CliRunner().invoke(app, ["node-agent", "--node", "n1"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "tessera node-agent: error: nvmlInit: NVML Shared Library Not Found "
+        "(is the NVIDIA driver loaded?)\n"
+    )

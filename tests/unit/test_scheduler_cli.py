@@ -1,9 +1,10 @@
 """``tessera scheduler``: a flag it cannot use is told at once, by name, before the
-process reaches the API server (no kubeconfig is given here, so reaching for one would
-fail with another message)."""
+process reaches the API server (no kubeconfig is given to the flag checks, so reaching for
+one would fail with another message); what it cannot start with is one line, exit 1."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,41 @@ def test_a_certificate_that_does_not_load_is_told_before_the_api(tmp_path: Path)
         code, err = _run("--tls-cert", str(cert), "--tls-key", str(key))
         assert code == 2, err
         assert f"Invalid value for --tls-cert/--tls-key: {cert} and {key} do not load" in err
+
+
+def _kubeconfig(tmp_path: Path) -> Path:
+    """A kubeconfig that loads; nothing answers at its server, so a test that reached the
+    API would hang in the sync rather than fail as asserted."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    return path
+
+
+def test_a_kubeconfig_it_cannot_read_is_one_line(tmp_path: Path) -> None:
+    code, err = _run("--kubeconfig", str(tmp_path / "none.yaml"), "--webhook-port", "0")
+    assert code == 1
+    assert err.startswith(f"tessera scheduler: error: kubeconfig {tmp_path / 'none.yaml'}: ")
+
+
+def test_a_port_in_use_is_told_before_the_sync(tmp_path: Path) -> None:
+    kubeconfig = str(_kubeconfig(tmp_path))
+    with socket.socket() as taken, socket.socket() as spare:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        used = taken.getsockname()[1]
+        spare.bind(("0.0.0.0", 0))
+        free = spare.getsockname()[1]
+        spare.close()
+        code, err = _run("--kubeconfig", kubeconfig, "--port", str(used), "--webhook-port", "0")
+        assert code == 1 and f"tessera scheduler: error: --port {used}: " in err, err
+        assert "address already in use" in err
+        argv = ["--kubeconfig", kubeconfig, "--port", str(free), "--webhook-port", str(used)]
+        argv += ["--tls-dir", str(tmp_path / "tls")]
+        code, err = _run(*argv)
+        assert code == 1 and f"tessera scheduler: error: --webhook-port {used}: " in err, err
+    with socket.socket() as again:  # the --port it had bound was let go
+        again.bind(("0.0.0.0", free))

@@ -16,10 +16,13 @@ event sink, node port, MPS control), so tests run the real wiring with fakes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
@@ -54,11 +57,25 @@ from tessera.node.ports import (
     NodePort,
     PodResources,
     PodSource,
+    StartError,
 )
 
 __all__ = ["Agent", "AgentConfig"]
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    """A fault of the node in one start step, as a StartError that names the step (the
+    operator reads one line, not a traceback)."""
+    try:
+        yield
+    except StartError:
+        raise
+    # grpc says RuntimeError when it cannot bind; a daemon's command, SubprocessError.
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        raise StartError(f"{what}: {exc}") from exc
 
 
 @dataclass(slots=True)
@@ -188,9 +205,11 @@ class Agent:
         self.tracker = HealthTracker(
             (c.uuid for c in cards), recovery_s=cfg.recovery_s, ignored_xids=cfg.ignored_xids
         )
-        lib_version = self.layout.install_library(cfg.libvgpu)
+        with _step(f"installing libvgpu {cfg.libvgpu} into {self.layout.lib_root}"):
+            lib_version = self.layout.install_library(cfg.libvgpu)
         if self.mps is not None:
-            self.mps.check()
+            with _step("starting the MPS control daemon"):
+                self.mps.check()
         pool = self._claims_pool(cards)
         self.preparer = None
         self.claim_cards = frozenset(c.uuid for c in cards if c.index in pool)
@@ -224,8 +243,14 @@ class Agent:
         )
         self.metrics = self._metrics(lib_version)
         self.plugin.on_call = self.metrics.on_call
+        if cfg.metrics_port is not None:  # before kubelet hears of the plugin
+            with _step(f"serving /metrics on {cfg.metrics_address}:{cfg.metrics_port}"):
+                self._metrics_server, _ = start_http_server(
+                    cfg.metrics_port, cfg.metrics_address, registry=self.metrics.registry
+                )
         self._publish()
-        self.plugin.start()
+        with _step(f"serving the device plugin in {cfg.plugin_dir}"):
+            self.plugin.start()
         if cfg.isolation is Isolation.HOOK and cfg.coordinator_period_s > 0:
             claims = self.preparer.prepared if self.preparer is not None else list
             tenants = AllocationTenants(self.layout, self.allocator.allocations, claims)
@@ -243,10 +268,6 @@ class Agent:
                 mode=cfg.backstop,
                 slack_mib=cfg.backstop_slack_mib,
                 claim_slices=self.preparer.held_by_claim if self.preparer is not None else None,
-            )
-        if cfg.metrics_port is not None:
-            self._metrics_server, _ = start_http_server(
-                cfg.metrics_port, cfg.metrics_address, registry=self.metrics.registry
             )
         self._stop.clear()
         loops = [("health", self._health_loop), ("cleanup", self._cleanup_loop)]
@@ -287,7 +308,7 @@ class Agent:
     def _start_claims(self, cards: tuple[Card, ...], lib_version: str) -> None:
         assert self.facts is not None
         if self.kube is None:
-            raise RuntimeError("--claims-cards needs the Kubernetes API (ResourceSlices, claims)")
+            raise StartError("--claims-cards needs the Kubernetes API (ResourceSlices, claims)")
         cfg = self.cfg
         self.preparer = preparer = ClaimPreparer(
             node=cfg.node,
@@ -306,7 +327,8 @@ class Agent:
         self.cordons = NodeCordons(self.kube, cfg.node, on_change=self._publish)
         self._cordon_watch = self.cordons.watch()
         self.dra = DraPluginServer(preparer, cfg.dra_plugin_dir, cfg.dra_registry_dir)
-        self.dra.start()
+        with _step(f"serving the DRA plugin in {cfg.dra_plugin_dir}"):
+            self.dra.start()
         log.info("claims path on %s: cards %s", cfg.node, sorted(c.index for c in cards))
 
     def _metrics(self, lib_version: str) -> AgentMetrics:

@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -27,6 +27,12 @@ def _choice(flag: str, value: str, choices: type[_Choice]) -> _Choice:
     if value not in tuple(choices):
         raise typer.BadParameter(f"{flag} must be one of {', '.join(choices)}, not {value!r}")
     return choices(value)
+
+
+def _fail(message: str) -> NoReturn:
+    """A node that cannot host the agent: one line naming what failed, exit 1."""
+    typer.echo(f"tessera node-agent: error: {message}", err=True)
+    raise typer.Exit(1)
 
 
 def node_agent(
@@ -116,6 +122,8 @@ def node_agent(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from kubernetes.config import ConfigException
+
     from tessera.claims.devices import claims_pool
     from tessera.errors import SpecError
     from tessera.kube.client import KubeClient
@@ -126,7 +134,7 @@ def node_agent(
     from tessera.node.isolation import Isolation, MpsDaemon, Visibility
     from tessera.node.kube_source import KubeEvents, KubeNode, KubePods
     from tessera.node.kubelet.podresources import PodResourcesClient
-    from tessera.node.ports import Discovery, DiscoveryError
+    from tessera.node.ports import Discovery, DiscoveryError, StartError
 
     mode = _choice("--backstop", backstop, BackstopMode)
     iso = _choice("--isolation", isolation, Isolation)
@@ -146,13 +154,22 @@ def node_agent(
     else:
         from tessera.node.cards.nvml import NvmlDiscovery
 
-        disc = NvmlDiscovery()
-    facts = disc.facts()
+        try:
+            disc = NvmlDiscovery()
+        except DiscoveryError as exc:
+            _fail(str(exc))
+    try:
+        facts = disc.facts()
+    except DiscoveryError as exc:
+        _fail(str(exc))
     try:  # before any API call: a typo is told at once, not after the pod list's wait
         claims_pool(claims_cards, [c.index for c in facts.cards])
     except SpecError as exc:
         raise typer.BadParameter(str(exc)) from None
-    api = KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        api = KubeClient.from_kubeconfig(kubeconfig)
+    except (ConfigException, OSError) as exc:
+        _fail(f"kubeconfig {kubeconfig or '(in-cluster, else the default)'}: {exc}")
     cards = frozenset(c.uuid for c in facts.cards)
     pods = KubePods(api, node, resource, cards)
     if not pods.start():
@@ -190,6 +207,9 @@ def node_agent(
         agent.start()
     except SpecError as exc:
         raise typer.BadParameter(str(exc)) from None
+    except (DiscoveryError, StartError) as exc:
+        agent.stop()
+        _fail(str(exc))
     typer.echo(f"tessera node-agent on {node} (pid {os.getpid()})", err=True)
     done.wait()
     agent.stop()

@@ -34,6 +34,7 @@ __all__ = [
     "PodResources",
     "PodResourcesView",
     "PodSource",
+    "StartError",
     "XidEvent",
     "warn_best_effort",
 ]
@@ -44,6 +45,11 @@ log = logging.getLogger(__name__)
 
 class DiscoveryError(RuntimeError):
     """The backend could not read the node's cards (NVML missing, node not in the file...)."""
+
+
+class StartError(RuntimeError):
+    """The node cannot host the agent as configured (a port taken, a folder it cannot
+    write, a daemon that will not start); the message names the step that failed."""
 
 
 @dataclass(frozen=True, slots=True)

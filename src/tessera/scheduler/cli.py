@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -80,6 +80,8 @@ def scheduler(
     import tempfile
     import threading
 
+    from kubernetes.config import ConfigException
+
     from tessera.errors import SpecError
     from tessera.kube.binder import AioBinder
     from tessera.kube.client import KubeClient
@@ -87,7 +89,7 @@ def scheduler(
     from tessera.placement.policies import make_policy
     from tessera.scheduler.app import SchedulerApp
     from tessera.scheduler.config import SchedulerConfig
-    from tessera.scheduler.http import serve
+    from tessera.scheduler.http import Server
     from tessera.scheduler.tls import ReloadingContext, ServingCert, generate_serving_cert
 
     logging.basicConfig(
@@ -139,14 +141,30 @@ def scheduler(
         lease_name=lease_name,
         freeze_heap=True,
     )
-    api = KubeClient.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
+    try:
+        api = KubeClient.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
+    except (ConfigException, OSError) as exc:
+        _fail(f"kubeconfig {kubeconfig or '(in-cluster, else the default)'}: {exc}")
     app = SchedulerApp(config, api)
-    app.start()
     binder = AioBinder(api)  # one session per server loop (see kube/binder.py)
-    servers = [serve(app, host, port, binder=binder)]
+    # The ports are bound before the sync, which can take minutes on a large cluster: a
+    # port in use is told at once. Requests wait in the backlog until the servers start.
+    try:
+        servers = [Server(app, host, port, binder=binder)]
+    except OSError as exc:
+        _fail(f"--port {port}: {exc}")
     if tls is not None:
         tls.on_load(app.metrics.webhook_cert_loaded)
-        servers.append(serve(app, host, webhook_port, tls.context, binder, tls.check))
+        try:
+            servers.append(
+                Server(app, host, webhook_port, tls.context, binder, recheck_tls=tls.check)
+            )
+        except OSError as exc:
+            servers[0].stop()
+            _fail(f"--webhook-port {webhook_port}: {exc}")
+    app.start()
+    for s in servers:
+        s.start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
@@ -154,3 +172,9 @@ def scheduler(
     for s in servers:
         s.stop()
     app.stop()
+
+
+def _fail(message: str) -> NoReturn:
+    """What the scheduler cannot start with: one line naming it, exit 1."""
+    typer.echo(f"tessera scheduler: error: {message}", err=True)
+    raise typer.Exit(1)

@@ -78,7 +78,12 @@ class Server:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, host, port, ssl_context=tls)
-        self._loop.run_until_complete(site.start())
+        try:
+            self._loop.run_until_complete(site.start())
+        except OSError:  # the port is taken: close what was opened, let the caller say so
+            self._loop.run_until_complete(self._cleanup())
+            self._loop.close()
+            raise
         self.port = int(self._runner.addresses[0][1])
         self._thread = threading.Thread(
             target=self._loop.run_forever, name=f"tessera-http-{self.port}", daemon=True

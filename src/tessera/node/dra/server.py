@@ -143,10 +143,10 @@ class DraPluginServer:
 
     def stop(self) -> None:
         """Stop serving; removing the registration socket tells kubelet we are gone."""
-        if self._server is not None:
+        if self._server is not None:  # only sockets it served are its to remove
             self._server.stop(grace=0).wait(5)
             self._server = None
-        for path in (self.registration_path, self.socket_path):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            for path in (self.registration_path, self.socket_path):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
         self.registered.clear()

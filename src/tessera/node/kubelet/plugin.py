@@ -307,8 +307,8 @@ class DevicePluginServer:
         self._wake()
         if self._watcher is not None:
             self._watcher.join(5)
-        if self._server is not None:
+        if self._server is not None:  # only a socket it served is its to remove
             self._server.stop(grace=0).wait(5)
             self._server = None
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()

@@ -1,0 +1,102 @@
+"""The node agent's start on a node that cannot host it as configured: one ``StartError``
+naming the step (the CLI prints it as one line), and kubelet never hears of a plugin
+that is not whole."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tessera.model.clusterspec import make_cards
+from tessera.node.agent import Agent, AgentConfig
+from tessera.node.cards.fake import FakeDiscovery
+from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
+from tessera.node.isolation import Isolation, MpsDaemon
+from tessera.node.ports import MpsControl, StartError
+
+NODE = "node-a"
+RES = "tessera.io/gpu"
+CARDS = make_cards(NODE, 2, "T4")
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    # unix socket paths are limited to 107 bytes: a short folder, not pytest's tmp_path.
+    path = Path(tempfile.mkdtemp(prefix="ts-start-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _agent(root: Path, mps: MpsControl | None = None, **cfg: object) -> Agent:
+    config = AgentConfig(node=NODE, resource=RES, plugin_dir=root / "dp", state_dir=root / "state")
+    for k, v in cfg.items():
+        setattr(config, k, v)
+    pods = MemoryPods(RES, frozenset(c.uuid for c in CARDS))
+    return Agent(config, FakeDiscovery(CARDS), pods, MemoryEvents(), MemoryNode(), None, mps)
+
+
+def _start_fails(agent: Agent) -> str:
+    try:
+        with pytest.raises(StartError) as caught:
+            agent.start()
+        return str(caught.value)
+    finally:
+        agent.stop()
+
+
+def test_a_metrics_port_in_use_stops_the_start_before_kubelet_hears_of_the_plugin(
+    root: Path,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        agent = _agent(root, metrics_port=port, metrics_address="127.0.0.1")
+        told = _start_fails(agent)
+    assert told.startswith(f"serving /metrics on 127.0.0.1:{port}: "), told
+    assert "Address already in use" in told
+    assert not (root / "dp" / "tessera.sock").exists()  # the plugin never served
+
+
+def test_a_libvgpu_that_is_not_there_is_named(root: Path) -> None:
+    missing = root / "libvgpu.so"
+    told = _start_fails(_agent(root, libvgpu=missing))
+    assert told.startswith(f"installing libvgpu {missing} into {root / 'state'}"), told
+    assert "No such file or directory" in told
+
+
+def test_a_plugin_folder_it_cannot_make_is_named(root: Path) -> None:
+    (root / "dp").write_text("a file where the folder should be")
+    told = _start_fails(_agent(root))
+    assert told.startswith(f"serving the device plugin in {root / 'dp'}: "), told
+
+
+def test_an_mps_daemon_that_will_not_start_is_named(root: Path) -> None:
+    for binary, said in [
+        ("tessera-no-such-mps-control", "tessera-no-such-mps-control not found on PATH"),
+        ("false", "returned non-zero exit status 1"),
+    ]:
+        daemon = MpsDaemon(root / "mps", root / "mps-log", binary=binary)
+        told = _start_fails(_agent(root, daemon, isolation=Isolation.MPS))
+        assert told.startswith("starting the MPS control daemon: ") and said in told, told
+        assert not (root / "dp" / "tessera.sock").exists()
+
+
+def test_claims_without_the_api_is_a_start_error(root: Path) -> None:
+    told = _start_fails(_agent(root, claims_cards="1"))
+    assert told == "--claims-cards needs the Kubernetes API (ResourceSlices, claims)"
+
+
+def test_a_node_that_can_host_it_starts(root: Path) -> None:
+    agent = _agent(root, metrics_port=0, metrics_address="127.0.0.1")
+    try:
+        agent.start()
+        assert (root / "dp" / "tessera.sock").exists()
+        assert agent.metrics_port is not None and agent.metrics_port > 0
+    finally:
+        agent.stop()
