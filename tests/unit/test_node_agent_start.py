@@ -17,7 +17,7 @@ from tessera.node.agent import Agent, AgentConfig
 from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
 from tessera.node.isolation import Isolation, MpsDaemon
-from tessera.node.ports import MpsControl, StartError
+from tessera.node.ports import MpsControl, NodeFacts, StartError
 
 NODE = "node-a"
 RES = "tessera.io/gpu"
@@ -32,12 +32,28 @@ def root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _agent(root: Path, mps: MpsControl | None = None, **cfg: object) -> Agent:
+class CountingDiscovery(FakeDiscovery):
+    def __init__(self) -> None:
+        super().__init__(CARDS)
+        self.reads = 0
+
+    def facts(self) -> NodeFacts:
+        self.reads += 1
+        return super().facts()
+
+
+def _agent(
+    root: Path,
+    mps: MpsControl | None = None,
+    discovery: FakeDiscovery | None = None,
+    **cfg: object,
+) -> Agent:
     config = AgentConfig(node=NODE, resource=RES, plugin_dir=root / "dp", state_dir=root / "state")
     for k, v in cfg.items():
         setattr(config, k, v)
     pods = MemoryPods(RES, frozenset(c.uuid for c in CARDS))
-    return Agent(config, FakeDiscovery(CARDS), pods, MemoryEvents(), MemoryNode(), None, mps)
+    disc = discovery if discovery is not None else FakeDiscovery(CARDS)
+    return Agent(config, disc, pods, MemoryEvents(), MemoryNode(), None, mps)
 
 
 def _start_fails(agent: Agent) -> str:
@@ -98,5 +114,23 @@ def test_a_node_that_can_host_it_starts(root: Path) -> None:
         agent.start()
         assert (root / "dp" / "tessera.sock").exists()
         assert agent.metrics_port is not None and agent.metrics_port > 0
+    finally:
+        agent.stop()
+
+
+def test_the_cards_read_by_the_caller_are_the_ones_served(root: Path) -> None:
+    discovery = CountingDiscovery()
+    facts = discovery.facts()  # as the CLI reads them, for its pod filter and flags
+    agent = _agent(root, discovery=discovery)
+    try:
+        agent.start(facts)
+        assert discovery.reads == 1
+        assert [c.uuid for c in agent.cards()] == [c.uuid for c in facts.cards]
+    finally:
+        agent.stop()
+    agent = _agent(root, discovery=discovery)
+    try:
+        agent.start()  # none given: it reads them
+        assert discovery.reads == 2
     finally:
         agent.stop()

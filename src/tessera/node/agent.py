@@ -183,9 +183,11 @@ class Agent:
 
     # --- lifecycle -------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, facts: NodeFacts | None = None) -> None:
+        """Serve. ``facts``: the cards as the caller already read them (the CLI reads them
+        to check its flags: one walk of the cards, one view of them); None reads them."""
         cfg = self.cfg
-        self.facts = self.discovery.facts()
+        self.facts = facts if facts is not None else self.discovery.facts()
         mig = sorted(self.facts.mig_enabled)
         if mig:
             log.warning("cards in MIG mode are not shared by Tessera yet: %s", mig)

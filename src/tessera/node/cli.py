@@ -204,7 +204,7 @@ def node_agent(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     try:
-        agent.start()
+        agent.start(facts)
     except SpecError as exc:
         raise typer.BadParameter(str(exc)) from None
     except (DiscoveryError, StartError) as exc:
