@@ -106,6 +106,27 @@ def test_watch_delivers_changes_in_order_then_gone_after_expiry() -> None:
         list(kube.watch(NODES, start, timeout_s=0))
 
 
+def test_a_watch_without_a_version_starts_with_what_there_is_not_the_history() -> None:
+    kube = FakeKube()
+    for name in ("a", "b", "c"):
+        kube.create(PODS, _pod(name), "ns")
+    kube.create(PODS, {"metadata": {"name": "x"}, "spec": {}}, "other")
+    kube.merge_patch(PODS, "a", {"metadata": {"labels": {"k": "v"}}}, "ns")
+    kube.delete(PODS, "b", "ns")
+    for version in ("", "0"):
+        events = [
+            (e.type, e.object["metadata"]["name"])
+            for e in kube.watch(PODS, version, "ns", timeout_s=0)
+        ]
+        assert events == [("ADDED", "c"), ("ADDED", "a")]  # in the order they were last written
+    labelled = kube.watch(PODS, "", "ns", label_selector="k=v", timeout_s=5)
+    assert next(labelled).object["metadata"]["name"] == "a"
+    kube.merge_patch(PODS, "c", {"metadata": {"labels": {"k": "v"}}}, "ns")
+    following = next(labelled)  # then the changes made after it started
+    assert (following.type, following.object["metadata"]["name"]) == ("MODIFIED", "c")
+    assert kube.list(NODES).resource_version != "0"  # "0" would read as "any" to a watch
+
+
 def test_a_watch_waits_for_a_change_made_after_it_started() -> None:
     kube = FakeKube()
     start = kube.list(NODES).resource_version

@@ -165,7 +165,7 @@ class FakeKube:
     def __init__(self, history: int = 10_000) -> None:
         self._lock = threading.Condition()
         self._objects: dict[_Key, Obj] = {}
-        self._rv = 0
+        self._rv = 1  # as etcd: a list never answers "0", which a watch reads as "any"
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
         # The paged lists: snapshot id -> (its resourceVersion, its items)
         self._snapshots: dict[int, tuple[int, _Items]] = {}
@@ -328,10 +328,26 @@ class FakeKube:
         timeout_s: int = 300,
     ) -> Iterator[WatchEvent]:
         deadline = time.monotonic() + timeout_s
-        since = int(resource_version or 0)
+
+        def wanted(o: Obj) -> bool:
+            ns = o.get("metadata", {}).get("namespace")
+            in_namespace = namespace is None or ns == namespace
+            return in_namespace and _matches(o, label_selector, field_selector)
+
         with self._lock:
             self._check_failure("watch", kind)
             _check_fields(kind, field_selector)
+            if resource_version in ("", "0"):
+                # No version to start from: the server starts at its latest, with a
+                # synthetic ADDED for each object there is; it does not replay history.
+                since = self._rv
+                there = [o for (plural, _, _), o in self._objects.items() if plural == kind.plural]
+                there.sort(key=lambda o: int(o["metadata"]["resourceVersion"]))
+                initial = [copy.deepcopy(o) for o in there if wanted(o)]
+            else:
+                since, initial = int(resource_version), []
+        for o in initial:
+            yield WatchEvent(type="ADDED", object=o)
         while True:
             with self._lock:
                 if self._closed:
@@ -351,10 +367,7 @@ class FakeKube:
                     continue
             for rv, t, o in batch:
                 since = rv
-                ns = o.get("metadata", {}).get("namespace")
-                if namespace is not None and ns != namespace:
-                    continue
-                if not _matches(o, label_selector, field_selector):
+                if not wanted(o):
                     continue
                 type_: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"] = t  # type: ignore[assignment]
                 yield WatchEvent(type=type_, object=copy.deepcopy(o))
