@@ -36,6 +36,20 @@ def test_api_failure_is_swallowed() -> None:
     assert [e["message"] for e in kube.list(EVENTS, "ns").items] == ["m2"]
 
 
+def test_an_event_dropped_on_a_full_queue_is_not_taken_as_sent() -> None:
+    kube = FakeKube()
+    rec = EventRecorder(kube, "c", interval_s=60, max_queue=1)
+    assert rec.record(POD, "R", "first")  # queued; nothing drains it yet
+    assert not rec.record(POD, "R", "second")  # the queue is full: dropped
+    assert rec.dropped == 1
+    rec.start()
+    rec.flush()
+    assert rec.record(POD, "R", "second")  # not a duplicate of what never went out
+    rec.flush()
+    rec.stop()
+    assert sorted(e["message"] for e in kube.list(EVENTS, "ns").items) == ["first", "second"]
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0

@@ -50,7 +50,8 @@ class EventRecorder:
         self._queue.put(None)
 
     def record(self, obj: Obj, reason: str, message: str, type_: str = "Warning") -> bool:
-        """Queue an Event about ``obj`` (a Pod or Node dict). False if deduplicated/dropped."""
+        """Queue an Event about ``obj`` (a Pod or Node dict). False for a duplicate within
+        the interval, or a drop (the queue full: ``dropped`` counts it; a retry may go)."""
         meta = obj.get("metadata", {})
         uid = str(meta.get("uid", ""))
         now = time.monotonic()
@@ -90,7 +91,10 @@ class EventRecorder:
         try:
             self._queue.put_nowait(event)
         except queue.Full:
-            self.dropped += 1
+            with self._lock:
+                self.dropped += 1
+                if self._sent.get(key) == now:  # not sent: the next try may go out
+                    del self._sent[key]
             return False
         return True
 
