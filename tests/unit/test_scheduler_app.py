@@ -172,6 +172,19 @@ def test_real_socket_keeps_alive_and_answers_400(world: World) -> None:
         server.stop()
 
 
+def test_a_body_over_the_limit_is_refused_not_read(world: World) -> None:
+    server = serve(world.app, "127.0.0.1", 0)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        too_big = b" " * (http_server.MAX_BODY + 1)  # 64 MiB: 5,000 full Nodes fit under it
+        with contextlib.suppress(ConnectionError):  # it may close before the body is sent
+            conn.request("POST", "/filter", body=too_big)
+        assert conn.getresponse().status == 413
+    finally:
+        conn.close()
+        server.stop()
+
+
 def _bind_over_socket(world: World, port: int, name: str) -> tuple[int, Any]:
     pod = world.create(pod_obj(name))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)

@@ -1,0 +1,58 @@
+"""The scheduler's GPU map as its state makes it: who holds a card, who waits, and what of
+a node is held for a preempting pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera.model.types import Assignment, CardSlice, ContainerAssignment, PodRequest
+from tessera.scheduler.holds import Hold
+from tessera.scheduler.state import SchedulerState
+from tessera.scheduler.web import gpu_map
+from tests.unit._scheduler_world import node_obj, pod_obj
+from tests.unit.test_scheduler_holds import pod
+
+
+def _pod(name: str, uid: str, node: str | None = None) -> dict[str, Any]:
+    obj = pod_obj(name, memory=1000, cores=10)
+    obj["metadata"].update(uid=uid, resourceVersion="5")
+    if node is not None:
+        obj["spec"]["nodeName"] = node
+    return obj
+
+
+def test_a_pod_bound_without_an_assignment_neither_waits_nor_holds_a_card() -> None:
+    state = SchedulerState()
+    state.replace_nodes([node_obj("n1", 2)])
+    state.apply_pod(_pod("stray", "u1", node="n1"))  # bound by someone else, no assignment
+    state.apply_pod(_pod("waits", "u2"))
+    gmap = gpu_map(state)
+    assert [p.pod for p in gmap.pending] == ["waits"]
+    assert [h for n in gmap.nodes for c in n.cards for h in c.holders] == []
+
+
+def _held(hold: Hold) -> str:
+    state = SchedulerState()
+    state.replace_nodes([node_obj("n1", 3, "A100")])
+    state.holds.put(hold)
+    return gpu_map(state).nodes[0].held
+
+
+def test_a_hold_is_the_whole_node_unless_both_its_pod_and_placement_are_known() -> None:
+    state = SchedulerState()
+    state.replace_nodes([node_obj("n1", 3, "A100")])
+    card = state.cluster.node("n1").cards[2]
+    one = Assignment(
+        "n1",
+        (ContainerAssignment("main", (CardSlice(card.uuid, card.memory_mib, 100),), True),),
+    )
+
+    def hold(request: PodRequest | None, decision: Assignment | None, node: str = "n1") -> Hold:
+        return Hold("team/p", "u", 1000, node, frozenset({"team/v"}), 60.0,
+                    request=request, decision=decision)  # fmt: skip
+
+    assert _held(hold(pod("p"), one)) == "held for team/p (priority 1000): card 2"
+    whole = "held for team/p (priority 1000): the whole node"
+    assert _held(hold(pod("p"), None)) == whole  # a record written without its placement
+    assert _held(hold(None, one)) == whole  # the pod's spec does not parse
+    assert _held(hold(pod("p"), one, node="gone")) == ""  # a node deleted while held: no crash
