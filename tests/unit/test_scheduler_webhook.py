@@ -121,6 +121,22 @@ def test_validate_refuses_a_hand_written_assignment_and_wrong_scheduler() -> Non
     assert "schedulerName" in answer(HOOK.validate(review(pod)).body)["status"]["message"]
 
 
+def test_validate_refuses_a_gpu_pod_that_names_its_node_itself() -> None:
+    pod = pod_obj("p")
+    pod["spec"]["nodeName"] = "gpu-007"  # would bypass scheduling: no cards assigned
+    response = answer(HOOK.validate(review(pod)).body)
+    assert not response["allowed"] and response["status"]["code"] == 422
+    assert response["status"]["message"] == (
+        "spec.nodeName: a pod asking for GPU resources must be placed by the scheduler, "
+        "which picks its cards (got 'gpu-007'); to pin it to a node, use a nodeSelector on "
+        "kubernetes.io/hostname"
+    )
+    plain = pod_obj("cpu-only", gpu=None)
+    plain["spec"]["nodeName"] = "gpu-007"
+    assert answer(HOOK.validate(review(plain)).body)["allowed"]  # not Tessera's to judge
+    assert answer(HOOK.validate(review(pod, "UPDATE")).body)["allowed"]  # a bound pod
+
+
 def test_updates_pass_and_malformed_reviews_raise_wire_errors() -> None:
     pod = pod_obj("bad", gpu=None)
     pod["spec"]["containers"][0]["resources"] = {"limits": {"tessera.io/gpu-cores": "150"}}

@@ -243,10 +243,17 @@ class Webhook:
                 "when it binds the pod; a new pod must not carry it"
             )
             return _refuse(api_version, uid, message)
-        if (
-            request is not None
-            and (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name
-        ):
+        spec = pod.get("spec") or {}
+        if request is not None and spec.get("nodeName"):
+            # No scheduler would see it, so no cards would be assigned: the agent would
+            # refuse its containers and it would wait in ContainerCreating for ever.
+            message = (
+                "spec.nodeName: a pod asking for GPU resources must be placed by the "
+                f"scheduler, which picks its cards (got {spec['nodeName']!r}); to pin it "
+                "to a node, use a nodeSelector on kubernetes.io/hostname"
+            )
+            return _refuse(api_version, uid, message)
+        if request is not None and spec.get("schedulerName") != self.scheduler_name:
             message = (
                 "spec.schedulerName: a pod asking for GPU resources must use "
                 f"{self.scheduler_name!r} (the mutating webhook sets it; is it installed?)"

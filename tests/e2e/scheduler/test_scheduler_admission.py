@@ -64,6 +64,13 @@ def test_webhook_refuses_malformed_pods(
     assert field in message, message
 
 
+def test_a_gpu_pod_that_names_its_node_is_refused(harness: Harness) -> None:
+    with pytest.raises(ApiError) as info:
+        harness.admin.create(PODS, _pod("pinned", {G: "1"}, nodeName="gpu-000"), "default")
+    message = info.value.message
+    assert "denied the request" in message and "spec.nodeName" in message, message
+
+
 def test_pods_without_gpus_are_untouched_and_gpu_pods_routed(harness: Harness) -> None:
     plain = harness.admin.create(PODS, _pod("plain", {"cpu": "100m"}), "default")
     assert plain["spec"]["schedulerName"] == "default-scheduler"
