@@ -37,6 +37,7 @@ def test_runs_writes_json_and_plot(files: tuple[Path, Path], tmp_path: Path) -> 
     )  # fmt: skip
     assert code == 0, err
     assert "binpack" in out and "spread" in out and "@130%" in out and "÷FGD" in out
+    assert "kube-scheduler's window" not in out  # every node scored: the published protocol
     doc = json.loads(out_json.read_text())
     assert [(r["policy"], r["seed"]) for r in doc["results"]] == [
         ("binpack", 42),
@@ -203,19 +204,42 @@ def test_departures_in_worker_processes_give_the_same_results(
     assert docs[0] == docs[1]
 
 
-def test_nodes_to_score_replays_kube_schedulers_window_and_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("percentage", "window"),
+    [(10, "100 of 300 nodes (percentageOfNodesToScore 10 %)"),
+     # kube-scheduler's adaptive share: 50 % less 1 % per 125 nodes, so 48 % of 300
+     (0, "144 of 300 nodes (percentageOfNodesToScore adaptive)")],
+)  # fmt: skip
+def test_nodes_to_score_replays_kube_schedulers_window_and_says_so(
+    tmp_path: Path, percentage: int, window: str
+) -> None:
     nodes, tasks, out_json = tmp_path / "nodes.csv", tmp_path / "pods.csv", tmp_path / "o.json"
     rows = "".join(f"n{i},8000,32768,1,T4\n" for i in range(300))
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + rows)
     tasks.write_text(TASKS)
     code, out, err = run(
         "--cluster", str(nodes), "--workload", str(tasks), "--policy", "binpack",
-        "--nodes-to-score", "10", "--json", str(out_json),
+        "--nodes-to-score", str(percentage), "--json", str(out_json),
     )  # fmt: skip
     assert code == 0, err
-    assert "kube-scheduler's window: 100 of 300 nodes (percentageOfNodesToScore 10 %)" in out
+    assert f"kube-scheduler's window: {window}" in out
     doc = json.loads(out_json.read_text())
-    assert doc["nodes_to_score"] == 10
+    assert doc["nodes_to_score"] == percentage
     [result] = doc["results"]
-    assert result["nodes_to_score"] == 10 and isinstance(result["retried_tasks"], int)
+    assert result["nodes_to_score"] == percentage and isinstance(result["retried_tasks"], int)
     assert sum(result["retried_cycles"].values()) == result["retried_tasks"]
+
+
+def test_an_arrival_or_a_speedup_under_one_is_taken(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    nodes, tasks = files
+    out_json = tmp_path / "half.json"
+    common = ["--cluster", str(nodes), "--policy", "binpack", "--json", str(out_json)]
+    code, _, err = run(*common, "--workload", str(tasks), "--arrival", "0.5")
+    assert code == 0, err
+    assert json.loads(out_json.read_text())["arrival"] == 0.5
+    tasks.write_text(TIMED)
+    code, _, err = run(*common, "--workload", str(tasks), "--departures", "--speedup", "0.5")
+    assert code == 0, err
+    assert json.loads(out_json.read_text())["speedup"] == 0.5

@@ -245,8 +245,8 @@ class Webhook:
             return _refuse(api_version, uid, message)
         spec = pod.get("spec") or {}
         if request is not None and spec.get("nodeName"):
-            # No scheduler would see it, so no cards would be assigned: the agent would
-            # refuse its containers and it would wait in ContainerCreating for ever.
+            # No scheduler would see it, so no cards would be assigned: kubelet would fail
+            # it at admission (the agent refuses a pod without an assignment).
             message = (
                 "spec.nodeName: a pod asking for GPU resources must be placed by the "
                 f"scheduler, which picks its cards (got {spec['nodeName']!r}); to pin it "
