@@ -64,7 +64,7 @@ def test_a_kubeconfig_it_cannot_read_is_one_line(tmp_path: Path) -> None:
     assert err.startswith(f"tessera scheduler: error: kubeconfig {tmp_path / 'none.yaml'}: ")
 
 
-def test_a_port_in_use_is_told_before_the_sync(tmp_path: Path) -> None:
+def test_a_port_in_use_is_told_before_anything_starts(tmp_path: Path) -> None:
     kubeconfig = str(_kubeconfig(tmp_path))
     with socket.socket() as taken, socket.socket() as spare:
         taken.bind(("0.0.0.0", 0))

@@ -147,8 +147,9 @@ def scheduler(
         _fail(f"kubeconfig {kubeconfig or '(in-cluster, else the default)'}: {exc}")
     app = SchedulerApp(config, api)
     binder = AioBinder(api)  # one session per server loop (see kube/binder.py)
-    # The ports are bound before the sync, which can take minutes on a large cluster: a
-    # port in use is told at once. Requests wait in the backlog until the servers start.
+    # The ports are bound before anything starts: a replica that cannot serve must not
+    # take the Lease (leader election starts in app.start), and a port in use is told
+    # at once, in one line.
     try:
         servers = [Server(app, host, port, binder=binder)]
     except OSError as exc:
