@@ -7,13 +7,17 @@ from __future__ import annotations
 import shutil
 import socket
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tessera.kube import NODES, FakeKube
+from tessera.kube.errors import Unavailable
 from tessera.model.clusterspec import make_cards
 from tessera.node.agent import Agent, AgentConfig
+from tessera.node.backstop import BackstopMode
 from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
 from tessera.node.isolation import Isolation, MpsDaemon
@@ -46,6 +50,7 @@ def _agent(
     root: Path,
     mps: MpsControl | None = None,
     discovery: FakeDiscovery | None = None,
+    kube: FakeKube | None = None,
     **cfg: object,
 ) -> Agent:
     config = AgentConfig(node=NODE, resource=RES, plugin_dir=root / "dp", state_dir=root / "state")
@@ -53,7 +58,7 @@ def _agent(
         setattr(config, k, v)
     pods = MemoryPods(RES, frozenset(c.uuid for c in CARDS))
     disc = discovery if discovery is not None else FakeDiscovery(CARDS)
-    return Agent(config, disc, pods, MemoryEvents(), MemoryNode(), None, mps)
+    return Agent(config, disc, pods, MemoryEvents(), MemoryNode(), None, mps, kube=kube)
 
 
 def _start_fails(agent: Agent) -> str:
@@ -132,5 +137,37 @@ def test_the_cards_read_by_the_caller_are_the_ones_served(root: Path) -> None:
     try:
         agent.start()  # none given: it reads them
         assert discovery.reads == 2
+    finally:
+        agent.stop()
+
+
+def test_the_backstop_watches_unless_it_is_turned_off(root: Path) -> None:
+    for mode, watching in [(BackstopMode.KILL, True), (BackstopMode.WARN, True),
+                           (BackstopMode.OFF, False)]:  # fmt: skip
+        agent = _agent(root, backstop=mode)
+        try:
+            agent.start()
+            loops = {t.name for t in threading.enumerate()}
+            assert ("agent-backstop" in loops) is watching, mode
+        finally:
+            agent.stop()
+        assert "agent-backstop" not in {t.name for t in threading.enumerate()}
+
+
+def test_a_claims_label_it_cannot_read_is_a_start_error(root: Path) -> None:
+    kube = FakeKube()  # --claims-cards "" (the chart's default) reads the node's label
+    told = _start_fails(_agent(root, kube=kube, claims_cards=""))
+    assert told == (
+        "reading node node-a's tessera.io/claims-cards label: 404 NotFound: "
+        'nodes "node-a" not found'
+    )
+    kube.create(NODES, {"metadata": {"name": NODE}})
+    kube.fail_next("get", Unavailable(0, "Unavailable", "connection refused"))
+    told = _start_fails(_agent(root, kube=kube, claims_cards=""))
+    assert told.endswith("label: 0 Unavailable: connection refused"), told
+    agent = _agent(root, kube=kube, claims_cards="")  # the node there, no label: no claims
+    try:
+        agent.start()
+        assert agent.claim_cards == frozenset()
     finally:
         agent.stop()

@@ -31,6 +31,7 @@ from prometheus_client import start_http_server
 
 from tessera.claims.devices import CLAIMS_LABEL, claims_pool
 from tessera.errors import SpecError
+from tessera.kube.errors import ApiError
 from tessera.kube.kinds import NODES
 from tessera.kube.port import KubeApi
 from tessera.kube.reflector import Reflector
@@ -299,7 +300,11 @@ class Agent:
             return claims_pool(self.cfg.claims_cards, indices)
         if self.kube is None:
             return frozenset()
-        labels = self.kube.get(NODES, self.cfg.node)["metadata"].get("labels") or {}
+        try:
+            node = self.kube.get(NODES, self.cfg.node)
+        except ApiError as exc:  # kubelet restarts the agent: that is the retry
+            raise StartError(f"reading node {self.cfg.node}'s {CLAIMS_LABEL} label: {exc}") from exc
+        labels = node["metadata"].get("labels") or {}
         text = str(labels.get(CLAIMS_LABEL, "none"))
         try:
             return claims_pool(text, indices, field=f"label {CLAIMS_LABEL}")
