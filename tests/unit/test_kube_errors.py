@@ -1,0 +1,68 @@
+"""What an API server's answer becomes: the error class a caller branches on, with the
+server's own reason and message, and whether a failed write may have landed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tessera.kube.errors import (
+    ApiError,
+    Conflict,
+    Gone,
+    NotFound,
+    Unavailable,
+    error_from_status,
+    outcome_unknown,
+)
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, object]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+            "reason": reason, "message": message}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"), [(404, NotFound), (409, Conflict), (410, Gone), (403, ApiError)]
+)
+def test_a_status_body_gives_the_class_reason_and_message(code: int, cls: type) -> None:
+    body = _status(code, "Some", "what the server said")
+    for form in (body, json.dumps(body), json.dumps(body).encode()):
+        err = error_from_status(code, form)
+        assert type(err) is cls
+        assert (err.status, err.reason, err.message) == (code, "Some", "what the server said")
+
+
+def test_a_body_that_is_not_json_is_kept_as_the_message_and_the_class_names_the_reason() -> None:
+    err = error_from_status(502, b"  <html>bad gateway</html>\n")
+    assert (type(err), err.status, err.reason, err.message) == (
+        ApiError, 502, "ApiError", "<html>bad gateway</html>")  # fmt: skip
+    assert len(error_from_status(500, "x" * 2000).message) == 500  # a page is cut short
+    err = error_from_status(404, None)
+    assert (type(err), err.reason, err.message) == (NotFound, "NotFound", "")
+    assert str(err) == "404 NotFound: "
+
+
+def test_a_status_inside_a_watch_stream_takes_its_own_code() -> None:
+    # A watch answers 200, then sends {"type":"ERROR","object":Status}: 410 is "re-list".
+    err = error_from_status(200, _status(410, "Expired", "too old resource version: 5"))
+    assert type(err) is Gone and err.status == 410
+    assert type(error_from_status(403, _status(500, "X", "m"))) is ApiError  # not a watch
+    assert error_from_status(403, _status(500, "X", "m")).status == 403
+
+
+@pytest.mark.parametrize(
+    ("err", "unknown"),
+    [
+        (Unavailable(0, "Unavailable", "connection reset"), True),
+        (ApiError(504, "Timeout", "the server was unable to return a response in time"), True),
+        (ApiError(500, "InternalError", "etcdserver: request timed out"), True),
+        (Conflict(409, "Conflict", 'pod p is already assigned to node "n1"'), False),
+        (ApiError(400, "BadRequest", "malformed"), False),
+        (ApiError(429, "TooManyRequests", "throttled"), False),
+        (NotFound(404, "NotFound", 'pods "p" not found'), False),
+    ],
+)
+def test_which_failed_writes_may_have_landed(err: ApiError, unknown: bool) -> None:
+    assert outcome_unknown(err) is unknown
