@@ -127,6 +127,21 @@ def test_a_watch_without_a_version_starts_with_what_there_is_not_the_history() -
     assert kube.list(NODES).resource_version != "0"  # "0" would read as "any" to a watch
 
 
+def test_lists_and_watches_read_every_form_of_a_selector_and_refuse_what_they_cannot() -> None:
+    kube = FakeKube()
+    for name, labels in [("a", {"app": "t"}), ("b", {"app": "u"}), ("c", {})]:
+        kube.create(PODS, {**_pod(name), "metadata": {"name": name, "labels": labels}}, "ns")
+    assert _names(kube.list(PODS, "ns", label_selector="app!=t").items) == ["b", "c"]
+    assert _names(kube.list(PODS, "ns", label_selector="app in (t,u)").items) == ["a", "b"]
+    assert _names(kube.list(PODS, "ns", label_selector="!app").items) == ["c"]
+    assert _names(kube.list(PODS, "ns", field_selector="metadata.name==b").items) == ["b"]
+    with pytest.raises(ApiError) as bad:
+        kube.list(PODS, "ns", label_selector="app in t")
+    assert bad.value.status == 400 and "unable to parse requirement" in bad.value.message
+    with pytest.raises(ApiError, match="unable to parse requirement"):
+        next(kube.watch(PODS, "", "ns", label_selector="a!b", timeout_s=0))
+
+
 def test_a_watch_waits_for_a_change_made_after_it_started() -> None:
     kube = FakeKube()
     start = kube.list(NODES).resource_version

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tessera.kube.selectors import selects
+from tessera.kube.selectors import parse_label_selector, selects
 
 LABELS = {"app": "train", "tier": "gpu"}
 
@@ -41,3 +41,42 @@ LABELS = {"app": "train", "tier": "gpu"}
 )
 def test_selects_as_the_api_server(selector: dict[str, Any] | None, expected: bool) -> None:
     assert selects(selector, LABELS) is expected
+
+
+LABELS = {"app": "train", "tier": "gpu", "empty": ""}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", True),
+        ("app=train", True),
+        ("app==train", True),
+        ("app=serve", False),
+        ("app!=serve", True),
+        ("missing!=x", True),  # != selects an object without the label
+        ("app in (serve, train)", True),
+        ("app in (serve)", False),
+        ("missing in (x)", False),
+        ("app notin (serve,x)", True),
+        ("app notin (train)", False),
+        ("missing notin (x)", True),
+        ("tier", True),
+        ("missing", False),
+        ("!missing", True),
+        ("!tier", False),
+        ("empty=", True),
+        ("app=train,tier in (gpu,cpu),!missing", True),
+        ("app=train, tier=cpu", False),  # every requirement must hold
+        ("app=train,app=serve", False),
+    ],
+)
+def test_the_query_string_form_reads_as_the_api_server(text: str, expected: bool) -> None:
+    assert selects(parse_label_selector(text), LABELS) is expected
+
+
+@pytest.mark.parametrize("text", ["app!train", "!app=train", "app in train", "=train",
+                                  "app in (train", "app>1", "a b"])  # fmt: skip
+def test_a_requirement_it_cannot_read_is_named(text: str) -> None:
+    with pytest.raises(ValueError, match="unable to parse requirement"):
+        parse_label_selector(text)

@@ -22,13 +22,13 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from tessera.kube.errors import ApiError, Conflict, Gone, NotFound
 from tessera.kube.kinds import POD_DISRUPTION_BUDGETS, PODS, Kind
 from tessera.kube.port import ListResult, Obj, WatchEvent
-from tessera.kube.selectors import selects
+from tessera.kube.selectors import parse_label_selector, selects
 from tessera.model.quantity import parse_quantity
 
 __all__ = ["FakeKube"]
@@ -85,6 +85,7 @@ def _canonical_quantities(value: Any) -> Any:
 # The field labels the API server lets a list or watch select on, per resource (v1.36:
 # pkg/apis/core/v1/conversion.go, pkg/apis/resource/v1/conversion.go); every other
 # resource, custom ones included, has the metadata two only.
+Selector = Callable[[Obj], bool]
 _META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 _FIELDS = {
     "pods": _META_FIELDS | {
@@ -103,33 +104,37 @@ _FIELDS = {
 
 
 def _field_terms(field_selector: str | None) -> Iterator[tuple[str, str, bool]]:
-    """(label, value, negated) for each term of a field selector (``a=b,c!=d``)."""
+    """(label, value, negated) for each term of a field selector (``a=b,c==d,e!=f``)."""
     for term in filter(None, (field_selector or "").split(",")):
-        negate = "!=" in term
-        label, _, value = term.partition("!=" if negate else "=")
-        yield label, value, negate
+        op = next(o for o in ("!=", "==", "=") if o in term) if "=" in term else "="
+        label, _, value = term.partition(op)
+        yield label, value, op == "!="
 
 
-def _check_fields(kind: Kind, field_selector: str | None) -> None:
-    """400, as the API server answers a field label it does not index."""
-    for label, _, _ in _field_terms(field_selector):
+def _selector(kind: Kind, label_selector: str | None, field_selector: str | None) -> Selector:
+    """What a list or watch selects; 400 for a selector the API server refuses (a label
+    requirement it cannot parse, a field it does not index)."""
+    try:
+        labels = parse_label_selector(label_selector or "")
+    except ValueError as exc:
+        raise ApiError(400, "BadRequest", str(exc)) from None
+    fields = list(_field_terms(field_selector))
+    for label, _, _ in fields:
         if label not in _FIELDS.get(kind.plural, _META_FIELDS):
             raise ApiError(400, "BadRequest", f"field label not supported: {label}")
 
+    def selected(obj: Obj) -> bool:
+        if not selects(labels, obj.get("metadata", {}).get("labels") or {}):
+            return False
+        for k, v, negate in fields:
+            cur: Any = obj
+            for part in k.split("."):
+                cur = cur.get(part, "") if isinstance(cur, dict) else ""
+            if (str(cur) == v) == negate:
+                return False
+        return True
 
-def _matches(obj: Obj, label_selector: str | None, field_selector: str | None) -> bool:
-    labels = obj.get("metadata", {}).get("labels") or {}
-    for term in filter(None, (label_selector or "").split(",")):
-        k, _, v = term.partition("=")
-        if labels.get(k) != v:
-            return False
-    for k, v, negate in _field_terms(field_selector):
-        cur: Any = obj
-        for part in k.split("."):
-            cur = cur.get(part, "") if isinstance(cur, dict) else ""
-        if (str(cur) == v) == negate:
-            return False
-    return True
+    return selected
 
 
 def _binding_refusal(pod: Obj) -> str:
@@ -275,7 +280,7 @@ class FakeKube:
         with self._lock:
             self.calls.append(("list", kind.plural))
             self._check_failure("list", kind)
-            _check_fields(kind, field_selector)
+            selected = _selector(kind, label_selector, field_selector)
             if continue_token:
                 snapshot, offset = self._continued(continue_token)
             else:
@@ -284,7 +289,7 @@ class FakeKube:
                     for (plural, ns, _), o in self._objects.items()
                     if plural == kind.plural
                     and (namespace is None or ns == namespace)
-                    and _matches(o, label_selector, field_selector)
+                    and selected(o)
                 ]
                 if not limit or len(items) <= limit:
                     return ListResult(items=items, resource_version=str(self._rv))
@@ -329,14 +334,14 @@ class FakeKube:
     ) -> Iterator[WatchEvent]:
         deadline = time.monotonic() + timeout_s
 
-        def wanted(o: Obj) -> bool:
-            ns = o.get("metadata", {}).get("namespace")
-            in_namespace = namespace is None or ns == namespace
-            return in_namespace and _matches(o, label_selector, field_selector)
-
         with self._lock:
             self._check_failure("watch", kind)
-            _check_fields(kind, field_selector)
+            selected = _selector(kind, label_selector, field_selector)
+
+            def wanted(o: Obj) -> bool:
+                ns = o.get("metadata", {}).get("namespace")
+                return (namespace is None or ns == namespace) and selected(o)
+
             if resource_version in ("", "0"):
                 # No version to start from: the server starts at its latest, with a
                 # synthetic ADDED for each object there is; it does not replay history.
