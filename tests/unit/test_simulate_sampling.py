@@ -77,6 +77,23 @@ def test_nodes_failing_kube_schedulers_filters_are_walked_but_not_sent() -> None
     assert search.start == 100
 
 
+def test_a_node_with_just_the_pods_cpu_free_is_feasible() -> None:
+    # NodeResourcesFit: requested + the pod's request <= allocatable, equality included.
+    snap = cluster(200, cpu_of=dict.fromkeys(range(100), POD.cpu_milli)).snapshot()
+    assert NodeSearch(50).window(snap, POD) == (names(range(0, 100)), 100)
+
+
+def test_the_search_stops_at_the_node_that_completes_the_window() -> None:
+    snap = cluster(200, cpu_of=dict.fromkeys(range(100, 200), 500)).snapshot()  # 100 feasible
+    search = NodeSearch(50)  # looks for 100: the last one found is n099
+    assert search.window(snap, POD) == (names(range(0, 100)), 100)
+    assert search.start == 100
+
+
+def test_a_cluster_without_nodes_has_an_empty_window() -> None:
+    assert NodeSearch(0).window(ClusterState([]).snapshot(), POD) == ([], 0)
+
+
 def test_a_window_short_of_feasible_nodes_walks_the_whole_cluster() -> None:
     snap = cluster(200, cpu_of=dict.fromkeys(range(120), 500)).snapshot()  # 80 feasible
     search = NodeSearch(50)
