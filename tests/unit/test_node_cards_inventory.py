@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from tessera.kube.fake import FakeKube
 from tessera.kube.kinds import NODES
 from tessera.model.annotations import decode_inventory, encode_inventory
@@ -39,3 +41,35 @@ def test_kube_node_reads_and_patches_the_annotation() -> None:
     assert pub.publish(CARDS)
     assert port.inventory_text("n1") == encode_inventory(CARDS)
     assert not InventoryPublisher("n1", port).publish(CARDS)
+
+
+class CountingNode(MemoryNode):
+    """A node whose reads are counted, and whose next patch can land unanswered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.lose_next_answer = False
+
+    def inventory_text(self, node: str) -> str | None:
+        self.reads += 1
+        return super().inventory_text(node)
+
+    def set_inventory(self, node: str, text: str) -> None:
+        super().set_inventory(node, text)
+        if self.lose_next_answer:
+            self.lose_next_answer = False
+            raise TimeoutError("the patch landed; its answer did not")
+
+
+def test_the_node_is_read_once_then_again_only_after_forget() -> None:
+    node = CountingNode()
+    pub = InventoryPublisher("n1", node)
+    out = (replace(CARDS[0], healthy=False), CARDS[1])
+    node.lose_next_answer = True
+    with pytest.raises(TimeoutError):
+        pub.publish(out)
+    pub.forget()  # as the agent does after a failed patch
+    assert not pub.publish(out)  # read again: it had landed, so nothing to write
+    assert pub.publish(CARDS) and not pub.publish(CARDS)
+    assert node.reads == 2 and len(node.patches) == 2

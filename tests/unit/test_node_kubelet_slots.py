@@ -30,3 +30,4 @@ def test_cards_of_keeps_first_seen_order() -> None:
 def test_too_long_id_is_refused() -> None:
     with pytest.raises(FormatError, match="longer than 63"):
         slot_id("GPU-" + "x" * 60, 1)
+    assert len(slot_id("GPU-" + "x" * 56, 1)) == 63  # at the limit: taken

@@ -9,6 +9,7 @@ import pytest
 from tessera.model.types import PodRequest
 from tessera.placement.place import place
 from tessera.placement.policies import make_policy
+from tessera.scheduler.prioritize import scale
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 
 
@@ -79,6 +80,35 @@ def test_bad_spec_is_unresolvable_on_every_node(world: World) -> None:
     assert out["NodeNames"] == []
     assert set(out["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
     assert "tessera.io/gpu-cores" in out["FailedAndUnresolvableNodes"]["n1"]
+
+
+@pytest.mark.parametrize(
+    ("scores", "scaled"),
+    [
+        ({}, {}),
+        ({"a": 3.0, "b": 3.0}, {"a": 9, "b": 9}),  # all equal: all at the top
+        ({"a": 0.0, "b": 1.0, "c": 4.0}, {"a": 0, "b": 2, "c": 9}),  # lowest 0, highest 9
+        ({"a": -2.0, "b": -1.0}, {"a": 0, "b": 9}),
+        ({"a": 10.0, "b": 17.0, "c": 20.0}, {"a": 0, "b": 6, "c": 9}),  # 6.3 rounds to 6
+    ],
+)
+def test_policy_scores_are_scaled_from_0_to_9_leaving_10_for_the_reserved_node(
+    scores: dict[str, float], scaled: dict[str, int]
+) -> None:
+    assert scale(scores) == scaled
+
+
+def test_prioritize_without_a_reservation_gives_no_node_the_top_score() -> None:
+    w = World([node_obj("n1", 2), node_obj("n2", 2)], narrow=False)
+    try:
+        pod = w.create(pod_obj("p", gpu=1, memory=1000))  # no filter first: nothing reserved
+        status, scores = w.post("prioritize", {"Pod": pod, "NodeNames": ["n1", "n2", "n9"]})
+        assert status == 200
+        by_host = {s["Host"]: s["Score"] for s in scores}
+        assert set(by_host) == {"n1", "n2", "n9"} and by_host["n9"] == 0  # n9: unknown
+        assert max(by_host.values()) == 9
+    finally:
+        w.close()
 
 
 def test_scored_mode_returns_every_feasible_node() -> None:

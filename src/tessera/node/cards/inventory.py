@@ -23,7 +23,6 @@ class InventoryPublisher:
     def __init__(self, node: str, port: NodePort) -> None:
         self.node = node
         self.port = port
-        self.patches = 0
         self._mu = threading.Lock()
         self._last: str | None = None
         self._loaded = False
@@ -39,7 +38,6 @@ class InventoryPublisher:
                 return False
             self.port.set_inventory(self.node, text)
             self._last = text
-            self.patches += 1
         log.info("inventory of %s patched (%d cards)", self.node, len(cards))
         return True
 
