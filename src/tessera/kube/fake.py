@@ -82,10 +82,11 @@ def _canonical_quantities(value: Any) -> Any:
     return canonical_quantity(value) if isinstance(value, str) else value
 
 
+Selector = Callable[[Obj], bool]  # what a list or watch selects
+
 # The field labels the API server lets a list or watch select on, per resource (v1.36:
 # pkg/apis/core/v1/conversion.go, pkg/apis/resource/v1/conversion.go); every other
 # resource, custom ones included, has the metadata two only.
-Selector = Callable[[Obj], bool]
 _META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 _FIELDS = {
     "pods": _META_FIELDS | {
@@ -106,7 +107,9 @@ _FIELDS = {
 def _field_terms(field_selector: str | None) -> Iterator[tuple[str, str, bool]]:
     """(label, value, negated) for each term of a field selector (``a=b,c==d,e!=f``)."""
     for term in filter(None, (field_selector or "").split(",")):
-        op = next(o for o in ("!=", "==", "=") if o in term) if "=" in term else "="
+        for op in ("!=", "==", "="):  # the longest first: "a==b" is not "a" = "=b"
+            if op in term:
+                break
         label, _, value = term.partition(op)
         yield label, value, op == "!="
 
@@ -333,7 +336,6 @@ class FakeKube:
         timeout_s: int = 300,
     ) -> Iterator[WatchEvent]:
         deadline = time.monotonic() + timeout_s
-
         with self._lock:
             self._check_failure("watch", kind)
             selected = _selector(kind, label_selector, field_selector)
