@@ -5,10 +5,12 @@ and Tessera relies on: a cluster-wide resourceVersion; ``Conflict`` on a stale
 resourceVersion or UID precondition; ``Conflict`` when binding a bound, terminating or
 gated pod, and a binding's PodScheduled condition; watches that deliver every change
 after a resourceVersion, in order, and ``Gone`` once that version has left the
-(bounded) history; paged lists (``limit``) read from one snapshot, their continue tokens
-``Gone`` on the same terms and a malformed one refused (400); a field selector on a
-label the real server does not index refused (400); a namespaced object written with no
-namespace in the call, or naming another than the call's, refused (405, 400).
+(bounded) history, or, from no version, an ADDED for each object there is; paged lists
+(``limit``) read from one snapshot, their continue tokens ``Gone`` on the same terms and
+a malformed one refused (400); label selectors in every form ``labels.Parse`` reads, and
+one it cannot read refused (400), as is a field selector on a label the real server
+does not index; a namespaced object written with no namespace in the call, or naming
+another than the call's, refused (405, 400).
 ``fail_next`` injects an error into the next call of an operation, the way a flaky server
 would.
 """
