@@ -8,9 +8,11 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
+
+from tessera.exits import exit_with_error
 
 __all__ = ["node_agent"]
 
@@ -27,12 +29,6 @@ def _choice(flag: str, value: str, choices: type[_Choice]) -> _Choice:
     if value not in tuple(choices):
         raise typer.BadParameter(f"{flag} must be one of {', '.join(choices)}, not {value!r}")
     return choices(value)
-
-
-def _fail(message: str) -> NoReturn:
-    """A node that cannot host the agent: one line naming what failed, exit 1."""
-    typer.echo(f"tessera node-agent: error: {message}", err=True)
-    raise typer.Exit(1)
 
 
 def node_agent(
@@ -151,17 +147,14 @@ def node_agent(
             )
         except (OSError, SpecError, DiscoveryError) as exc:
             raise typer.BadParameter(f"--nodes: {exc}") from None
-    else:
-        from tessera.node.cards.nvml import NvmlDiscovery
-
-        try:
-            disc = NvmlDiscovery()
-        except DiscoveryError as exc:
-            _fail(str(exc))
     try:
+        if backend is Backend.NVML:
+            from tessera.node.cards.nvml import NvmlDiscovery
+
+            disc = NvmlDiscovery()
         facts = disc.facts()
     except DiscoveryError as exc:
-        _fail(str(exc))
+        exit_with_error("node-agent", str(exc))
     try:  # before any API call: a typo is told at once, not after the pod list's wait
         claims_pool(claims_cards, [c.index for c in facts.cards])
     except SpecError as exc:
@@ -169,7 +162,8 @@ def node_agent(
     try:
         api = KubeClient.from_kubeconfig(kubeconfig)
     except (ConfigException, OSError) as exc:
-        _fail(f"kubeconfig {kubeconfig or '(in-cluster, else the default)'}: {exc}")
+        where = kubeconfig or "(in-cluster, else the default)"
+        exit_with_error("node-agent", f"kubeconfig {where}: {exc}")
     cards = frozenset(c.uuid for c in facts.cards)
     pods = KubePods(api, node, resource, cards)
     if not pods.start():
@@ -209,7 +203,7 @@ def node_agent(
         raise typer.BadParameter(str(exc)) from None
     except (DiscoveryError, StartError) as exc:
         agent.stop()
-        _fail(str(exc))
+        exit_with_error("node-agent", str(exc))
     typer.echo(f"tessera node-agent on {node} (pid {os.getpid()})", err=True)
     done.wait()
     agent.stop()
