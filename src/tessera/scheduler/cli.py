@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
+
+from tessera.exits import exit_with_error
 
 __all__ = ["scheduler"]
 
@@ -144,7 +146,8 @@ def scheduler(
     try:
         api = KubeClient.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
     except (ConfigException, OSError) as exc:
-        _fail(f"kubeconfig {kubeconfig or '(in-cluster, else the default)'}: {exc}")
+        where = kubeconfig or "(in-cluster, else the default)"
+        exit_with_error("scheduler", f"kubeconfig {where}: {exc}")
     app = SchedulerApp(config, api)
     binder = AioBinder(api)  # one session per server loop (see kube/binder.py)
     # The ports are bound before anything starts: a replica that cannot serve must not
@@ -153,7 +156,7 @@ def scheduler(
     try:
         servers = [Server(app, host, port, binder=binder)]
     except OSError as exc:
-        _fail(f"--port {port}: {exc}")
+        exit_with_error("scheduler", f"--port {port}: {exc}")
     if tls is not None:
         tls.on_load(app.metrics.webhook_cert_loaded)
         try:
@@ -162,7 +165,7 @@ def scheduler(
             )
         except OSError as exc:
             servers[0].stop()
-            _fail(f"--webhook-port {webhook_port}: {exc}")
+            exit_with_error("scheduler", f"--webhook-port {webhook_port}: {exc}")
     app.start()
     for s in servers:
         s.start()
@@ -173,9 +176,3 @@ def scheduler(
     for s in servers:
         s.stop()
     app.stop()
-
-
-def _fail(message: str) -> NoReturn:
-    """What the scheduler cannot start with: one line naming it, exit 1."""
-    typer.echo(f"tessera scheduler: error: {message}", err=True)
-    raise typer.Exit(1)

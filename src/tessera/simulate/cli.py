@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from tessera.exits import exit_with_error
+
 if TYPE_CHECKING:
     from tessera.model.types import NodeInventory
     from tessera.simulate.departures import DeparturesResult, Lifetime
@@ -229,8 +231,7 @@ def simulate(
         )
         _simulate(cluster, workload, policy, options)
     except UsageError as err:
-        typer.echo(f"tessera simulate: error: {err}", err=True)
-        raise typer.Exit(2) from None
+        exit_with_error("simulate", str(err), code=2)
 
 
 @dataclass(frozen=True)
