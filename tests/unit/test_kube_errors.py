@@ -4,13 +4,16 @@ server's own reason and message, and whether a failed write may have landed."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from tessera.kube.client import KubeClient
 from tessera.kube.errors import (
     ApiError,
     Conflict,
     Gone,
+    KubeconfigError,
     NotFound,
     Unavailable,
     error_from_status,
@@ -66,3 +69,13 @@ def test_a_status_inside_a_watch_stream_takes_its_own_code() -> None:
 )
 def test_which_failed_writes_may_have_landed(err: ApiError, unknown: bool) -> None:
     assert outcome_unknown(err) is unknown
+
+
+def test_a_kubeconfig_that_does_not_load_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "none.yaml"
+    with pytest.raises(KubeconfigError, match=rf"^kubeconfig {missing}: "):
+        KubeClient.from_kubeconfig(str(missing))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("apiVersion: v1\nkind: Config\n")
+    with pytest.raises(KubeconfigError, match=rf"^kubeconfig {empty}: .*context"):
+        KubeClient.from_kubeconfig(str(empty), context="nowhere")

@@ -18,7 +18,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tessera.kube.errors import ApiError, Unavailable, error_from_status
+from tessera.kube.errors import ApiError, KubeconfigError, Unavailable, error_from_status
 from tessera.kube.kinds import PODS, Kind
 from tessera.kube.port import ListResult, Obj, WatchEvent
 
@@ -54,7 +54,8 @@ class KubeClient:
         cls, path: str | None = None, context: str | None = None, pool_size: int = 32
     ) -> KubeClient:
         """From a kubeconfig file, or in-cluster config when ``path`` is None and it works.
-        ``pool_size``: connections kept to the API server (threads calling at once)."""
+        ``pool_size``: connections kept to the API server (threads calling at once).
+        KubeconfigError names the file when neither loads."""
         configuration = k8s_client.Configuration()
         configuration.connection_pool_maxsize = pool_size
         if path is None:
@@ -63,9 +64,13 @@ class KubeClient:
                 return cls(configuration)
             except k8s_config.ConfigException:
                 pass
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=configuration
-        )
+        try:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=configuration
+            )
+        except (k8s_config.ConfigException, OSError) as exc:
+            where = path or "(in-cluster, else the default)"
+            raise KubeconfigError(f"kubeconfig {where}: {exc}") from exc
         return cls(configuration)
 
     # --- what another transport needs (kube/binder.py) --------------------------------

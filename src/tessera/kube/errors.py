@@ -6,6 +6,7 @@ TesseraError
     ├── Conflict          409: a resourceVersion / UID precondition failed, or it exists
     ├── Gone              410: a watch's resourceVersion is too old; list again
     └── Unavailable       no answer: connection refused, reset or timed out
+KubeconfigError           the kubeconfig (or the in-cluster config) does not load
 
 Every ApiError carries ``status`` (HTTP code, 0 when no answer), ``reason`` (the
 Status object's reason, e.g. "Conflict") and the server's message.
@@ -21,6 +22,7 @@ __all__ = [
     "ApiError",
     "Conflict",
     "Gone",
+    "KubeconfigError",
     "NotFound",
     "Unavailable",
     "error_from_status",
@@ -52,6 +54,11 @@ class Gone(ApiError):
 
 class Unavailable(ApiError):
     """No answer from the API server."""
+
+
+class KubeconfigError(TesseraError):
+    """No client could be made: the message names the kubeconfig and why it does not
+    load (a missing file, no such context, no in-cluster config)."""
 
 
 def outcome_unknown(exc: ApiError) -> bool:

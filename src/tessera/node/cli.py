@@ -118,11 +118,10 @@ def node_agent(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from kubernetes.config import ConfigException
-
     from tessera.claims.devices import claims_pool
     from tessera.errors import SpecError
     from tessera.kube.client import KubeClient
+    from tessera.kube.errors import KubeconfigError
     from tessera.kube.events import EventRecorder
     from tessera.node.agent import Agent, AgentConfig
     from tessera.node.backstop import BackstopMode
@@ -161,9 +160,8 @@ def node_agent(
         raise typer.BadParameter(str(exc)) from None
     try:
         api = KubeClient.from_kubeconfig(kubeconfig)
-    except (ConfigException, OSError) as exc:
-        where = kubeconfig or "(in-cluster, else the default)"
-        exit_with_error("node-agent", f"kubeconfig {where}: {exc}")
+    except KubeconfigError as exc:
+        exit_with_error("node-agent", str(exc))
     cards = frozenset(c.uuid for c in facts.cards)
     pods = KubePods(api, node, resource, cards)
     if not pods.start():

@@ -82,11 +82,10 @@ def scheduler(
     import tempfile
     import threading
 
-    from kubernetes.config import ConfigException
-
     from tessera.errors import SpecError
     from tessera.kube.binder import AioBinder
     from tessera.kube.client import KubeClient
+    from tessera.kube.errors import KubeconfigError
     from tessera.model.podspec import Compat
     from tessera.placement.policies import make_policy
     from tessera.scheduler.app import SchedulerApp
@@ -145,9 +144,8 @@ def scheduler(
     )
     try:
         api = KubeClient.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
-    except (ConfigException, OSError) as exc:
-        where = kubeconfig or "(in-cluster, else the default)"
-        exit_with_error("scheduler", f"kubeconfig {where}: {exc}")
+    except KubeconfigError as exc:
+        exit_with_error("scheduler", str(exc))
     app = SchedulerApp(config, api)
     binder = AioBinder(api)  # one session per server loop (see kube/binder.py)
     # The ports are bound before anything starts: a replica that cannot serve must not

@@ -44,14 +44,13 @@ class Conn:
 
     def client(self) -> Any:
         """The API client, or exit 1 saying what is wrong with the kubeconfig."""
-        from kubernetes.config import ConfigException
-
         from tessera.kube.client import KubeClient
+        from tessera.kube.errors import KubeconfigError
 
         try:
             return KubeClient.from_kubeconfig(self.kubeconfig, self.context, pool_size=4)
-        except (ConfigException, OSError) as exc:
-            fail(f"kubeconfig {self.kubeconfig or '(default)'}: {exc}")
+        except KubeconfigError as exc:
+            fail(str(exc))
 
     def namespace(self, given: str | None) -> str:
         """``-n``, else the context's namespace, else ``default`` (as kubectl does)."""
