@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tessera.model.annotations import ASSIGNMENT
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment, PodRequest
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.state import SchedulerState
 from tessera.scheduler.web import gpu_map
+from tessera.view.gpumap import unassigned
 from tests.unit._scheduler_world import node_obj, pod_obj
 from tests.unit.test_scheduler_holds import pod
 
@@ -21,14 +23,25 @@ def _pod(name: str, uid: str, node: str | None = None) -> dict[str, Any]:
     return obj
 
 
-def test_a_pod_bound_without_an_assignment_neither_waits_nor_holds_a_card() -> None:
+def test_a_pod_bound_without_an_assignment_is_a_problem_neither_waiting_nor_holding() -> None:
     state = SchedulerState()
     state.replace_nodes([node_obj("n1", 2)])
     state.apply_pod(_pod("stray", "u1", node="n1"))  # bound by someone else, no assignment
+    garbled = _pod("garbled", "u3", node="n1")
+    garbled["metadata"]["annotations"] = {ASSIGNMENT: "{oops"}
+    state.apply_pod(garbled)
+    placed_cpu = pod_obj("placed-cpu", gpu=None)
+    placed_cpu["spec"]["nodeName"] = "n1"  # asks nothing of Tessera: no problem
+    state.apply_pod(placed_cpu)
     state.apply_pod(_pod("waits", "u2"))
     gmap = gpu_map(state)
     assert [p.pod for p in gmap.pending] == ["waits"]
     assert [h for n in gmap.nodes for c in n.cards for h in c.holders] == []
+    assert dict(gmap.problems) == {
+        "default/stray": unassigned("n1"),
+        "default/garbled": unassigned("n1", undecoded=True),
+    }
+    assert "does not decode" in unassigned("n1", undecoded=True)
 
 
 def _held(hold: Hold) -> str:

@@ -43,6 +43,13 @@ def test_holders_pending_and_problems_each_in_their_place() -> None:
     garbled = pod_obj("garbled", annotations={ASSIGNMENT: "{oops"})
     garbled["spec"]["nodeName"] = "a"
     pods.append(garbled)
+    stray = pod_obj("stray", gpu=1, memory=1000, ns="ops")  # nodeName set by hand
+    stray["spec"]["nodeName"] = "a"
+    unsound = pod_obj("unsound", gpu=1, memory=2000, cores=150, ns="ops")  # invalid, bound
+    unsound["spec"]["nodeName"] = "b"
+    placed_cpu = pod_obj("placed-cpu", gpu=None)
+    placed_cpu["spec"]["nodeName"] = "a"  # bound, asks nothing of Tessera: no problem
+    pods += [stray, unsound, placed_cpu]
     m = build_map([node_obj("a", 2), node_obj("b", 1, "T4"), broken, plain], pods)
 
     assert [n.name for n in m.nodes] == ["a", "b", "c"]
@@ -56,7 +63,12 @@ def test_holders_pending_and_problems_each_in_their_place() -> None:
     [whole] = m.nodes[1].cards[0].holders
     assert whole.exclusive and whole.pod_key == "team/whole"
     problems = dict(m.problems)
-    assert set(problems) == {"team/moved", "team/elsewhere", "default/garbled"}
+    assert set(problems) == {
+        "team/moved", "team/elsewhere", "default/garbled", "ops/stray", "ops/unsound"}  # fmt: skip
+    assert problems["ops/stray"] == (
+        "bound to a without a tessera.io/assignment annotation: its cards are not known"
+    )
+    assert problems["ops/unsound"].startswith("bound to b without a tessera.io/assignment")
     assert "does not have" in problems["team/moved"] and A[1].uuid in problems["team/moved"]
     assert "names node b, the pod is bound to a" in problems["team/elsewhere"]
     assert "not valid JSON" in problems["default/garbled"]

@@ -1,10 +1,11 @@
 """The GPU map page (``--web``, off by default): /gpus and the data behind it, /gpus.json.
 
 The map is the extender's own view -- the inventories it holds, the assignments its pods'
-annotations say, its refused inventories, the GPU pods still waiting, the nodes it holds
-for preempting pods -- copied under the state lock (references only) and drawn by the
-same ``tessera.view.gpumap`` as ``kubectl tessera top``, outside the lock, so a page load
-never holds up a filter for long. The claims path (this driver's ResourceSlices and the
+annotations say, its refused inventories, the GPU pods still waiting and those bound
+without an assignment it can read, the nodes it holds for preempting pods -- copied
+under the state lock (references only) and drawn by the same ``tessera.view.gpumap`` as
+``kubectl tessera top``, outside the lock, so a page load never holds up a filter for
+long. The claims path (this driver's ResourceSlices and the
 claims allocated on them) comes from the claims book (``claims_book``), as ``kubectl
 tessera top`` draws it.
 
@@ -35,7 +36,7 @@ from tessera.scheduler.claims_book import ClaimsBook
 from tessera.scheduler.heap import collector_paused
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.state import SchedulerState
-from tessera.view.gpumap import GpuMap, Pending, assemble, map_parts, summary
+from tessera.view.gpumap import GpuMap, Pending, assemble, map_parts, summary, unassigned
 
 __all__ = ["MapBody", "MapCache", "accepts_gzip", "gpu_map", "map_body", "page"]
 
@@ -50,11 +51,14 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         for hold in state.holds:
             held_for.setdefault(hold.node, []).append(_held_for(state, hold))
     held: dict[str, tuple[Assignment, str]] = {}
-    pending = []
+    pending, problems = [], []
     for p in pods:
         if p.node_name and p.key in observed:
             held[p.key] = (observed[p.key].assignment, "")
-        elif not p.node_name and p.request is not None:
+        elif p.node_name and p.request is not None:
+            undecoded = p.assignment_digest is not None  # an annotation, not read
+            problems.append((p.key, unassigned(p.node_name, undecoded=undecoded)))
+        elif p.request is not None:
             ns, _, name = p.key.partition("/")
             pending.append(Pending(ns, name, summary(p.request)))
     return assemble(
@@ -62,6 +66,7 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         held,
         node_problems=bad,
         pending=pending,
+        pod_problems=problems,
         slices=claims.slices() if claims else (),
         claims=claims.claims() if claims else (),
         held_nodes={node: "held for " + "; ".join(sorted(pods)) for node, pods in held_for.items()},

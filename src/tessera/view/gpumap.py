@@ -37,6 +37,7 @@ __all__ = [
     "card_json",
     "map_json",
     "summary",
+    "unassigned",
 ]
 
 Obj = Mapping[str, Any]
@@ -139,6 +140,18 @@ def summary(request: PodRequest) -> str:
             mem = f"{g.memory_mib} MiB" if g.memory_mib is not None else "memory share"
             parts.append(f"{c.name}: {cards} {mem} {g.cores_percent}%")
     return ", ".join(parts)
+
+
+def unassigned(node: str, *, undecoded: bool = False) -> str:
+    """The problem of a GPU pod bound without an assignment the map can read: bound by
+    something other than Tessera's scheduler (``spec.nodeName`` set by hand, with the
+    webhook off), or its annotation since taken off or broken."""
+    if undecoded:
+        return (
+            f"bound to {node}, its {keys.ASSIGNMENT} annotation does not decode "
+            "(the scheduler's log says why): its cards are not known"
+        )
+    return f"bound to {node} without a {keys.ASSIGNMENT} annotation: its cards are not known"
 
 
 def assemble(
@@ -314,16 +327,14 @@ def build_map(
         if phase in TERMINAL_PHASES:
             continue
         text = _annotation(obj, keys.ASSIGNMENT)
-        if not node:
-            try:
-                request = parse_pod(obj, names=names, compat=compat)
-            except SpecError as exc:
-                pending.append(Pending(ns, pod, f"invalid: {exc}"))
-                continue
-            if request is not None:
-                pending.append(Pending(ns, pod, summary(request)))
-            continue
-        if text is None:
+        if not node or text is None:
+            asks = _asks(obj, names, compat)
+            if asks is None:
+                continue  # asks for no GPU
+            if node:
+                problems.append((key, unassigned(node)))
+            else:
+                pending.append(Pending(ns, pod, asks))
             continue
         try:
             a = keys.decode_assignment(key, text)
@@ -343,6 +354,15 @@ def build_map(
         slices=slices,
         claims=claims,
     )
+
+
+def _asks(obj: Obj, names: ResourceNames, compat: Compat) -> str | None:
+    """What a pod asks of GPUs as the map lists it; None for a pod that asks for none."""
+    try:
+        request = parse_pod(obj, names=names, compat=compat)
+    except SpecError as exc:
+        return f"invalid: {exc}"
+    return None if request is None else summary(request)
 
 
 def card_json(node: NodeView, card: CardView) -> dict[str, Any]:
