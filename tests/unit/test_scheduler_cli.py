@@ -5,6 +5,7 @@ one would fail with another message); what it cannot start with is one line, exi
 from __future__ import annotations
 
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,29 @@ def test_a_kubeconfig_it_cannot_read_is_one_line(tmp_path: Path) -> None:
     code, err = _run("--kubeconfig", str(tmp_path / "none.yaml"), "--webhook-port", "0")
     assert code == 1
     assert err.startswith(f"tessera scheduler: error: kubeconfig {tmp_path / 'none.yaml'}: ")
+
+
+def test_a_certificate_it_generated_goes_with_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    made: list[Path] = []
+    monkeypatch.setattr(
+        "tessera.scheduler.tls.generate_serving_cert",
+        lambda directory, hosts, real=generate_serving_cert: (
+            made.append(directory) or real(directory, hosts)
+        ),
+    )
+    # No --tls-dir, the default --webhook-port, and a kubeconfig that does not load.
+    code, err = _run("--kubeconfig", str(tmp_path / "none.yaml"))
+    assert code == 1 and "kubeconfig" in err, err
+    assert [d.parent for d in made] == [temp] and made[0].name.startswith("tessera-tls-")
+    assert list(temp.iterdir()) == []  # generated, then removed
+    kept = tmp_path / "tls"
+    code, err = _run("--kubeconfig", str(tmp_path / "none.yaml"), "--tls-dir", str(kept))
+    assert code == 1 and (kept / "ca.crt").is_file()  # a folder it was given is kept
 
 
 def test_a_port_in_use_is_told_before_anything_starts(tmp_path: Path) -> None:

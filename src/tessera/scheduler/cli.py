@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tessera.exits import exit_with_error
+
+if TYPE_CHECKING:
+    from tessera.scheduler.config import SchedulerConfig
+    from tessera.scheduler.tls import ReloadingContext
 
 __all__ = ["scheduler"]
 
@@ -43,7 +48,11 @@ def scheduler(
     ] = None,
     tls_key: Annotated[Path | None, typer.Option(help="its key (PEM)")] = None,
     tls_dir: Annotated[
-        Path | None, typer.Option(help="generate a certificate here when none is given")
+        Path | None,
+        typer.Option(
+            help="generate a certificate here when none is given (default: a temporary "
+            "folder, removed when the process stops)"
+        ),
     ] = None,
     tls_host: Annotated[
         list[str] | None, typer.Option(help="SANs of a generated cert (repeat)")
@@ -77,21 +86,11 @@ def scheduler(
 ) -> None:
     """Serve the kube-scheduler extender (filter/prioritize/bind) and the admission webhook."""
     import logging
-    import signal
-    import ssl
-    import tempfile
-    import threading
 
     from tessera.errors import SpecError
-    from tessera.kube.binder import AioBinder
-    from tessera.kube.client import KubeClient
-    from tessera.kube.errors import KubeconfigError
     from tessera.model.podspec import Compat
     from tessera.placement.policies import make_policy
-    from tessera.scheduler.app import SchedulerApp
     from tessera.scheduler.config import SchedulerConfig
-    from tessera.scheduler.http import Server
-    from tessera.scheduler.tls import ReloadingContext, ServingCert, generate_serving_cert
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -108,25 +107,6 @@ def scheduler(
         )
     if (tls_cert is None) != (tls_key is None):
         raise typer.BadParameter("give both --tls-cert and --tls-key, or neither")
-    # The webhook's certificate is read before the API is reached: a wrong path or a
-    # key that does not match is told at once, by the flag's name.
-    tls: ReloadingContext | None = None
-    if webhook_port:
-        if tls_cert is not None and tls_key is not None:
-            cert = ServingCert(tls_cert, tls_key)
-        else:
-            directory = tls_dir or Path(tempfile.mkdtemp(prefix="tessera-tls-"))
-            cert = generate_serving_cert(directory, tls_host or ["localhost", "127.0.0.1"])
-            logging.getLogger("tessera.scheduler").info(
-                "webhook certificate generated in %s (caBundle: ca.crt)", directory
-            )
-        try:
-            tls = ReloadingContext(cert)
-        except (OSError, ssl.SSLError, ValueError) as exc:
-            raise typer.BadParameter(
-                f"{cert.cert_file} and {cert.key_file} do not load: {exc}",
-                param_hint="--tls-cert/--tls-key",
-            ) from None
     config = SchedulerConfig(
         scheduler_name=scheduler_name,
         policy=policy,
@@ -142,6 +122,67 @@ def scheduler(
         lease_name=lease_name,
         freeze_heap=True,
     )
+    with contextlib.ExitStack() as cleanup:
+        tls = None
+        if webhook_port:
+            tls = _webhook_tls(tls_cert, tls_key, tls_dir, tls_host, cleanup)
+        _serve(config, kubeconfig, host, port, webhook_port, tls)
+
+
+def _webhook_tls(
+    cert_file: Path | None,
+    key_file: Path | None,
+    directory: Path | None,
+    hosts: list[str] | None,
+    cleanup: contextlib.ExitStack,
+) -> ReloadingContext:
+    """The webhook's certificate, read before the API is reached: a wrong path or a key
+    that does not match is told at once, by the flag's name. One generated in a folder
+    made for it (no ``--tls-dir``) is removed with the process, however it stops: each
+    start makes a new one."""
+    import logging
+    import ssl
+    import tempfile
+
+    from tessera.scheduler.tls import ReloadingContext, ServingCert, generate_serving_cert
+
+    if cert_file is not None and key_file is not None:
+        cert = ServingCert(cert_file, key_file)
+    else:
+        if directory is None:
+            made = tempfile.TemporaryDirectory(prefix="tessera-tls-")
+            directory = Path(cleanup.enter_context(made))
+        cert = generate_serving_cert(directory, hosts or ["localhost", "127.0.0.1"])
+        logging.getLogger("tessera.scheduler").info(
+            "webhook certificate generated in %s (caBundle: ca.crt)", directory
+        )
+    try:
+        return ReloadingContext(cert)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise typer.BadParameter(
+            f"{cert.cert_file} and {cert.key_file} do not load: {exc}",
+            param_hint="--tls-cert/--tls-key",
+        ) from None
+
+
+def _serve(
+    config: SchedulerConfig,
+    kubeconfig: Path | None,
+    host: str,
+    port: int,
+    webhook_port: int,
+    tls: ReloadingContext | None,
+) -> None:
+    """Run until SIGTERM or SIGINT."""
+    import signal
+    import threading
+
+    from tessera.kube.binder import AioBinder
+    from tessera.kube.client import KubeClient
+    from tessera.kube.errors import KubeconfigError
+    from tessera.scheduler.app import SchedulerApp
+    from tessera.scheduler.http import Server
+
     try:
         api = KubeClient.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
     except KubeconfigError as exc:
