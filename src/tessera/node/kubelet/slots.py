@@ -16,7 +16,7 @@ from tessera.errors import FormatError
 __all__ = ["MAX_ID_LEN", "SEPARATOR", "cards_of", "parse_slot", "slot_id", "slot_ids"]
 
 SEPARATOR = "::"
-MAX_ID_LEN = 63  # the device plugin API's limit on Device.ID
+MAX_ID_LEN = 63  # Device.ID's limit, as v1beta1/api.proto states it (kubelet does not check)
 
 
 def slot_id(uuid: str, k: int) -> str:
