@@ -181,9 +181,18 @@ def test_bad_allowance_files(text: str, message: str) -> None:
         decode_allowance(text)
 
 
-def test_encoder_refuses_out_of_range() -> None:
+@pytest.mark.parametrize("percent", [{0: 101}, {0: -1}, {16: 50}, {-1: 50}])
+def test_encoder_refuses_out_of_range(percent: dict[int, int]) -> None:
     with pytest.raises(FormatError, match="out of range"):
-        encode_allowance({0: 101}, 1)
+        encode_allowance(percent, 1)
+
+
+def test_the_allowance_round_trips_at_its_bounds_and_skips_keys_it_does_not_know() -> None:
+    bounds = {0: 0, 15: 100}
+    assert decode_allowance(encode_allowance(bounds, 0)) == (0, bounds)
+    # Keys of a later writer are skipped, as libvgpu skips them (vg_config.c).
+    text = "version=1\nwritten_unix_ms=7\ncard.1.percent=40\ncard.1.floor=9\nnode.x.percent=1\n"
+    assert decode_allowance(text) == (7, {1: 40})
 
 
 U = "GPU-00000000-0000-0000-0000-00000000000a"
