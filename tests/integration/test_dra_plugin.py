@@ -39,6 +39,7 @@ from tessera.model.annotations import decode_inventory
 from tessera.model.clusterspec import make_cards
 from tessera.node.agent import Agent, AgentConfig
 from tessera.node.cards.fake import FakeDiscovery
+from tessera.node.dra.server import DraPluginServer
 from tessera.node.dra.v1 import dra_pb2 as pb
 from tessera.node.dra.v1 import dra_pb2_grpc as pbg
 from tessera.node.dra.v1 import registration_pb2 as reg
@@ -174,6 +175,26 @@ def test_registration_names_the_driver_and_the_v1_service(env: Env) -> None:
             reg.RegistrationStatus(plugin_registered=True), timeout=5
         )
     assert env.agent.dra is not None and env.agent.dra.registered.is_set()
+
+
+def test_stopping_removes_both_sockets_but_only_those_it_served(env: Env) -> None:
+    """kubelet's plugin watcher learns the driver is gone when its registration socket
+    goes; a server that never served (a failed start) leaves what is at its paths."""
+    dra = env.agent.dra
+    assert dra is not None
+    served = (dra.registration_path, dra.socket_path)
+    assert all(p.is_socket() for p in served)
+    env.agent.stop()
+    assert not any(p.exists() for p in served)
+    other = DraPluginServer(dra.preparer, env.root / "other-plugins", env.root / "other-reg")
+    for p in (other.registration_path, other.socket_path):
+        p.parent.mkdir(parents=True)
+        p.write_text("another agent's")
+    other.stop()
+    assert (
+        other.registration_path.read_text() == other.socket_path.read_text() == ("another agent's")
+    )
+    env.agent.start()
 
 
 def test_prepare_writes_the_limits_and_cdi_spec_and_unprepare_removes_them(env: Env) -> None:
