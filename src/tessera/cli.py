@@ -22,7 +22,10 @@ def version() -> None:
 
 from tessera.simulate.cli import simulate  # noqa: E402  (light: heavy imports are lazy)
 
-app.command("simulate")(simulate)
+# One line in the command list: the command's own help says the protocol in full.
+app.command(
+    "simulate", short_help="Replay a GPU trace per placement policy, report GPU allocation."
+)(simulate)
 
 
 from tessera.testenv.cli import app as dev_cluster_app  # noqa: E402

@@ -243,3 +243,10 @@ def test_an_arrival_or_a_speedup_under_one_is_taken(
     code, _, err = run(*common, "--workload", str(tasks), "--departures", "--speedup", "0.5")
     assert code == 0, err
     assert json.loads(out_json.read_text())["speedup"] == 0.5
+
+
+def test_the_command_list_gives_simulate_one_line() -> None:
+    """The docstring's hard line breaks used to cut its summary mid-phrase in the list."""
+    listing = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["--help"]).output
+    [line] = [x for x in listing.splitlines() if " simulate " in x]
+    assert line.rstrip(" │").endswith("report GPU allocation."), listing
