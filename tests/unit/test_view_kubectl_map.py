@@ -182,6 +182,17 @@ def test_top_and_pod_name_the_problems_and_the_waiting(placed: FakeKube) -> None
     assert out.startswith("pod team-a/whole: ")
 
 
+def test_a_gpu_pod_bound_by_someone_else_is_a_problem_not_a_pod_without_gpus(
+    placed: FakeKube,
+) -> None:
+    stray = pod_obj("stray", gpu=1, memory=1000, ns="team-a")  # no webhook here: taken as is
+    stray["spec"]["nodeName"] = "a1"
+    placed.create(PODS, stray, "team-a")
+    told = "bound to a1 without a tessera.io/assignment annotation: its cards are not known"
+    assert _run("pod", "stray", code=1) == f"pod team-a/stray: {told}\n"
+    assert json.loads(_run("top", "-o", "json"))["podProblems"] == {"team-a/stray": told}
+
+
 def test_pod_shows_its_cards_or_why_it_has_none(placed: FakeKube) -> None:
     out = _run("pod", "infer", "-n", "team-b")
     assert out.startswith("pod team-b/infer on node a1\n")
