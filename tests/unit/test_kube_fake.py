@@ -9,7 +9,7 @@ import pytest
 from tessera.kube import NODES, PODS, ApiError, Conflict, FakeKube, Gone, NotFound
 from tessera.kube.binder import bind_once, bound_so
 from tessera.kube.fake import canonical_quantity
-from tessera.kube.kinds import GPUQUOTAS, POD_DISRUPTION_BUDGETS, RESOURCE_SLICES
+from tessera.kube.kinds import GPUQUOTAS, LEASES, POD_DISRUPTION_BUDGETS, RESOURCE_SLICES
 
 
 def _pod(name: str) -> dict:
@@ -26,6 +26,29 @@ def test_a_namespaced_object_is_written_to_the_namespace_of_the_path_only() -> N
     unnamed = {"metadata": {"name": "b"}}
     assert kube.create(PODS, unnamed, "ns")["metadata"]["namespace"] == "ns"
     assert kube.create(NODES, {"metadata": {"name": "n"}})["metadata"].get("namespace") is None
+
+
+def test_a_body_naming_another_type_than_the_resources_is_refused_and_nothing_written() -> None:
+    kube = FakeKube()
+    with pytest.raises(
+        ApiError,
+        match=r"the API version in the data \(v1\) does not match"
+        r" the expected API version \(coordination.k8s.io/v1\)",
+    ) as version:
+        kube.create(LEASES, {"apiVersion": "v1", "kind": "Lease", "metadata": {"name": "l"}},
+                    "ns")  # fmt: skip
+    with pytest.raises(ApiError, match=r"lease in version .* cannot be handled as a Lease") as kind:
+        kube.create(LEASES, {"kind": "lease", "metadata": {"name": "l"}}, "ns")
+    assert (version.value.status, kind.value.status) == (400, 400)
+    with pytest.raises(NotFound):
+        kube.get(LEASES, "l", "ns")
+    # Neither named: the resource's own, as the server takes the path's.
+    lease = kube.create(LEASES, {"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}}, "ns")
+    lease.update(apiVersion="coordination.k8s.io/v1", kind="Node")
+    with pytest.raises(ApiError, match="Node in version") as replaced:
+        kube.replace(LEASES, lease, "ns")
+    assert replaced.value.status == 400
+    assert kube.get(LEASES, "l", "ns")["spec"] == {"holderIdentity": "a"}
 
 
 def test_create_stamps_uid_and_resource_version() -> None:

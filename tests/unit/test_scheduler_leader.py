@@ -104,3 +104,32 @@ def test_release_on_stop_hands_over_at_once() -> None:
     assert a.try_acquire_or_renew()
     a.stop(release=True)
     assert b.try_acquire_or_renew()
+
+
+def test_the_holders_own_lease_duration_decides_when_it_has_expired() -> None:
+    """A holder that wrote a longer lease (another version, with another default, during
+    an upgrade) is not taken over at the shorter duration of the one reading its Lease."""
+    kube, now = FakeKube(), [0.0]
+    patient = LeaderElector(kube, "ns", "tessera", "a", lease_s=60, renew_deadline_s=40,
+                            retry_s=2, clock=lambda: now[0])  # fmt: skip
+    _, b = _pair(kube, now)
+    assert patient.try_acquire_or_renew()
+    assert kube.get(LEASES, "tessera", "ns")["spec"]["leaseDurationSeconds"] == 60
+    assert not b.try_acquire_or_renew()  # b's own lease_s is 15
+    now[0] = 30.0
+    assert not b.try_acquire_or_renew()
+    now[0] = 61.0
+    assert b.try_acquire_or_renew()
+
+
+def test_a_lease_without_a_duration_is_read_with_the_readers_own() -> None:
+    kube, now = FakeKube(), [0.0]
+    kube.create(LEASES, {"metadata": {"name": "tessera"},
+                         "spec": {"holderIdentity": "elsewhere"}}, "ns")  # fmt: skip
+    _, b = _pair(kube, now)
+    assert not b.try_acquire_or_renew()
+    now[0] = 14.0
+    assert not b.try_acquire_or_renew()
+    now[0] = 15.5
+    assert b.try_acquire_or_renew()
+    assert kube.get(LEASES, "tessera", "ns")["spec"]["holderIdentity"] == "b"

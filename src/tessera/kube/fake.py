@@ -10,7 +10,8 @@ after a resourceVersion, in order, and ``Gone`` once that version has left the
 a malformed one refused (400); label selectors in every form ``labels.Parse`` reads, and
 one it cannot read refused (400), as is a field selector on a label the real server
 does not index; a namespaced object written with no namespace in the call, or naming
-another than the call's, refused (405, 400).
+another than the call's, refused (405, 400); a written body whose ``apiVersion`` or
+``kind`` is not the resource's refused (400; absent, they are the resource's).
 ``fail_next`` injects an error into the next call of an operation, the way a flaky server
 would.
 """
@@ -394,6 +395,7 @@ class FakeKube:
         with self._lock:
             self.calls.append(("create", kind.plural))
             self._check_failure("create", kind)
+            self._check_type(kind, body)
             obj = copy.deepcopy(body)
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
@@ -410,6 +412,21 @@ class FakeKube:
             self._objects[key] = obj
             self._record(kind, "ADDED", obj)
             return copy.deepcopy(obj)
+
+    @staticmethod
+    def _check_type(kind: Kind, body: Obj) -> None:
+        """The body of a create or replace names the resource's own type, if any: the
+        server takes the path's when it names none, refuses another version (apiserver
+        endpoints/handlers create.go and update.go) and fails to decode a kind that is
+        not the resource's (400 both)."""
+        version, name = body.get("apiVersion"), body.get("kind")
+        if version and version != kind.api_version:
+            raise ApiError(400, "BadRequest", f"the API version in the data ({version}) does "
+                           f"not match the expected API version ({kind.api_version})")  # fmt: skip
+        if name and name != kind.kind:
+            raise ApiError(400, "BadRequest", f'{name} in version "{kind.api_version}" cannot '
+                           f"be handled as a {kind.kind}: no kind {name!r} is registered "
+                           f"for {kind.plural}")  # fmt: skip
 
     @staticmethod
     def _namespace_of(kind: Kind, namespace: str | None, meta: dict[str, Any]) -> str:
@@ -443,6 +460,7 @@ class FakeKube:
         with self._lock:
             self.calls.append(("replace", kind.plural))
             self._check_failure("replace", kind)
+            self._check_type(kind, body)
             meta = body.get("metadata", {})
             if kind.namespaced:
                 namespace = self._namespace_of(kind, namespace, meta)
