@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from tessera.placement.base import Policy
+from tessera.placement.policies import make_policy
 from tessera.scheduler.placer import Placer
 from tests.unit.test_scheduler_holds import pod
 
@@ -41,3 +43,22 @@ def test_a_pods_own_policy_overrides_the_default_and_is_made_once() -> None:
     assert placer.policy(plain).name == "binpack"
     assert placer.policy(spread).name == "spread"
     assert placer.policy(spread) is placer.policy(spread)
+
+
+def test_every_policy_learns_from_the_mix_the_placer_observes_into() -> None:
+    placer = Placer("binpack")
+    own = placer.policy(dataclasses.replace(pod("p", memory=1000), placement="fragmentation"))
+    assert own.node.mix is placer.mix  # not a fresh, empty mix of its own
+    default = Placer("fragmentation").policy(pod("q", memory=1000))
+    assert default.node.mix is not placer.mix
+
+
+def test_the_placers_seed_drives_the_random_policy() -> None:
+    asks = dataclasses.replace(pod("p", memory=1000), placement="random")
+    gpu = asks.containers[0].gpu
+
+    def picks(policy: Policy) -> list[int]:
+        return policy.card.pick(None, gpu, list(range(16)), 16)  # the view is not read
+
+    assert picks(Placer(seed=7).policy(asks)) == picks(make_policy("random", 7))
+    assert picks(Placer(seed=7).policy(asks)) != picks(make_policy("random", 8))
