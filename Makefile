@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.local/bin:$(PATH)
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
-.PHONY: demo test setup lint typecheck libvgpu image testenv deploy debian-packages clean
+.PHONY: demo test setup lint typecheck libvgpu image testenv deploy debian-packages mutate clean
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -69,5 +69,12 @@ debian-packages:
 test: setup lint testenv libvgpu debian-packages
 	$(BIN)/pytest
 
+# Mutation testing (docs/testing.md), not part of `make test`; one module at a time:
+#   make mutate MUTANTS='tessera.scheduler.placer*'
+mutate: setup
+	@test -n "$(MUTANTS)" || { echo "usage: make mutate MUTANTS='tessera.scheduler.placer*' (the whole tree takes days)"; exit 2; }
+	$(BIN)/mutmut run --max-children "$$(nproc)" '$(MUTANTS)'
+	$(BIN)/mutmut results | grep -v ': not checked$$' || true
+
 clean:
-	rm -rf .venv out build
+	rm -rf .venv out build mutants
