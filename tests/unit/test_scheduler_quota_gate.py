@@ -98,6 +98,20 @@ def test_fits_without_counts_the_pods_that_would_go() -> None:
     assert g.fits_without(ask, 0, "A100", ["team-a/unknown"]) is False
 
 
+def test_fits_without_and_refusal_count_the_holds_for_pods_as_important() -> None:
+    holds = HoldBook()
+    g = gate(holds)
+    g.count("team-a/p1", on("a1", 50000))
+    holds.put(hold("team-a/urgent", 100, on("a2", 25000)))
+    ask = request("new", 30000)
+    # 50,000 used + 25,000 held + 30,000 asked: over the 100,000 allowed.
+    assert g.fits_without(ask, 100, "A100", []) is False
+    assert g.fits_without(ask, 101, "A100", []) is True  # held for a less important pod
+    assert g.fits_without(ask, 100, "A100", ["team-a/p1"]) is True
+    assert "25000 of it held for a preempting pod" in g.refusal(ask, on("a1", 30000), 100)
+    assert g.refusal(ask, on("a1", 30000)) == ""  # no priority given: holds not weighed
+
+
 def test_never_fits_skips_the_models_the_pod_refuses() -> None:
     g = gate()
     g.apply(quota({"name": "a100", "models": ["A100"], "memoryMiB": 1000}))
@@ -109,6 +123,9 @@ def test_never_fits_skips_the_models_the_pod_refuses() -> None:
     assert g.never_fits(request("big", 2000, ns="team-b")) == ""  # no quota at all
     assert g.refusal(request("big", 2000, ns="team-b"), on("a1", 2000)) == ""
     assert "1000 MiB" in g.refusal(request("big", 2000), on("a1", 2000))
+    # A model it refuses sorted before one it takes (A100 before T4) is skipped, not the end.
+    g.apply(quota({"name": "t4", "models": ["T4"], "memoryMiB": 1000}))
+    assert "allows 1000 MiB" in g.never_fits(request("big", 2000, models=frozenset({"T4"})))
 
 
 def test_a_refused_quota_is_counted_and_the_last_good_one_stays() -> None:
