@@ -27,9 +27,12 @@ def review(pod: dict[str, Any], operation: str = "CREATE") -> bytes:
 
 
 def answer(body: bytes) -> dict[str, Any]:
+    """The response, after what the API server checks of its envelope: the review's own
+    apiVersion and uid, and a patch declared as a JSONPatch."""
     out = json.loads(body)
-    assert out["kind"] == "AdmissionReview"
+    assert (out["apiVersion"], out["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
     assert out["response"]["uid"] == "r1"
+    assert ("patch" in out["response"]) == (out["response"].get("patchType") == "JSONPatch")
     return dict(out["response"])
 
 
@@ -54,6 +57,15 @@ def test_gpu_pod_gets_scheduler_name_and_explicit_card_count() -> None:
     out = patched(pod)
     assert out["spec"]["schedulerName"] == "tessera-scheduler"
     limits = out["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"tessera.io/gpu": "1", "tessera.io/gpu-memory": "2048"}
+
+
+def test_a_gpu_container_after_one_without_is_rewritten_too() -> None:
+    pod = pod_obj("p", gpu=None, memory=2048)
+    pod["spec"]["containers"].insert(0, {"name": "log", "image": "busybox"})
+    out = patched(pod)
+    assert "resources" not in out["spec"]["containers"][0]
+    limits = out["spec"]["containers"][1]["resources"]["limits"]
     assert limits == {"tessera.io/gpu": "1", "tessera.io/gpu-memory": "2048"}
 
 
