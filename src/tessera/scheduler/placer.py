@@ -21,8 +21,7 @@ class Placer:
     """Not thread-safe on its own: called with the scheduler state's lock held."""
 
     def __init__(self, default: str = "binpack", seed: int = 0, remember: int = 100_000) -> None:
-        self.policies = PolicySet(default, seed)
-        self.mix = self.policies.mix
+        self.policies = PolicySet(default, seed)  # every policy reads its one mix
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._remember = remember
 
@@ -37,4 +36,4 @@ class Placer:
         self._seen[uid] = None
         if len(self._seen) > self._remember:
             self._seen.popitem(last=False)
-        self.mix.observe(request)
+        self.policies.mix.observe(request)

@@ -5,9 +5,8 @@ annotations say, its refused inventories, the GPU pods still waiting and those b
 without an assignment it can read, the nodes it holds for preempting pods -- copied
 under the state lock (references only) and drawn by the same ``tessera.view.gpumap`` as
 ``kubectl tessera top``, outside the lock, so a page load never holds up a filter for
-long. The claims path (this driver's ResourceSlices and the
-claims allocated on them) comes from the claims book (``claims_book``), as ``kubectl
-tessera top`` draws it.
+long. The claims path (this driver's ResourceSlices and the claims allocated on them)
+comes from the claims book (``claims_book``), as ``kubectl tessera top`` draws it.
 
 Drawing the map takes a while on a large cluster (0.3 s at 1,000 full nodes and 40,000
 pods, 1.8 s at 5,000 and 200,000; bench/map_load.py), so the server builds it on a thread
