@@ -348,7 +348,8 @@ class Allocator:
         if t is None:
             raise AllocationError(
                 FAILED_PRECONDITION,
-                f"Allocate {list(rec.slots)} again: pod {rec.pod_key} is no longer on this node",
+                f"Allocate {list(rec.slots)} again: pod {rec.pod_key} has no usable "
+                f"assignment on node {self.node}",
             )
         return rec, self._edits(rec, t.assignment)
 
