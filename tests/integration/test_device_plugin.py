@@ -272,7 +272,9 @@ def test_prestart_corrects_a_wrong_guess(env: Env) -> None:
     env.podres.on = True
     started = env.kubelet.start_containers(r1[1])
     check_started(env, started, r1[2])
-    assert env.agent.allocator is not None and env.agent.allocator.corrections == 1
+    assert env.agent.metrics is not None
+    registry = env.agent.metrics.registry
+    assert registry.get_sample_value("tessera_agent_match_corrections_total", {"node": NODE}) == 1
     check_started(env, env.kubelet.run(r0[1]), r0[2])
 
 

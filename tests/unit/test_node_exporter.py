@@ -143,7 +143,8 @@ def test_every_card_and_container_series_has_its_figure(tmp_path: Path) -> None:
     recs = [_alloc(layout, "busy", U0, busy_region), _alloc(layout, "quiet", U0, quiet_region)]
     cards = (CARDS[0], replace(CARDS[1], healthy=False))
     view = NodeView("n1", lambda: cards, lambda: recs, {U0: 37.5}.get, dict,
-                    lambda: {"isolation": "hook", "library": "v1"})  # fmt: skip
+                    lambda: {"isolation": "hook", "library": "v1"},
+                    corrections=lambda: 3)  # fmt: skip
     samples = _scrape(NodeCollector(view, layout))
 
     def card(name: str) -> dict[str, float]:
@@ -169,3 +170,5 @@ def test_every_card_and_container_series_has_its_figure(tmp_path: Path) -> None:
     assert ctr("processes") == {"busy": 1, "quiet": 1}
     [info] = [s for s in samples if s[0] == "tessera_agent_info"]
     assert info[1] == {"node": "n1", "isolation": "hook", "library": "v1"} and info[2] == 1
+    [corrected] = [s for s in samples if s[0] == "tessera_agent_match_corrections_total"]
+    assert corrected[1:] == ({"node": "n1"}, 3)

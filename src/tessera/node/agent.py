@@ -340,6 +340,7 @@ class Agent:
 
     def _metrics(self, lib_version: str) -> AgentMetrics:
         assert self.facts is not None and self.allocator is not None
+        allocator = self.allocator
         info = {
             "driver_version": self.facts.driver_version or "unknown",
             "isolation": str(self.cfg.isolation),
@@ -348,11 +349,12 @@ class Agent:
         view = NodeView(
             node=self.cfg.node,
             cards=self.cards,
-            allocations=self.allocator.allocations,
+            allocations=allocator.allocations,
             utilization=self.discovery.utilization,
             backstop_actions=lambda: self.backstop.actions if self.backstop else {},
             info=lambda: info,
             claims=lambda: self.preparer.prepared_claims() if self.preparer else [],
+            corrections=lambda: allocator.corrections,
         )
         return AgentMetrics(view, self.layout)
 

@@ -31,6 +31,7 @@ tessera_claim_*{claim,card}, tessera_claim_*{claim}    the same nine series for 
                                                        unreadable)
 tessera_agent_call_seconds{node,call}                  device-plugin calls, histogram
 tessera_agent_calls_total{node,call,result}            and their results
+tessera_agent_match_corrections_total{node}            Allocate matches PreStartContainer corrected
 tessera_agent_info{driver_version,isolation,library}   1
 =====================================================  ========================================
 
@@ -85,6 +86,8 @@ class NodeView:
     # Prepared DRA claims as (uid, namespace, name, card UUID of each slice); none
     # without the claims path.
     claims: Callable[[], list[tuple[str, str, str, tuple[str, ...]]]] = field(default=list)
+    # Allocate matches PreStartContainer corrected from kubelet's pod-resources report.
+    corrections: Callable[[], int] = field(default=int)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +235,14 @@ class NodeCollector(Collector):
             namespace, _, pod = pod_key.partition("/")
             actions.add_metric([node, namespace, pod, container, action], n)
         yield actions
+
+        corrected = CounterMetricFamily(
+            "tessera_agent_match_corrections",
+            "Allocate matches that PreStartContainer corrected from kubelet's pod-resources",
+            labels=["node"],
+        )
+        corrected.add_metric([node], v.corrections())
+        yield corrected
 
         info = v.info()
         keys = sorted(info)
