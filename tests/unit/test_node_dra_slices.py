@@ -87,6 +87,31 @@ def test_an_agent_restarted_with_the_same_cards_writes_nothing() -> None:
     assert again.writes == 0
 
 
+def test_a_taint_removed_by_hand_is_written_back() -> None:
+    # Without it kube-scheduler would place claims on the sick card again.
+    kube, pub = _world()
+    cards = [replace(make_cards("n1", 1, "A100")[0], healthy=False)]
+    pub.publish(cards)
+    for edit in ("key", "drop"):  # the taint renamed, then taken off
+        obj = kube.get(RESOURCE_SLICES, slice_name("n1"))
+        if edit == "key":
+            obj["spec"]["devices"][0]["taints"][0]["key"] = "example.com/other"
+        else:
+            del obj["spec"]["devices"][0]["taints"]
+        kube.replace(RESOURCE_SLICES, obj)
+        pub.forget()
+        assert pub.publish(cards), edit
+        assert [t["key"] for t in next(iter(_taints(kube).values()))] == [UNHEALTHY_TAINT]
+
+
+def test_the_driver_version_the_agent_read_is_in_every_device() -> None:
+    kube = FakeKube()
+    kube.create(NODES, {"metadata": {"name": "n1"}})
+    SlicePublisher(kube, "n1", driver_version="550.54.15").publish(make_cards("n1", 2, "A100"))
+    devices = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"]
+    assert [d["attributes"]["driverVersion"] for d in devices] == [{"version": "550.54.15"}] * 2
+
+
 def test_a_capacity_edited_by_hand_is_written_back() -> None:
     kube, pub = _world()
     cards = list(make_cards("n1", 1, "A100"))

@@ -1,0 +1,129 @@
+"""The DRA plugin's two services, called as gRPC calls them (request in, answer out),
+with the real preparer over FakeKube. The integration suite serves them on sockets;
+this one checks every claim of a batch gets its own answer whatever the others do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tessera.claims.devices import DRIVER
+from tessera.kube.fake import FakeKube
+from tessera.kube.kinds import RESOURCE_CLAIMS
+from tessera.model.clusterspec import make_cards
+from tessera.node.dra.prepare import ClaimPreparer, PreparedDevice
+from tessera.node.dra.server import DraPluginServer, _DraPlugin, _Registration
+from tessera.node.dra.v1 import dra_pb2 as pb
+from tessera.node.dra.v1 import registration_pb2 as reg
+from tessera.node.formats.layout import Layout
+from tessera.node.kube_source import KubeClaims
+
+NODE = "node-a"
+
+
+class Flaky(ClaimPreparer):
+    """Fails, as a bug or a full disk would, for the claim names in ``broken``."""
+
+    broken: frozenset[str] = frozenset()
+
+    def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
+        if name in self.broken:
+            raise KeyError("results")
+        return super().prepare(namespace, name, uid)
+
+    def unprepare(self, uid: str) -> None:
+        if uid in self.broken:
+            raise OSError(28, "No space left on device")
+        super().unprepare(uid)
+
+
+def server(tmp_path: Path, kube: FakeKube) -> tuple[DraPluginServer, Flaky]:
+    cards = make_cards(NODE, 2, "A100")
+    preparer = Flaky(NODE, cards, Layout(tmp_path / "state"), "v1", KubeClaims(kube),
+                     tmp_path / "cdi")  # fmt: skip
+    return DraPluginServer(preparer, tmp_path / "plugins", tmp_path / "registry"), preparer
+
+
+def claim(kube: FakeKube, name: str) -> dict[str, Any]:
+    result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-1",
+              "shareID": f"share-{name}",
+              "consumedCapacity": {"memory": "1Gi", "compute": "10"}}  # fmt: skip
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+    return kube.create(RESOURCE_CLAIMS, obj, "team")
+
+
+def ref(obj: dict[str, Any]) -> pb.Claim:
+    m = obj["metadata"]
+    return pb.Claim(namespace=m["namespace"], name=m["name"], uid=m["uid"])
+
+
+def test_each_claim_of_a_prepare_batch_gets_its_own_answer(tmp_path: Path) -> None:
+    kube = FakeKube()
+    srv, _ = server(tmp_path, kube)
+    ok = claim(kube, "ok")
+    missing = pb.Claim(namespace="team", name="missing", uid="u-missing")
+    out = _DraPlugin(srv).NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[missing, ref(ok)]), None
+    )
+    assert set(out.claims) == {"u-missing", ok["metadata"]["uid"]}
+    assert out.claims["u-missing"].error.startswith("reading ResourceClaim team/missing: ")
+    assert not out.claims["u-missing"].devices
+    [device] = out.claims[ok["metadata"]["uid"]].devices
+    assert (device.pool_name, device.device_name, device.share_id) == (NODE, "gpu-1", "share-ok")
+    assert list(device.request_names) == ["gpu"]
+    assert out.claims[ok["metadata"]["uid"]].error == ""
+
+
+def test_an_unexpected_failure_is_that_claims_answer_not_the_batchs(tmp_path: Path) -> None:
+    kube = FakeKube()
+    srv, flaky = server(tmp_path, kube)
+    ok = claim(kube, "ok")
+    bad = claim(kube, "bad")
+    flaky.broken = frozenset({"bad"})
+    out = _DraPlugin(srv).NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[ref(bad), ref(ok)]), None
+    )
+    assert out.claims[bad["metadata"]["uid"]].error == "tessera node agent: KeyError: 'results'"
+    assert out.claims[ok["metadata"]["uid"]].error == ""
+
+
+def test_each_claim_of_an_unprepare_batch_gets_its_own_answer(tmp_path: Path) -> None:
+    kube = FakeKube()
+    srv, flaky = server(tmp_path, kube)
+    a, b = claim(kube, "a"), claim(kube, "b")
+    _DraPlugin(srv).NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[ref(a), ref(b)]), None
+    )
+    flaky.broken = frozenset({a["metadata"]["uid"]})
+    out = _DraPlugin(srv).NodeUnprepareResources(
+        pb.NodeUnprepareResourcesRequest(claims=[ref(a), ref(b)]), None
+    )
+    assert set(out.claims) == {a["metadata"]["uid"], b["metadata"]["uid"]}
+    assert out.claims[a["metadata"]["uid"]].error == (
+        "tessera node agent: OSError: [Errno 28] No space left on device"
+    )
+    assert out.claims[b["metadata"]["uid"]].error == ""
+    assert srv.preparer.prepared() == [a["metadata"]["uid"]]
+
+
+def test_a_refused_registration_is_kept_until_kubelet_registers_the_driver(
+    tmp_path: Path,
+) -> None:
+    srv, _ = server(tmp_path, FakeKube())
+    registration = _Registration(srv)
+    info = registration.GetInfo(reg.InfoRequest(), None)
+    assert (info.type, info.name, list(info.supported_versions)) == (
+        "DRAPlugin", DRIVER, ["v1.DRAPlugin"]
+    )  # fmt: skip
+    registration.NotifyRegistrationStatus(
+        reg.RegistrationStatus(plugin_registered=False, error="version not supported"), None
+    )
+    assert (srv.registered.is_set(), srv.registration_error) == (False, "version not supported")
+    registration.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), None)
+    assert (srv.registered.is_set(), srv.registration_error) == (True, "")
