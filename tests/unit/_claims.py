@@ -22,6 +22,8 @@ def claim(
     pool: str = "c1",
     driver: str = "gpu.tessera.io",
     ns: str = "team-a",
+    compute: str = "10",
+    share_id: str | None = None,
 ) -> dict[str, Any]:
     """A claim allocated one device (``memory`` None: not allocated)."""
     obj: dict[str, Any] = {
@@ -32,8 +34,10 @@ def claim(
         "status": {},
     }
     if memory is not None:
-        consumed = {"memory": memory, "compute": "10", "slots": "1"}
+        consumed = {"memory": memory, "compute": compute, "slots": "1"}
         result = {"request": "gpu", "driver": driver, "pool": pool, "device": device,
                   "consumedCapacity": consumed}  # fmt: skip
+        if share_id is not None:
+            result["shareID"] = share_id
         obj["status"] = {"allocation": {"devices": {"results": [result]}}}
     return obj

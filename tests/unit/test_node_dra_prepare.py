@@ -26,6 +26,7 @@ from tessera.node.formats.layout import LIMITS_IN_FOLDER, Layout
 from tessera.node.formats.limits import decode_limits
 from tessera.node.isolation import Visibility
 from tessera.node.kube_source import KubeClaims
+from tests.unit._claims import claim as a_claim
 
 NODE = "node-a"
 CARDS = make_cards(NODE, 2, "A100")
@@ -33,17 +34,8 @@ U1 = CARDS[1].uuid
 
 
 def claim(kube: FakeKube, name: str, pool: str = NODE, memory: str = "2Gi") -> dict[str, Any]:
-    """A claim allocated 20 % of card 1 and ``memory`` on ``pool``."""
-    result = {"request": "gpu", "driver": DRIVER, "pool": pool, "device": "gpu-1",
-              "shareID": f"share-{name}",
-              "consumedCapacity": {"memory": memory, "compute": "20"}}  # fmt: skip
-    obj = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "team"},
-        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
-        "status": {"allocation": {"devices": {"results": [result]}}},
-    }
+    """A claim allocated 20 % of card 1 and ``memory`` on ``pool``, as the API server has it."""
+    obj = a_claim(name, memory=memory, device="gpu-1", pool=pool, ns="team", compute="20")
     return kube.create(RESOURCE_CLAIMS, obj, "team")
 
 

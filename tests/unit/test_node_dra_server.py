@@ -17,6 +17,7 @@ from tessera.node.dra.v1 import dra_pb2 as pb
 from tessera.node.dra.v1 import registration_pb2 as reg
 from tessera.node.formats.layout import Layout
 from tessera.node.kube_source import KubeClaims
+from tests.unit._claims import claim as a_claim
 
 NODE = "node-a"
 
@@ -45,16 +46,9 @@ def server(tmp_path: Path, kube: FakeKube) -> tuple[DraPluginServer, Flaky]:
 
 
 def claim(kube: FakeKube, name: str) -> dict[str, Any]:
-    result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-1",
-              "shareID": f"share-{name}",
-              "consumedCapacity": {"memory": "1Gi", "compute": "10"}}  # fmt: skip
-    obj = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "team"},
-        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
-        "status": {"allocation": {"devices": {"results": [result]}}},
-    }
+    obj = a_claim(
+        name, memory="1Gi", device="gpu-1", pool=NODE, ns="team", share_id=f"share-{name}"
+    )
     return kube.create(RESOURCE_CLAIMS, obj, "team")
 
 
