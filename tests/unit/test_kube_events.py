@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.kube import EVENTS, ApiError, EventRecorder, FakeKube, events
+from tests.unit._clock import Clock
 
 POD = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
 
@@ -48,14 +49,6 @@ def test_an_event_dropped_on_a_full_queue_is_not_taken_as_sent() -> None:
     rec.flush()
     rec.stop()
     assert sorted(e["message"] for e in kube.list(EVENTS, "ns").items) == ["first", "second"]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_the_same_message_is_sent_again_once_its_interval_has_passed(

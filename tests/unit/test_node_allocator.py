@@ -29,6 +29,7 @@ from tessera.node.formats.limits import decode_limits
 from tessera.node.isolation import Visibility
 from tessera.node.kubelet.slots import slot_id
 from tessera.node.pods import GpuContainer, PodInfo
+from tests.unit._clock import Clock
 from tests.unit._node_doubles import Kubelet, Pods
 
 NODE = "gpu-1"
@@ -48,14 +49,6 @@ def pod(
 
 def one_card(uid: str, uuid: str = A, memory_mib: int = 4000) -> PodInfo:
     return pod(uid, {"main": (CardSlice(uuid, memory_mib, 20),)})
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def allocator(

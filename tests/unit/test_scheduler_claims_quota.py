@@ -18,6 +18,7 @@ from tessera.quota.usage import Usage
 from tessera.scheduler.claims_book import ClaimsBook
 from tessera.scheduler.state import SchedulerState
 from tests.unit._claims import a_slice, claim
+from tests.unit._clock import Clock
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
 
@@ -30,18 +31,10 @@ QUOTA = {
 }
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def book(ttl: float = 30.0) -> tuple[SchedulerState, ClaimsBook, Clock]:
     state = SchedulerState()
     state.quotas.apply(QUOTA)
-    clock = Clock()
+    clock = Clock(100.0)
     b = ClaimsBook(state, assume_ttl_s=ttl, clock=clock)
     b.slices_handler.replace([a_slice(), a_slice("t1", "T4")])
     b.claims_handler.replace([])
