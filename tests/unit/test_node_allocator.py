@@ -263,6 +263,20 @@ def test_prestart_corrects_a_wrong_guess_and_frees_the_other_container(
     assert alloc.corrections == 1
 
 
+def test_every_correction_is_counted(tmp_path: Path) -> None:
+    alloc, kubelet, _ = two_pods_one_guess(tmp_path)
+    third = pod("third", {"main": (CardSlice(A, 500, 5),)}, created="2026-11-29T00:00:02Z")
+    assert isinstance(alloc.pods, Pods)
+    alloc.pods.cached.append(third)
+    kubelet.pods = {("ns", "pod-first"), ("ns", "pod-second"), ("ns", "pod-third")}
+    kubelet.held = {("ns", "pod-second", "main"): frozenset({slot_id(A, 0)})}
+    alloc.pre_start([slot_id(A, 0)])
+    assert alloc.allocate([slot_id(A, 1)])[0].pod == "pod-first"  # the guess, again
+    kubelet.held[("ns", "pod-third", "main")] = frozenset({slot_id(A, 1)})
+    assert alloc.pre_start([slot_id(A, 1)]).pod == "pod-third"
+    assert alloc.corrections == 2
+
+
 def test_prestart_refuses_a_holder_the_agent_cannot_use(tmp_path: Path) -> None:
     alloc, kubelet, _ = two_pods_one_guess(tmp_path)
     kubelet.held = {("ns", "pod-stranger", "main"): frozenset({slot_id(A, 0)})}

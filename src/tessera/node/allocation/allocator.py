@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -87,12 +88,18 @@ class Allocator:
         self.context_mib = context_mib  # written into every limits file
         self.matcher = Matcher(node, pods, podres)
         self.ledger = Ledger(layout.read_allocs())
-        self.corrections = 0
+        self._corrections = 0  # kubelet's PreStartContainer calls run on several threads
+        self._corrections_mu = threading.Lock()
         # Library versions the claims path's prepared claims use (cleanup keeps them).
         self.claim_libs: Callable[[], set[str]] = set
 
     def allocations(self) -> list[AllocRecord]:
         return self.ledger.records()
+
+    @property
+    def corrections(self) -> int:
+        """Allocate matches PreStartContainer corrected (the exporter's counter)."""
+        return self._corrections
 
     # --- validation ------------------------------------------------------------------
 
@@ -283,7 +290,8 @@ class Allocator:
         new = self._write(rec.alloc_id, list(rec.slots), t, confirmed=True)
         self.ledger.move_claim((rec.pod_uid, rec.container), t.claim, rec.alloc_id)
         self.ledger.update(new)
-        self.corrections += 1
+        with self._corrections_mu:
+            self._corrections += 1
         return new
 
     def _ensure_limits(self, rec: AllocRecord) -> AllocRecord:
