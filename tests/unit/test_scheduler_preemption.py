@@ -3,13 +3,14 @@ important lower-priority pod evicted (Eviction API), then takes its card."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 
 from tessera.kube import GPUQUOTAS, PODS, FakeKube
-from tessera.kube.errors import ApiError
+from tessera.kube.errors import ApiError, Unavailable
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS, POD_DISRUPTION_BUDGETS
 from tessera.model.annotations import (
@@ -304,6 +305,142 @@ def test_a_new_leader_keeps_holding_the_node_while_the_victims_terminate(world: 
         assert w.schedule(urgent) == "a1"
     finally:
         new.stop()
+
+
+class Died(BaseException):
+    """The extender's process ending where it stands (no handler runs)."""
+
+
+def stepped_by_hand(app: SchedulerApp) -> Preemptor:
+    """The app's preemptor with its thread stopped: only the test's ``step`` acts."""
+    app.preemptor.stop()
+    for t in threading.enumerate():
+        if t.name == "tessera-preempt":
+            t.join(5)
+    return app.preemptor
+
+
+def next_leader(w: World) -> SchedulerApp:
+    """Stop the world's extender and start another on the same API server; the world's
+    verbs then reach it."""
+    w.app.stop()
+    new = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
+    new.start()
+    assert new.wait_synced(5)
+    w.app = new
+    return new
+
+
+def test_a_leader_that_dies_once_it_evicted_leaves_the_next_its_record(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is written before the eviction: an extender that dies right after the
+    Eviction call leaves the next leader what to hold, and no second pod goes."""
+    w = world
+    w.kube.graceful_evictions = True
+    p = stepped_by_hand(w.app)
+    evict = w.kube.evict
+
+    def evict_then_die(ns: str, name: str, uid: str) -> None:
+        evict(ns, name, uid)
+        raise Died
+
+    monkeypatch.setattr(w.kube, "evict", evict_then_die)
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    with pytest.raises(Died):
+        p.step()
+    monkeypatch.setattr(w.kube, "evict", evict)
+    eventually(lambda: w.app.state.pods["default/low-1"].terminating)
+    new = next_leader(w)
+    try:
+        p = stepped_by_hand(new)
+        assert w.filter(w.kube.get(PODS, "urgent", "default"))["NodeNames"] == []
+        p.step()
+        assert evictions(w) == ["default/low-1"]  # not low-0 as well
+        hold = new.state.holds.get("default/urgent")
+        assert hold is not None and hold.victims == {"default/low-1"}
+    finally:
+        new.stop()
+
+
+def test_an_eviction_with_no_answer_is_held_as_made_and_no_second_pod_goes(
+    world: World,
+) -> None:
+    """A timed-out eviction may have been made: its victim is held as if it were (and
+    stays in the record), not passed over for another pod that would then go too."""
+    w = world
+    w.kube.graceful_evictions = True
+    p = stepped_by_hand(w.app)
+    p.retry_s = 0.0
+    w.kube.lose_answer_of_next("evict", Unavailable(0, "Timeout", "no answer in 30s"))
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    p.step()
+    eventually(lambda: w.app.state.pods["default/low-1"].terminating)
+    assert w.filter(w.kube.get(PODS, "urgent", "default"))["NodeNames"] == []
+    p.step()
+    p.step()  # and its retry, due at once
+    assert evictions(w) == ["default/low-1"]
+    hold = w.app.state.holds.get("default/urgent")
+    assert hold is not None and hold.victims == {"default/low-1"}
+    annotations = w.kube.get(PODS, "urgent", "default")["metadata"]["annotations"]
+    assert decode_preempting("default/urgent", annotations[PREEMPTING]).victims == hold.victims
+    assert events(w, "TesseraPreempting") == []  # not known to have been made: not said
+
+
+def test_no_pod_is_evicted_before_its_preemption_is_recorded(world: World) -> None:
+    w = world
+    p = stepped_by_hand(w.app)
+    p.retry_s = 0.0
+    w.kube.fail_next("merge_patch", ApiError(500, "InternalError", "etcdserver: leader changed"))
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    p.step()
+    assert evictions(w) == []  # the record did not take: nothing goes
+    p.step()  # tried again
+    assert evictions(w) == ["default/low-1"]
+    record = w.kube.get(PODS, "urgent", "default")["metadata"]["annotations"][PREEMPTING]
+    assert decode_preempting("default/urgent", record).victims == {"default/low-1"}
+
+
+def test_the_record_keeps_only_the_victims_that_went() -> None:
+    """A refusal midway: the record is written again with the pods that went, and taken
+    off when none did, so a new leader holds nothing for evictions never made."""
+    w = World([node_obj("a1", 2, "A100")])
+    try:
+        for i in range(2):
+            assert w.schedule(w.create(prio_pod(f"low-{i}", 10))) == "a1"
+        confirmed(w)
+        p = stepped_by_hand(w.app)
+        p.retry_s = 30.0
+        budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
+                          "pod's disruption budget.")  # fmt: skip
+        real = w.kube.evict
+        calls = []
+
+        def second_refused(ns: str, name: str, uid: str) -> None:
+            calls.append(name)
+            if len(calls) == 2:
+                raise budget
+            real(ns, name, uid)
+
+        w.kube.evict = second_refused  # type: ignore[method-assign]
+        both = w.create(prio_pod("both", 1000, gpu=2))
+        assert w.filter(both)["NodeNames"] == []
+        p.step()
+        assert len(calls) == 2
+        record = w.kube.get(PODS, "both", "default")["metadata"]["annotations"][PREEMPTING]
+        assert decode_preempting("default/both", record).victims == {f"default/{calls[0]}"}
+        hold = w.app.state.holds.get("default/both")
+        assert hold is not None and hold.victims == {f"default/{calls[0]}"}
+
+        w.kube.fail_next("evict", budget)  # the first refused: nothing went
+        alone = w.create(prio_pod("alone", 2000, gpu=1))
+        assert w.filter(alone)["NodeNames"] == []
+        p.step()
+        meta = w.kube.get(PODS, "alone", "default")["metadata"]
+        assert PREEMPTING not in (meta.get("annotations") or {})
+        assert w.app.state.holds.get("default/alone") is None
+    finally:
+        w.close()
 
 
 def test_a_new_leader_holds_and_nudges_a_preemption_whose_victims_are_gone() -> None:

@@ -524,7 +524,8 @@ class FakeKube:
         pod's PodDisruptionBudgets as stored (``_charge_budget``); then the pod goes: at
         once (no kubelet here), or, with ``graceful_evictions``, it only turns terminating
         (``deletionTimestamp``) until the test deletes it, as in its grace period. No
-        disruption controller runs here: a test sets a budget's ``status`` itself."""
+        disruption controller runs here: a test sets a budget's ``status`` itself.
+        ``lose_answer_of_next("evict", ...)`` evicts, then raises."""
         with self._lock:
             self.calls.append(("evict", f"{namespace}/{name}"))
             self._check_failure("evict")
@@ -541,10 +542,12 @@ class FakeKube:
                     stored["metadata"]["deletionTimestamp"] = stamp
                     self._stamp(stored)
                     self._record(PODS, "MODIFIED", stored)
+                self._check_lost_answer("evict")
                 return
             del self._objects[key]
             self._stamp(stored)
             self._record(PODS, "DELETED", stored)
+            self._check_lost_answer("evict")
 
     def _charge_budget(self, pod: Obj) -> None:
         """The Eviction API's budget check (kube-apiserver's pod eviction REST, v1.36):

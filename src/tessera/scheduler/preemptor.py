@@ -16,13 +16,20 @@ the leader only:
    so), and every ``budget_retry_s`` in any case while the pod waits: kube-scheduler
    would not try the pod again for a budget's change, and a decision at 5,000 nodes
    costs ~0.2 s, too much to repeat every few seconds for every pod a budget holds up;
-3. evicts them through the Eviction API (``pods/eviction``, the victim's UID a
-   precondition), so budgets and graceful termination apply. A refusal all the same
+3. writes the preemption on the pod (``tessera.io/preempting``) before the first
+   eviction, so a leader that dies in the middle leaves the next one what to hold; a
+   record the API server does not take means no eviction, tried again in ``retry_s``;
+4. evicts them through the Eviction API (``pods/eviction``, the victim's UID a
+   precondition), so budgets and graceful termination apply. An eviction with no answer
+   (a timeout) may have been made: its victim is held as if it were, until it goes or
+   ``hold_s`` passes without it seen going, and the rest wait. A refusal all the same
    (429: a budget changed since it was read) stops that preemption, and it is tried
    again every ``retry_s``. The refused pod is passed over for ``avoid_s``: the next tries
    weigh the other candidates first and come back to it only if nothing else would make
-   room, so one budget does not hold up a preemption that pods elsewhere could make;
-4. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
+   room, so one budget does not hold up a preemption that pods elsewhere could make.
+   When not every victim went, the record is written again with those that did (or
+   may have), or taken off when none did;
+5. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
    victim.
 
 What the preemptor is to get on the node is held for it from the eviction on
@@ -40,7 +47,7 @@ import time
 from collections.abc import Callable
 
 from tessera.errors import FormatError
-from tessera.kube.errors import ApiError, Conflict, NotFound
+from tessera.kube.errors import ApiError, Conflict, NotFound, outcome_unknown
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
@@ -194,18 +201,31 @@ class Preemptor:
             return None
         if not self.leading():  # lost the lease while choosing: the new leader decides
             return None
-        evicted, refused = self._evict(pod, found, priority)
-        if refused:
-            with self._lock:
-                self._later[request.key] = (self.clock() + self.retry_s, pod, request, nodes)
-        if evicted:
+        planned = [v.key for v in found.victims]
+        # The record goes first: a leader that dies once an eviction is asked leaves it on
+        # the pod, and the next one holds the node instead of evicting a second set.
+        written = self._record(request.key, uid, found, planned)
+        if written is not True:
+            if written is None:  # not written: no eviction; tried again in retry_s
+                self._retry_later(pod, request, nodes)
+            return None
+        outcome = self._evict(pod, found, priority)
+        if outcome.stopped:
+            self._retry_later(pod, request, nodes)
+        held = outcome.evicted + outcome.unknown
+        if held != planned:  # the record names only what went, or may have
+            self._record(request.key, uid, found, held)
+        if held:
             with self.state.lock:
                 until = self.clock() + self.hold_s
-                hold = Hold(request.key, uid, priority, found.node, frozenset(evicted), until,
+                hold = Hold(request.key, uid, priority, found.node, frozenset(held), until,
                             request=request, decision=found.decision)  # fmt: skip
                 self.state.holds.put(hold)
-            self._record(request.key, uid, found, evicted)
         return found
+
+    def _retry_later(self, pod: Obj, request: PodRequest, nodes: list[str]) -> None:
+        with self._lock:
+            self._later[request.key] = (self.clock() + self.retry_s, pod, request, nodes)
 
     def _blocked(self, pod: Obj, request: PodRequest, nodes: list[str]) -> None:
         """When only disruption budgets stand in the way, say so on the pod and try again
@@ -230,19 +250,23 @@ class Preemptor:
             self._later[request.key] = (later, pod, request, nodes)
             self._held_by[request.key] = in_way
 
-    def _record(self, key: str, uid: str, found: Preemption, evicted: list[str]) -> None:
+    def _record(self, key: str, uid: str, found: Preemption, victims: list[str]) -> bool | None:
         """Write the preemption on its pod (``tessera.io/preempting``: the node, the
         victims and where the pod is to go), so a leader that takes over keeps holding
-        it while the victims go."""
+        it while the victims go; with no victims, take the record off. True when written;
+        False when the pod is gone or another pod has its name (nothing to preempt for);
+        None when the API server did not take it."""
         ns, _, name = key.partition("/")
-        patch = {"metadata": {"uid": uid, "annotations": {PREEMPTING: encode_preempting(
-            found.node, evicted, found.decision)}}}  # fmt: skip
+        value = encode_preempting(found.node, victims, found.decision) if victims else None
+        patch = {"metadata": {"uid": uid, "annotations": {PREEMPTING: value}}}
         try:
             self.api.merge_patch(PODS, name, patch, ns)
-        except NotFound:
-            pass  # gone meanwhile
-        except ApiError as exc:  # the hold holds here; only a takeover would lose it
+        except (NotFound, Conflict):
+            return False
+        except ApiError as exc:
             log.warning("could not record %s's preemption on its pod: %s", key, exc)
+            return None
+        return True
 
     def adopt_holds(self) -> list[str]:
         """Hold again what the leader before evicted pods for (lock held); see
@@ -304,20 +328,26 @@ class Preemptor:
         res = self.state.reservations.get(key)
         return bool(self.state.bound_node(key, uid)) or (res is not None and res.uid == uid)
 
-    def _evict(self, pod: Obj, found: Preemption, priority: int) -> tuple[list[str], bool]:
-        """The victims evicted (or gone already), and whether the API refused one."""
+    def _evict(self, pod: Obj, found: Preemption, priority: int) -> _Evicted:
+        """Evict the victims in turn, stopping at the first the API server refuses or does
+        not answer for."""
         meta = pod.get("metadata") or {}
         me = f"{meta.get('namespace')}/{meta.get('name')}"
-        evicted: list[str] = []
-        refused = False
+        out = _Evicted()
         for v in found.victims:
             ns, _, name = v.key.partition("/")
             try:
                 self.api.evict(ns, name, v.uid)
             except (NotFound, Conflict):
-                evicted.append(v.key)  # gone already, or another pod of that name now
+                out.evicted.append(v.key)  # gone already, or another pod of that name now
                 continue
             except ApiError as exc:
+                out.stopped = True
+                if outcome_unknown(exc):  # it may have been evicted: held as if it were,
+                    out.unknown.append(v.key)  # until it goes or hold_s passes unseen
+                    log.warning("preemption for %s on %s stopped at %s, whose eviction "
+                                "may have been made: %s", me, found.node, v.key, exc)  # fmt: skip
+                    break
                 why = "a PodDisruptionBudget" if exc.status == 429 else str(exc)
                 log.info("preemption for %s on %s stopped at %s: %s", me, found.node, v.key, why)
                 refused_msg = f"evicting {v.key} on {found.node} was refused: {why}"
@@ -325,22 +355,31 @@ class Preemptor:
                 self._refused[v.key] = self.clock() + self.avoid_s
                 if self.on_blocked is not None:
                     self.on_blocked("refused")
-                refused = True
                 break
-            evicted.append(v.key)
+            out.evicted.append(v.key)
             if self.on_evict is not None:
                 self.on_evict()
             victim = {"metadata": {"namespace": ns, "name": name, "uid": v.uid}}
             self.events.record(victim, "TesseraPreempted",
                                f"evicted for {me} (priority {priority}), which needs cards "
                                f"on {found.node}")  # fmt: skip
-        if evicted:
-            gone = [str(v) for v in found.victims if v.key in evicted]
+        if out.evicted:
+            gone = [str(v) for v in found.victims if v.key in out.evicted]
             log.info("preempting on %s for %s: %s", found.node, me, ", ".join(gone))
-            done = [v for v in found.victims if v.key in evicted]
+            done = [v for v in found.victims if v.key in out.evicted]
             message = dataclasses.replace(found, victims=tuple(done)).describe()
             self.events.record(pod, "TesseraPreempting", message, "Normal")
-        return evicted, refused
+        return out
+
+
+@dataclasses.dataclass(slots=True)
+class _Evicted:
+    """What a run of evictions did: the victims evicted (or gone already), the one whose
+    eviction had no answer (it may have been made), and whether it stopped short."""
+
+    evicted: list[str] = dataclasses.field(default_factory=list)
+    unknown: list[str] = dataclasses.field(default_factory=list)
+    stopped: bool = False
 
 
 def adopt_holds(state: SchedulerState, until: float, freed_at: float | None = None) -> list[str]:
