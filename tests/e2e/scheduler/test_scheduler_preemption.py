@@ -135,12 +135,10 @@ def test_a_higher_priority_pod_has_a_lower_one_evicted_budgets_permitting(
 
     # The preemption is written on the pod (through the chart's admission policy), so an
     # extender restarted now -- a rollout, a takeover -- holds the node again and evicts
-    # no second pod while the victim terminates. It is written just after the eviction.
-    def preempting() -> str | None:
-        annotations = h.admin.get(PODS, "urgent", NS)["metadata"].get("annotations") or {}
-        return annotations.get("tessera.io/preempting")
-
-    record = json.loads(wait_for("the preemption written on urgent", preempting, 10, 0.1))
+    # no second pod while the victim terminates. It is written before the eviction is
+    # asked: read once the victim is terminating, it is there.
+    annotations = h.admin.get(PODS, "urgent", NS)["metadata"].get("annotations") or {}
+    record = json.loads(annotations["tessera.io/preempting"])
     placement = record.pop("placement")  # where the urgent pod is to go: the victim's card
     assert record == {"node": NODE, "v": 1, "victims": [f"{NS}/{victim}"]}
     victim_card = json.loads(h.admin.get(PODS, victim, NS)["metadata"]["annotations"]
