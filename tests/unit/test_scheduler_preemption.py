@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tessera.kube import GPUQUOTAS, PODS, FakeKube
-from tessera.kube.errors import ApiError, Unavailable
+from tessera.kube.errors import ApiError, NotFound, Unavailable
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS, POD_DISRUPTION_BUDGETS
 from tessera.model.annotations import (
@@ -409,6 +409,7 @@ def test_the_record_keeps_only_the_victims_that_went() -> None:
         for i in range(2):
             assert w.schedule(w.create(prio_pod(f"low-{i}", 10))) == "a1"
         confirmed(w)
+        w.kube.graceful_evictions = True  # the one that goes keeps its card meanwhile
         p = stepped_by_hand(w.app)
         p.retry_s = 30.0
         budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
@@ -431,6 +432,8 @@ def test_the_record_keeps_only_the_victims_that_went() -> None:
         assert decode_preempting("default/both", record).victims == {f"default/{calls[0]}"}
         hold = w.app.state.holds.get("default/both")
         assert hold is not None and hold.victims == {f"default/{calls[0]}"}
+        went = f"evicting on a1 for cards: default/{calls[0]} (priority 10)"
+        eventually(lambda: events(w, "TesseraPreempting") == [went])  # the one that went
 
         w.kube.fail_next("evict", budget)  # the first refused: nothing went
         alone = w.create(prio_pod("alone", 2000, gpu=1))
@@ -441,6 +444,94 @@ def test_the_record_keeps_only_the_victims_that_went() -> None:
         assert w.app.state.holds.get("default/alone") is None
     finally:
         w.close()
+
+
+def test_an_eviction_with_no_answer_that_was_not_made_is_weighed_again_after_hold_s(
+    world: World,
+) -> None:
+    w = world
+    p = stepped_by_hand(w.app)
+    now = [1000.0]
+    p.clock = lambda: now[0]
+    w.kube.fail_next("evict", Unavailable(0, "Timeout", "no answer in 30s"))
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    p.step()
+    assert evictions(w) == ["default/low-1"] and "default/low-1" in w.app.state.pods
+    now[0] += p.retry_s  # its retry is due, but low-1 may still be on its way out
+    p.step()
+    assert evictions(w) == ["default/low-1"]
+    now[0] += p.hold_s  # never seen going: the eviction did not take, the hold ends
+    p.step()
+    assert w.app.state.holds.get("default/urgent") is None
+    assert w.filter(w.kube.get(PODS, "urgent", "default"))["NodeNames"] == []
+    p.step()  # kube-scheduler's next try: weighed again
+    assert evictions(w) == ["default/low-1", "default/low-1"]  # not passed over: no refusal
+    eventually(lambda: "default/low-1" not in w.app.state.pods)
+
+
+def test_a_pod_replaced_since_its_filter_has_nothing_evicted_for_it(world: World) -> None:
+    """The record's UID precondition: a pod deleted and created again under its name is
+    another pod, which asked for nothing yet."""
+    w = world
+    p = stepped_by_hand(w.app)
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    w.kube.delete(PODS, "urgent", "default")
+    again = w.create(prio_pod("urgent", 1000))
+    p.step()
+    assert evictions(w) == []
+    assert PREEMPTING not in (w.kube.get(PODS, "urgent", "default")["metadata"]
+                              .get("annotations") or {})  # fmt: skip
+    assert again["metadata"]["uid"] == w.kube.get(PODS, "urgent", "default")["metadata"]["uid"]
+
+
+def test_a_pod_placed_since_its_filter_has_nothing_evicted_for_it(world: World) -> None:
+    w = world
+    p = stepped_by_hand(w.app)
+    urgent = w.create(prio_pod("urgent", 1000))
+    assert w.filter(urgent)["NodeNames"] == []
+    w.kube.delete(PODS, "low-1", "default")  # it ended by itself
+    eventually(lambda: "default/low-1" not in w.app.state.pods)
+    assert w.filter(urgent)["NodeNames"] == ["a1"]  # being bound: its reservation
+    p.step()
+    assert evictions(w) == []
+    assert w.bind(w.kube.get(PODS, "urgent", "default"), "a1")["Error"] == ""
+    confirmed(w)
+    p.consider(urgent, w.app.state.pods["default/urgent"].request, ["a1"])  # a late call
+    p.step()
+    assert evictions(w) == []
+
+
+def test_the_evictions_events_say_who_went_for_whom(world: World) -> None:
+    """A victim gone already counts as gone and the next one is still evicted; each
+    victim's TesseraPreempted names it; the pod's TesseraPreempting is Normal."""
+    w = world
+    p = stepped_by_hand(w.app)
+    low_1_uid = w.app.state.pods["default/low-1"].uid
+    w.kube.fail_next("evict", NotFound(404, "NotFound", 'pods "low-0" not found'))
+    assert w.filter(w.create(prio_pod("both", 1000, gpu=2)))["NodeNames"] == []
+    p.step()
+    assert evictions(w) == ["default/low-0", "default/low-1"]
+    hold = w.app.state.holds.get("default/both")
+    assert hold is not None and hold.victims == {"default/low-0", "default/low-1"}
+    eventually(lambda: events(w, "TesseraPreempting") and events(w, "TesseraPreempted"))
+    listed = w.kube.list(EVENTS, "default").items
+    [preempting] = [e for e in listed if e.get("reason") == "TesseraPreempting"]
+    assert preempting["type"] == "Normal"
+    assert preempting["involvedObject"]["name"] == "both"
+    preempted = [e["involvedObject"] for e in listed if e.get("reason") == "TesseraPreempted"]
+    assert [(o["namespace"], o["name"], o["uid"]) for o in preempted] == [
+        ("default", "low-1", low_1_uid)
+    ]  # low-0 was gone already: nothing told it
+
+
+def test_a_refusal_other_than_a_budgets_says_what_the_api_server_said(world: World) -> None:
+    w = world
+    p = stepped_by_hand(w.app)
+    w.kube.fail_next("evict", ApiError(403, "Forbidden", "pods/eviction is forbidden"))
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    p.step()
+    said = "evicting default/low-1 on a1 was refused: 403 Forbidden: pods/eviction is forbidden"
+    eventually(lambda: events(w, "TesseraPreemptionBlocked") == [said])
 
 
 def test_a_new_leader_holds_and_nudges_a_preemption_whose_victims_are_gone() -> None:
@@ -482,6 +573,29 @@ def test_why_holds_only_the_preemptions_whose_victims_still_go() -> None:
     state.pods["default/low"] = PodInfo("default/low", "u3", "a1", None, None)
     assert adopt_holds(state, until=float("inf")) == ["default/done"]
     assert [h.key for h in state.holds] == ["default/going"]
+
+
+def test_a_takeover_holds_only_pending_pods_not_held_yet_and_reads_past_a_bad_record() -> None:
+    state = SchedulerState()
+    going = encode_preempting("a1", ["default/low"])
+    state.pods["default/bad"] = PodInfo("default/bad", "u0", "", None, None,
+                                        preempting='{"v":1}')  # fmt: skip
+    state.pods["default/bound"] = PodInfo("default/bound", "u1", "a2", None, None,
+                                          priority=1000, preempting=going)  # fmt: skip
+    state.pods["default/held"] = PodInfo("default/held", "u2", "", None, None, priority=1000,
+                                         preempting=going)  # fmt: skip
+    state.pods["default/new"] = PodInfo("default/new", "u3", "", None, None, priority=500,
+                                        preempting=going)  # fmt: skip
+    state.pods["default/low"] = PodInfo("default/low", "u4", "a1", None, None)
+    earlier = Hold("default/held", "u2", 1000, "a1", frozenset({"default/low"}), until=5.0)
+    state.holds.put(earlier)
+    assert adopt_holds(state, until=100.0) == []
+    assert {h.key for h in state.holds} == {"default/held", "default/new"}
+    assert state.holds.get("default/held") is earlier  # its own hold, not taken again
+    new = state.holds.get("default/new")
+    assert new is not None
+    assert (new.uid, new.priority, new.node, new.victims, new.until, new.freed_at) == (
+        "u3", 500, "a1", frozenset({"default/low"}), 100.0, None)  # fmt: skip
 
 
 def test_the_preemptor_acts_only_once_the_pods_are_listed() -> None:
