@@ -393,6 +393,7 @@ def test_no_pod_is_evicted_before_its_preemption_is_recorded(world: World) -> No
     p.retry_s = 0.0
     w.kube.fail_next("merge_patch", ApiError(500, "InternalError", "etcdserver: leader changed"))
     assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    eventually(lambda: "default/urgent" in w.app.state.pods)  # a retry is for a pod seen
     p.step()
     assert evictions(w) == []  # the record did not take: nothing goes
     p.step()  # tried again
@@ -532,6 +533,25 @@ def test_a_refusal_other_than_a_budgets_says_what_the_api_server_said(world: Wor
     p.step()
     said = "evicting default/low-1 on a1 was refused: 403 Forbidden: pods/eviction is forbidden"
     eventually(lambda: events(w, "TesseraPreemptionBlocked") == [said])
+
+
+def test_a_replica_that_stops_leading_midway_evicts_no_more() -> None:
+    """Each eviction is fenced, as a bind's write is: the lease lapsing after the first
+    of two leaves the second to the new leader, and the record names the first only."""
+    w = World([node_obj("a1", 2, "A100")])
+    try:
+        for i in range(2):
+            assert w.schedule(w.create(prio_pod(f"low-{i}", 10))) == "a1"
+        confirmed(w)
+        p = stepped_by_hand(w.app)
+        p.leading = lambda: len(evictions(w)) < 1
+        assert w.filter(w.create(prio_pod("both", 1000, gpu=2)))["NodeNames"] == []
+        p.step()
+        [first] = evictions(w)
+        record = w.kube.get(PODS, "both", "default")["metadata"]["annotations"][PREEMPTING]
+        assert decode_preempting("default/both", record).victims == {first}
+    finally:
+        w.close()
 
 
 def test_a_new_leader_holds_and_nudges_a_preemption_whose_victims_are_gone() -> None:

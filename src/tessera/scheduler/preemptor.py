@@ -330,11 +330,17 @@ class Preemptor:
 
     def _evict(self, pod: Obj, found: Preemption, priority: int) -> _Evicted:
         """Evict the victims in turn, stopping at the first the API server refuses or does
-        not answer for."""
+        not answer for, and before any once this replica no longer leads (each eviction
+        is fenced, as a bind's write is)."""
         meta = pod.get("metadata") or {}
         me = f"{meta.get('namespace')}/{meta.get('name')}"
         out = _Evicted()
         for v in found.victims:
+            if not self.leading():  # the lease lapsed meanwhile: the new leader decides
+                log.info("preemption for %s on %s stopped at %s: this replica no longer "
+                         "leads", me, found.node, v.key)  # fmt: skip
+                out.stopped = True
+                break
             ns, _, name = v.key.partition("/")
             try:
                 self.api.evict(ns, name, v.uid)
