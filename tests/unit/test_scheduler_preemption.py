@@ -385,6 +385,7 @@ def test_an_eviction_with_no_answer_is_held_as_made_and_no_second_pod_goes(
     annotations = w.kube.get(PODS, "urgent", "default")["metadata"]["annotations"]
     assert decode_preempting("default/urgent", annotations[PREEMPTING]).victims == hold.victims
     assert events(w, "TesseraPreempting") == []  # not known to have been made: not said
+    assert blocked(w, "unanswered") == 1 and blocked(w, "refused") == 0
 
 
 def test_no_pod_is_evicted_before_its_preemption_is_recorded(world: World) -> None:
@@ -396,6 +397,7 @@ def test_no_pod_is_evicted_before_its_preemption_is_recorded(world: World) -> No
     eventually(lambda: "default/urgent" in w.app.state.pods)  # a retry is for a pod seen
     p.step()
     assert evictions(w) == []  # the record did not take: nothing goes
+    assert blocked(w, "unanswered") == 1
     p.step()  # tried again
     assert evictions(w) == ["default/low-1"]
     record = w.kube.get(PODS, "urgent", "default")["metadata"]["annotations"][PREEMPTING]

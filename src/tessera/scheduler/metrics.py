@@ -17,7 +17,8 @@ tessera_scheduler_quotas                       GpuQuota objects in force
 tessera_scheduler_preemption_evictions_total   pods evicted for a higher-priority pod's cards
 tessera_scheduler_preemption_holds             nodes held for a preempting pod not yet placed
 tessera_scheduler_preemption_blocked_total{reason}  preemptions stopped: budget (budgets
-                                               read ahead protect the victims), refused
+                                               read ahead protect the victims), refused,
+                                               unanswered (the record or an eviction)
 tessera_scheduler_webhook_cert_expiry_timestamp_seconds  the serving certificate's end
 tessera_scheduler_webhook_cert_loads_total     serving certificates loaded (start, renewals)
 =============================================  =====================================
@@ -87,12 +88,13 @@ class Metrics:
         self.preemptions_blocked = Counter(
             "tessera_scheduler_preemption_blocked",
             "Preemption tries that evicted nothing more, by reason: budget (the "
-            "PodDisruptionBudgets read ahead protect the victims it needs) or refused (the "
-            "Eviction API refused a victim)",
+            "PodDisruptionBudgets read ahead protect the victims it needs), refused (the "
+            "Eviction API refused a victim) or unanswered (the API server did not take the "
+            "preemption's record, or did not answer an eviction)",
             ["reason"],
             registry=r,
         )
-        for reason in ("budget", "refused"):
+        for reason in ("budget", "refused", "unanswered"):
             self.preemptions_blocked.labels(reason)  # exposed at 0 from the start
         self.holds = Gauge(
             "tessera_scheduler_preemption_holds",

@@ -99,7 +99,7 @@ class Preemptor:
         self._refused: dict[str, float] = {}  # victim key -> passed over until (clock)
         self.clock = clock
         self.on_evict = on_evict
-        self.on_blocked = on_blocked  # reason: "budget" (read ahead) or "refused" (the API)
+        self.on_blocked = on_blocked  # reason: "budget" (read ahead), "refused", "unanswered"
         self._lock = threading.Lock()
         self._queue: dict[str, tuple[Obj, PodRequest, list[str]]] = {}
         self._later: dict[str, tuple[float, Obj, PodRequest, list[str]]] = {}  # refused
@@ -208,6 +208,7 @@ class Preemptor:
         if written is not True:
             if written is None:  # not written: no eviction; tried again in retry_s
                 self._retry_later(pod, request, nodes)
+                self._count_blocked("unanswered")
             return None
         outcome = self._evict(pod, found, priority)
         if outcome.stopped:
@@ -222,6 +223,10 @@ class Preemptor:
                             request=request, decision=found.decision)  # fmt: skip
                 self.state.holds.put(hold)
         return found
+
+    def _count_blocked(self, reason: str) -> None:
+        if self.on_blocked is not None:
+            self.on_blocked(reason)
 
     def _retry_later(self, pod: Obj, request: PodRequest, nodes: list[str]) -> None:
         with self._lock:
@@ -238,8 +243,7 @@ class Preemptor:
             return
         found, why = blocked
         refusals = "; ".join(f"{key}: {reason}" for key, reason in why.items())
-        if self.on_blocked is not None:
-            self.on_blocked("budget")
+        self._count_blocked("budget")
         self.events.record(pod, "TesseraPreemptionBlocked",
                            f"evicting on {found.node} would make room, but the Eviction "
                            f"API would refuse {refusals}")  # fmt: skip
@@ -351,6 +355,7 @@ class Preemptor:
                 out.stopped = True
                 if outcome_unknown(exc):  # it may have been evicted: held as if it were,
                     out.unknown.append(v.key)  # until it goes or hold_s passes unseen
+                    self._count_blocked("unanswered")
                     log.warning("preemption for %s on %s stopped at %s, whose eviction "
                                 "may have been made: %s", me, found.node, v.key, exc)  # fmt: skip
                     break
@@ -359,8 +364,7 @@ class Preemptor:
                 refused_msg = f"evicting {v.key} on {found.node} was refused: {why}"
                 self.events.record(pod, "TesseraPreemptionBlocked", refused_msg)
                 self._refused[v.key] = self.clock() + self.avoid_s
-                if self.on_blocked is not None:
-                    self.on_blocked("refused")
+                self._count_blocked("refused")
                 break
             out.evicted.append(v.key)
             if self.on_evict is not None:
