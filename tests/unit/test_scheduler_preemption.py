@@ -175,6 +175,28 @@ def test_a_pod_its_quota_keeps_out_has_less_important_pods_of_its_namespace_evic
     assert w.schedule(urgent) == "a1"
 
 
+def test_a_pod_evicting_for_quota_room_goes_where_cards_are_free_as_things_are() -> None:
+    """Its quota, not the cards, keeps it out: the quota victim goes, and the pod is to
+    go on a2's free cards rather than wait for the victim's card on a1."""
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    try:
+        for i in range(2):
+            place_on(w, prio_pod(f"low-{i}", 10), "a1")
+        confirmed(w)
+        w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
+        eventually(lambda: w.app.state.quotas.book.of("default"))
+        p = stepped_by_hand(w.app)
+        out = w.filter(w.create(prio_pod("urgent", 1000)))
+        assert out["NodeNames"] == [] and "quota: default/gpus a100" in out["FailedNodes"]["a2"]
+        p.step()
+        assert evictions(w) == ["default/low-1"]
+        hold = w.app.state.holds.get("default/urgent")
+        assert hold is not None and hold.node == "a2"
+        assert hold.decision is not None and hold.decision.node == "a2"
+    finally:
+        w.close()
+
+
 def test_the_least_important_node_wins_among_the_first_max_nodes() -> None:
     w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
     try:
