@@ -68,6 +68,36 @@ def blocked(w: World, reason: str) -> float:
     return float(next(ln for ln in text.splitlines() if ln.startswith(line)).split()[-1])
 
 
+def budget_refusal() -> ApiError:
+    """The Eviction API's answer when a PodDisruptionBudget keeps the pod."""
+    return ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                    "disruption budget.")  # fmt: skip
+
+
+class Died(BaseException):
+    """The extender's process ending where it stands (no handler runs)."""
+
+
+def stepped_by_hand(app: SchedulerApp) -> Preemptor:
+    """The app's preemptor with its thread stopped: only the test's ``step`` acts."""
+    app.preemptor.stop()
+    for t in threading.enumerate():
+        if t.name == "tessera-preempt":
+            t.join(5)
+    return app.preemptor
+
+
+def next_leader(w: World) -> SchedulerApp:
+    """Stop the world's extender and start another on the same API server; the world's
+    verbs then reach it."""
+    w.app.stop()
+    new = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
+    new.start()
+    assert new.wait_synced(5)
+    w.app = new
+    return new
+
+
 def test_the_least_important_pod_is_evicted_and_the_urgent_pod_takes_its_card(
     world: World,
 ) -> None:
@@ -110,8 +140,7 @@ def test_no_eviction_for_an_equal_priority_or_a_never_preempting_pod(
 
 def test_a_budget_that_refuses_stops_the_preemption_and_says_so(world: World) -> None:
     w = world
-    w.kube.fail_next("evict", ApiError(429, "TooManyRequests", "Cannot evict pod as it would "
-                                       "violate the pod's disruption budget."))  # fmt: skip
+    w.kube.fail_next("evict", budget_refusal())
     w.app.preemptor.retry_s = 1.0
     urgent = w.create(prio_pod("urgent", 1000))
     assert w.filter(urgent)["NodeNames"] == []
@@ -305,12 +334,8 @@ def test_a_new_leader_keeps_holding_the_node_while_the_victims_terminate(world: 
     low_1_card = w.app.state.pods["default/low-1"].assignment
     assert record.placement is not None and low_1_card is not None
     assert record.placement.footprint().keys() == low_1_card.footprint().keys()
-    w.app.stop()
-    new = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
-    new.start()
+    new = next_leader(w)
     try:
-        assert new.wait_synced(5)
-        w.app = new  # the world's verbs now reach the new leader
         urgent = w.kube.get(PODS, "urgent", "default")
         assert w.filter(urgent)["NodeNames"] == []  # low-1 still terminating
         new.preemptor.step()
@@ -327,30 +352,6 @@ def test_a_new_leader_keeps_holding_the_node_while_the_victims_terminate(world: 
         assert w.schedule(urgent) == "a1"
     finally:
         new.stop()
-
-
-class Died(BaseException):
-    """The extender's process ending where it stands (no handler runs)."""
-
-
-def stepped_by_hand(app: SchedulerApp) -> Preemptor:
-    """The app's preemptor with its thread stopped: only the test's ``step`` acts."""
-    app.preemptor.stop()
-    for t in threading.enumerate():
-        if t.name == "tessera-preempt":
-            t.join(5)
-    return app.preemptor
-
-
-def next_leader(w: World) -> SchedulerApp:
-    """Stop the world's extender and start another on the same API server; the world's
-    verbs then reach it."""
-    w.app.stop()
-    new = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), w.kube)
-    new.start()
-    assert new.wait_synced(5)
-    w.app = new
-    return new
 
 
 def test_a_leader_that_dies_once_it_evicted_leaves_the_next_its_record(
@@ -426,49 +427,43 @@ def test_no_pod_is_evicted_before_its_preemption_is_recorded(world: World) -> No
     assert decode_preempting("default/urgent", record).victims == {"default/low-1"}
 
 
-def test_the_record_keeps_only_the_victims_that_went() -> None:
+def test_the_record_keeps_only_the_victims_that_went(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A refusal midway: the record is written again with the pods that went, and taken
     off when none did, so a new leader holds nothing for evictions never made."""
-    w = World([node_obj("a1", 2, "A100")])
-    try:
-        for i in range(2):
-            assert w.schedule(w.create(prio_pod(f"low-{i}", 10))) == "a1"
-        confirmed(w)
-        w.kube.graceful_evictions = True  # the one that goes keeps its card meanwhile
-        p = stepped_by_hand(w.app)
-        p.retry_s = 30.0
-        budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
-                          "pod's disruption budget.")  # fmt: skip
-        real = w.kube.evict
-        calls = []
+    w = world
+    w.kube.graceful_evictions = True  # the one that goes keeps its card meanwhile
+    p = stepped_by_hand(w.app)
+    p.retry_s = 30.0
+    real = w.kube.evict
+    calls = []
 
-        def second_refused(ns: str, name: str, uid: str) -> None:
-            calls.append(name)
-            if len(calls) == 2:
-                raise budget
-            real(ns, name, uid)
+    def second_refused(ns: str, name: str, uid: str) -> None:
+        calls.append(name)
+        if len(calls) == 2:
+            raise budget_refusal()
+        real(ns, name, uid)
 
-        w.kube.evict = second_refused  # type: ignore[method-assign]
-        both = w.create(prio_pod("both", 1000, gpu=2))
-        assert w.filter(both)["NodeNames"] == []
-        p.step()
-        assert len(calls) == 2
-        record = w.kube.get(PODS, "both", "default")["metadata"]["annotations"][PREEMPTING]
-        assert decode_preempting("default/both", record).victims == {f"default/{calls[0]}"}
-        hold = w.app.state.holds.get("default/both")
-        assert hold is not None and hold.victims == {f"default/{calls[0]}"}
-        went = f"evicting on a1 for cards: default/{calls[0]} (priority 10)"
-        eventually(lambda: events(w, "TesseraPreempting") == [went])  # the one that went
+    monkeypatch.setattr(w.kube, "evict", second_refused)
+    both = w.create(prio_pod("both", 1000, gpu=2))
+    assert w.filter(both)["NodeNames"] == []
+    p.step()
+    assert len(calls) == 2
+    record = w.kube.get(PODS, "both", "default")["metadata"]["annotations"][PREEMPTING]
+    assert decode_preempting("default/both", record).victims == {f"default/{calls[0]}"}
+    hold = w.app.state.holds.get("default/both")
+    assert hold is not None and hold.victims == {f"default/{calls[0]}"}
+    went = f"evicting on a1 for cards: default/{calls[0]} (priority 10)"
+    eventually(lambda: events(w, "TesseraPreempting") == [went])  # the one that went
 
-        w.kube.fail_next("evict", budget)  # the first refused: nothing went
-        alone = w.create(prio_pod("alone", 2000, gpu=1))
-        assert w.filter(alone)["NodeNames"] == []
-        p.step()
-        meta = w.kube.get(PODS, "alone", "default")["metadata"]
-        assert PREEMPTING not in (meta.get("annotations") or {})
-        assert w.app.state.holds.get("default/alone") is None
-    finally:
-        w.close()
+    w.kube.fail_next("evict", budget_refusal())  # the first refused: nothing went
+    alone = w.create(prio_pod("alone", 2000, gpu=1))
+    assert w.filter(alone)["NodeNames"] == []
+    p.step()
+    meta = w.kube.get(PODS, "alone", "default")["metadata"]
+    assert PREEMPTING not in (meta.get("annotations") or {})
+    assert w.app.state.holds.get("default/alone") is None
 
 
 def test_an_eviction_with_no_answer_that_was_not_made_is_weighed_again_after_hold_s(
@@ -559,23 +554,17 @@ def test_a_refusal_other_than_a_budgets_says_what_the_api_server_said(world: Wor
     eventually(lambda: events(w, "TesseraPreemptionBlocked") == [said])
 
 
-def test_a_replica_that_stops_leading_midway_evicts_no_more() -> None:
+def test_a_replica_that_stops_leading_midway_evicts_no_more(world: World) -> None:
     """Each eviction is fenced, as a bind's write is: the lease lapsing after the first
     of two leaves the second to the new leader, and the record names the first only."""
-    w = World([node_obj("a1", 2, "A100")])
-    try:
-        for i in range(2):
-            assert w.schedule(w.create(prio_pod(f"low-{i}", 10))) == "a1"
-        confirmed(w)
-        p = stepped_by_hand(w.app)
-        p.leading = lambda: len(evictions(w)) < 1
-        assert w.filter(w.create(prio_pod("both", 1000, gpu=2)))["NodeNames"] == []
-        p.step()
-        [first] = evictions(w)
-        record = w.kube.get(PODS, "both", "default")["metadata"]["annotations"][PREEMPTING]
-        assert decode_preempting("default/both", record).victims == {first}
-    finally:
-        w.close()
+    w = world
+    p = stepped_by_hand(w.app)
+    p.leading = lambda: len(evictions(w)) < 1
+    assert w.filter(w.create(prio_pod("both", 1000, gpu=2)))["NodeNames"] == []
+    p.step()
+    [first] = evictions(w)
+    record = w.kube.get(PODS, "both", "default")["metadata"]["annotations"][PREEMPTING]
+    assert decode_preempting("default/both", record).victims == {first}
 
 
 def test_a_new_leader_holds_and_nudges_a_preemption_whose_victims_are_gone() -> None:
@@ -664,8 +653,7 @@ def test_a_pod_whose_eviction_is_refused_is_passed_over_for_another() -> None:
             assert w.schedule(w.create(prio_pod(f"p{i}", 10 if i < 3 else 5)))
         confirmed(w)
         w.app.preemptor.retry_s = 0.2
-        budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
-                          "pod's disruption budget.")  # fmt: skip
+        budget = budget_refusal()
         w.kube.fail_next("evict", budget)
         assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
         eventually(lambda: evictions(w) == ["default/p3", "default/p1"], timeout=5)
@@ -678,8 +666,7 @@ def test_a_pod_whose_eviction_is_refused_is_passed_over_for_another() -> None:
 def test_a_refused_pod_is_tried_again_when_nothing_else_would_make_room(world: World) -> None:
     w = world  # one node, low-0 and low-1: a budget refuses both in turn
     w.app.preemptor.retry_s = 0.2
-    budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
-                      "pod's disruption budget.")  # fmt: skip
+    budget = budget_refusal()
     for _ in range(3):
         w.kube.fail_next("evict", budget)
     assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
@@ -695,8 +682,7 @@ def test_a_refused_preemption_waits_its_retry_and_is_dropped_once_its_pod_is_gon
     w = world
     p = w.app.preemptor
     p.retry_s = 30.0
-    budget = ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
-                      "pod's disruption budget.")  # fmt: skip
+    budget = budget_refusal()
     w.kube.fail_next("evict", budget)
     assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
     eventually(lambda: evictions(w) == ["default/low-1"])
