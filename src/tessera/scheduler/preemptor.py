@@ -374,9 +374,8 @@ class Preemptor:
                                f"evicted for {me} (priority {priority}), which needs cards "
                                f"on {found.node}")  # fmt: skip
         if out.evicted:
-            gone = [str(v) for v in found.victims if v.key in out.evicted]
-            log.info("preempting on %s for %s: %s", found.node, me, ", ".join(gone))
             done = [v for v in found.victims if v.key in out.evicted]
+            log.info("preempting on %s for %s: %s", found.node, me, ", ".join(map(str, done)))
             message = dataclasses.replace(found, victims=tuple(done)).describe()
             self.events.record(pod, "TesseraPreempting", message, "Normal")
         return out
