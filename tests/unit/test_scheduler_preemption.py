@@ -694,6 +694,29 @@ def test_a_refused_preemption_waits_its_retry_and_is_dropped_once_its_pod_is_gon
     p.clock = lambda: later
     p.step()
     assert evictions(w) == ["default/low-1"]  # due, but nobody waits for it any more
+    # Not seen, it may be a pod the watch has not shown yet: put off for unseen_s, then
+    # let go (nothing is kept for a pod deleted).
+    assert "default/urgent" in p._later
+    for at in (later + p.retry_s, later + p.unseen_s):
+        p.clock = lambda at=at: at  # type: ignore[misc]
+        p.step()
+    assert evictions(w) == ["default/low-1"]
+    assert p._later == {} and p._unseen_since == {}
+
+
+def test_a_retry_for_a_pod_the_watch_has_not_shown_yet_waits_for_it(world: World) -> None:
+    w = world
+    p = stepped_by_hand(w.app)
+    p.retry_s = 0.0
+    with w.kube.hold_watches():  # kube-scheduler's watch is ahead of the extender's
+        w.kube.fail_next("merge_patch", ApiError(500, "InternalError", "etcdserver: timeout"))
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        p.step()  # the record did not take: tried again
+        p.step()  # due, and the pod not seen yet: put off, nothing evicted for it
+        assert evictions(w) == []
+    eventually(lambda: "default/urgent" in w.app.state.pods)
+    p.step()
+    assert evictions(w) == ["default/low-1"]
 
 
 def test_a_leader_that_stands_by_drops_its_holds_and_takes_them_back_when_it_leads(

@@ -27,6 +27,8 @@ the leader only:
    again every ``retry_s``. The refused pod is passed over for ``avoid_s``: the next tries
    weigh the other candidates first and come back to it only if nothing else would make
    room, so one budget does not hold up a preemption that pods elsewhere could make.
+   A retry is made only while its pod waits; one whose pod the watch has not shown yet
+   is put off until it shows, for at most ``unseen_s``.
    When not every victim went, the record is written again with those that did (or
    may have), or taken off when none did;
 5. records a ``TesseraPreempting`` event on the pod and ``TesseraPreempted`` on each
@@ -78,6 +80,7 @@ class Preemptor:
         retry_s: float = 10.0,
         budget_retry_s: float = 60.0,
         avoid_s: float = 60.0,
+        unseen_s: float = 60.0,
         max_nodes: int = 100,
         clock: Callable[[], float] = time.monotonic,
         on_evict: Callable[[], None] | None = None,
@@ -97,6 +100,10 @@ class Preemptor:
         self.budget_retry_s = budget_retry_s  # budgets may loosen unseen (a pod elsewhere)
         self.avoid_s = avoid_s  # a pod whose eviction was refused is passed over this long
         self._refused: dict[str, float] = {}  # victim key -> passed over until (clock)
+        # A retry whose pod the watch has not shown yet (a lagging re-list) is put off
+        # until it shows, for at most unseen_s: not shown by then, it was deleted.
+        self.unseen_s = unseen_s
+        self._unseen_since: dict[str, float] = {}  # pod key -> first due unseen (clock)
         self.clock = clock
         self.on_evict = on_evict
         self.on_blocked = on_blocked  # reason: "budget" (read ahead), "refused", "unanswered"
@@ -154,11 +161,15 @@ class Preemptor:
             for key in due:
                 del self._later[key]
                 self._held_by.pop(key, None)
+        unseen = []
         with self.state.lock:  # a refused one is tried again only while its pod waits
             for key, (_, pod, request, nodes) in due.items():
                 info = self.state.pods.get(key)
-                if info is not None and info.uid == request.uid and not info.node_name:
+                if info is None:
+                    unseen.append((pod, request, nodes))
+                elif info.uid == request.uid and not info.node_name:
                     queue.setdefault(key, (pod, request, nodes))
+        self._wait_unseen(unseen, now)
         if not self.leading():
             if self._adopted:
                 with self.state.lock:
@@ -227,6 +238,20 @@ class Preemptor:
     def _count_blocked(self, reason: str) -> None:
         if self.on_blocked is not None:
             self.on_blocked(reason)
+
+    def _wait_unseen(self, unseen: list[tuple[Obj, PodRequest, list[str]]], now: float) -> None:
+        """Put off the due retries whose pods the watch has not shown: a pod ``filter``
+        saw may reach the extender's watch late (a large re-list). Nothing is evicted for
+        a pod not seen; one not seen within ``unseen_s`` of its first due retry is taken
+        as deleted and dropped."""
+        with self._lock:
+            for pod, request, nodes in unseen:
+                since = self._unseen_since.setdefault(request.key, now)
+                if now - since < self.unseen_s:
+                    self._later.setdefault(request.key, (now + self.retry_s, pod, request, nodes))
+            # Only a retry still put off keeps its first time (a pod seen since, or
+            # given up on, does not).
+            self._unseen_since = {k: t for k, t in self._unseen_since.items() if k in self._later}
 
     def _retry_later(self, pod: Obj, request: PodRequest, nodes: list[str]) -> None:
         with self._lock:
