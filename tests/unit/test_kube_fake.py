@@ -152,9 +152,11 @@ def test_a_watch_without_a_version_starts_with_what_there_is_not_the_history() -
 
 def test_lists_and_watches_read_every_form_of_a_selector_and_refuse_what_they_cannot() -> None:
     kube = FakeKube()
-    for name, labels in [("a", {"app": "t"}), ("b", {"app": "u"}), ("c", {})]:
+    for name, labels in [("a", {"app": "t", "gen": "2"}), ("b", {"app": "u", "gen": "9"}),
+                         ("c", {})]:  # fmt: skip
         kube.create(PODS, {**_pod(name), "metadata": {"name": name, "labels": labels}}, "ns")
     assert _names(kube.list(PODS, "ns", label_selector="app!=t").items) == ["b", "c"]
+    assert _names(kube.list(PODS, "ns", label_selector="gen>3").items) == ["b"]
     assert _names(kube.list(PODS, "ns", label_selector="app in (t,u)").items) == ["a", "b"]
     assert _names(kube.list(PODS, "ns", label_selector="!app").items) == ["c"]
     assert _names(kube.list(PODS, "ns", field_selector="metadata.name==b").items) == ["b"]

@@ -69,14 +69,33 @@ LABELS = {"app": "train", "tier": "gpu", "empty": ""}
         ("app=train,tier in (gpu,cpu),!missing", True),
         ("app=train, tier=cpu", False),  # every requirement must hold
         ("app=train,app=serve", False),
+        # The numeric forms: the label read as an integer, a missing or non-integer one
+        # neither above nor below.
+        ("gen>3", True),
+        ("gen > 4", False),
+        ("gen<5", True),
+        ("gen<4", False),
+        ("gen>-1,gen<+5", True),
+        ("neg<0", True),
+        ("app>1", False),
+        ("app<1", False),
+        ("missing<1", False),
+        ("huge>1", False),  # past int64: not an integer
     ],
 )
 def test_the_query_string_form_reads_as_the_api_server(text: str, expected: bool) -> None:
-    assert selects(parse_label_selector(text), LABELS) is expected
+    labels = {**LABELS, "gen": "4", "neg": "-2", "huge": str(2**63)}
+    assert parse_label_selector(text)(labels) is expected
 
 
 @pytest.mark.parametrize("text", ["app!train", "!app=train", "app in train", "=train",
-                                  "app in (train", "app>1", "a b"])  # fmt: skip
+                                  "app in (train", "a b", "!gen>1"])  # fmt: skip
 def test_a_requirement_it_cannot_read_is_named(text: str) -> None:
     with pytest.raises(ValueError, match="unable to parse requirement"):
+        parse_label_selector(text)
+
+
+@pytest.mark.parametrize("text", ["gen>x", "gen>1.5", "gen<", "gen>1_0", f"gen>{2**63}"])
+def test_a_numeric_requirement_needs_an_integer(text: str) -> None:
+    with pytest.raises(ValueError, match="for 'Gt', 'Lt' operators, the value must be an integer"):
         parse_label_selector(text)

@@ -130,7 +130,7 @@ def _selector(kind: Kind, label_selector: str | None, field_selector: str | None
             raise ApiError(400, "BadRequest", f"field label not supported: {label}")
 
     def selected(obj: Obj) -> bool:
-        if not selects(labels, obj.get("metadata", {}).get("labels") or {}):
+        if not labels(obj.get("metadata", {}).get("labels") or {}):
             return False
         for k, v, negate in fields:
             cur: Any = obj

@@ -4,10 +4,12 @@ list or watch) as the API server reads them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["parse_label_selector", "selects"]
+
+LabelQuery = Callable[[Mapping[str, str]], bool]
 
 _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
@@ -40,12 +42,19 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
 
 
 # One requirement of the string form (apimachinery labels.Parse): ``k``, ``!k``, ``k=v``,
-# ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``.
+# ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, and the numeric ``k>n``, ``k<n``.
 _REQUIREMENT = re.compile(
     r"(?P<absent>!)?\s*(?P<key>[A-Za-z0-9][-A-Za-z0-9_./]*)\s*"
-    r"(?:(?P<op>==|!=|=)\s*(?P<value>[-A-Za-z0-9_.]*)"
+    r"(?:(?P<op>==|!=|=|>|<)\s*(?P<value>[-+A-Za-z0-9_.]*)"
     r"|\s(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?"
 )
+_INT64 = re.compile(r"[+-]?[0-9]+")  # Go's strconv.ParseInt(s, 10, 64), range aside
+
+
+def _int64(text: str) -> int | None:
+    if _INT64.fullmatch(text) is None or not -(2**63) <= int(text) < 2**63:
+        return None
+    return int(text)
 
 
 def _requirements(text: str) -> list[str]:
@@ -60,11 +69,13 @@ def _requirements(text: str) -> list[str]:
     return [t.strip() for t in terms if t.strip()]
 
 
-def parse_label_selector(text: str) -> dict[str, Any]:
-    """A ``labelSelector`` query string as the ``metav1.LabelSelector`` it means (so
-    ``selects`` reads both forms). ValueError names the requirement it cannot read; the
-    numeric ``k>1``/``k<1`` forms are not read (nothing in Tessera sends them)."""
+def parse_label_selector(text: str) -> LabelQuery:
+    """A ``labelSelector`` query string as what it selects (a function of an object's
+    labels). ValueError names the requirement it cannot read. The set-based terms read
+    as the ``metav1.LabelSelector`` they mean; ``k>n``/``k<n`` select an object whose
+    label ``k`` is an integer above/below ``n`` (a form the object's selectors lack)."""
     expressions: list[dict[str, Any]] = []
+    numeric: list[tuple[str, str, int]] = []
     for term in _requirements(text):
         m = _REQUIREMENT.fullmatch(term)
         if m is None or (m["absent"] and (m["op"] or m["set"])):
@@ -76,9 +87,30 @@ def parse_label_selector(text: str) -> dict[str, Any]:
             values = sorted({v.strip() for v in m["values"].split(",")})
             operator = "In" if m["set"] == "in" else "NotIn"
             expressions.append({"key": key, "operator": operator, "values": values})
+        elif m["op"] in (">", "<"):
+            bound = _int64(m["value"])
+            if bound is None:
+                raise ValueError(f"unable to parse requirement: {term!r}: for 'Gt', 'Lt' "
+                                 "operators, the value must be an integer")  # fmt: skip
+            numeric.append((key, m["op"], bound))
         elif m["op"]:  # k=v is k in (v), k!=v is k notin (v): as labels.Parse has them
             operator = "NotIn" if m["op"] == "!=" else "In"
             expressions.append({"key": key, "operator": operator, "values": [m["value"]]})
         else:
             expressions.append({"key": key, "operator": "Exists"})
-    return {"matchExpressions": expressions}
+    selector = {"matchExpressions": expressions}
+
+    def query(labels: Mapping[str, str]) -> bool:
+        return selects(selector, labels) and all(
+            _compares(labels.get(key), op, bound) for key, op, bound in numeric
+        )
+
+    return query
+
+
+def _compares(value: str | None, op: str, bound: int) -> bool:
+    """A label that is missing or not an integer is neither above nor below."""
+    number = None if value is None else _int64(value)
+    if number is None:
+        return False
+    return number > bound if op == ">" else number < bound
