@@ -1052,3 +1052,84 @@ def test_quota_victims_are_the_fewest_after_the_least_important_are_given_back()
         assert evictions(w) == ["team/p-2"]
     finally:
         w.close()
+
+
+def test_a_pod_its_budget_protects_is_left_for_quota_room_and_another_goes() -> None:
+    """The quota path reads the budgets ahead as the cards path does: low-1, the least
+    important, is kept by its budget, so low-0 goes for the quota's room."""
+    w = budgeted_world([node_obj("a1", 2, "A100")],
+                       [running_pod("low-0", 10, "free"), running_pod("low-1", 10, "kept")],
+                       [pdb("keep", "kept", 0)])  # fmt: skip
+    try:
+        w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
+        eventually(lambda: w.app.state.quotas.book.of("default"))
+        p = stepped_by_hand(w.app)
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        p.step()
+        assert evictions(w) == ["default/low-0"]
+        assert blocked(w, "budget") == 0
+    finally:
+        w.close()
+
+
+def test_a_pod_whose_eviction_was_refused_is_passed_over_for_quota_room() -> None:
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    try:
+        for i in range(2):
+            place_on(w, prio_pod(f"low-{i}", 10), "a1")
+        confirmed(w)
+        w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
+        eventually(lambda: w.app.state.quotas.book.of("default"))
+        p = stepped_by_hand(w.app)
+        p.retry_s = 0.0
+        w.kube.fail_next("evict", budget_refusal())
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        p.step()
+        assert evictions(w) == ["default/low-1"]  # refused
+        eventually(lambda: "default/urgent" in w.app.state.pods)  # a retry is for a pod seen
+        p.step()
+        assert evictions(w) == ["default/low-1", "default/low-0"]
+    finally:
+        w.close()
+
+
+def test_a_pod_being_placed_that_the_watch_has_not_shown_is_no_victim() -> None:
+    """Its booking is there (filter reserved its card) but not what the watch says of
+    it: it is weighed as holding its card, never as a victim."""
+    w = World([node_obj("a1", 2, "A100")])
+    try:
+        assert w.schedule(w.create(prio_pod("low", 10))) == "a1"
+        confirmed(w)
+        p = stepped_by_hand(w.app)
+        with w.kube.hold_watches():
+            assert w.filter(w.create(prio_pod("new", 5)))["NodeNames"] == ["a1"]
+            assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+            p.step()
+            assert evictions(w) == ["default/low"]
+    finally:
+        w.close()
+
+
+def test_a_node_offered_but_gone_does_not_end_the_search(world: World) -> None:
+    w = world
+    p = stepped_by_hand(w.app)
+    urgent = w.create(prio_pod("urgent", 1000))
+    assert w.filter(urgent, ["gone", "a1"])["NodeNames"] == []
+    p.step()
+    assert evictions(w) == ["default/low-1"]
+
+
+def test_a_victim_past_the_first_nodes_scanned_is_found() -> None:
+    """The nodes are scanned 200 at a time under the lock: the one victim, on the 401st
+    node, is found all the same."""
+    w = World([node_obj(f"n{i:03}", 1, "A100") for i in range(401)])
+    try:
+        for i in range(401):
+            place_on(w, prio_pod(f"p{i:03}", 5 if i == 400 else 10), f"n{i:03}")
+        confirmed(w)
+        p = stepped_by_hand(w.app)
+        assert w.filter(w.create(prio_pod("urgent", 7)))["NodeNames"] == []
+        p.step()
+        assert evictions(w) == ["default/p400"]
+    finally:
+        w.close()
