@@ -27,6 +27,7 @@ from tessera.scheduler.holds import Hold
 from tessera.scheduler.preemptor import Preemptor, adopt_holds
 from tessera.scheduler.state import PodInfo, SchedulerState
 from tests.unit._scheduler_world import World, node_obj, pdb, prio_pod, running_pod
+from tests.unit._scheduler_world import gpu_quota as quota_of
 from tests.unit._wait import eventually
 
 
@@ -166,9 +167,22 @@ def test_a_standby_evicts_nothing(world: World) -> None:
 
 
 def gpu_quota(ns: str, cards: int) -> dict[str, Any]:
-    return {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
-            "metadata": {"namespace": ns, "name": "gpus"},
-            "spec": {"limits": [{"name": "a100", "models": ["A100"], "cards": cards}]}}  # fmt: skip
+    return quota_of(ns, {"name": "a100", "models": ["A100"], "cards": cards})
+
+
+A100_QUOTA = {"name": "a100", "models": ["A100"], "cards": 2}
+
+
+def quota_world(nodes: list[dict[str, Any]], placed: dict[str, str],
+                *limits: dict[str, Any]) -> World:  # fmt: skip
+    """Pods of priority 10 placed by name -> node, then the namespace's quota."""
+    w = World(nodes)
+    for name, node in placed.items():
+        place_on(w, prio_pod(name, 10), node)
+    confirmed(w)
+    w.kube.create(GPUQUOTAS, quota_of("default", *limits), "default")
+    eventually(lambda: w.app.state.quotas.book.of("default"))
+    return w
 
 
 def test_no_eviction_for_cards_the_quota_would_not_give_the_pod(world: World) -> None:
@@ -207,13 +221,9 @@ def test_a_pod_its_quota_keeps_out_has_less_important_pods_of_its_namespace_evic
 def test_a_pod_evicting_for_quota_room_goes_where_cards_are_free_as_things_are() -> None:
     """Its quota, not the cards, keeps it out: the quota victim goes, and the pod is to
     go on a2's free cards rather than wait for the victim's card on a1."""
-    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    w = quota_world([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")],
+                    {"low-0": "a1", "low-1": "a1"}, A100_QUOTA)  # fmt: skip
     try:
-        for i in range(2):
-            place_on(w, prio_pod(f"low-{i}", 10), "a1")
-        confirmed(w)
-        w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
-        eventually(lambda: w.app.state.quotas.book.of("default"))
         p = stepped_by_hand(w.app)
         out = w.filter(w.create(prio_pod("urgent", 1000)))
         assert out["NodeNames"] == [] and "quota: default/gpus a100" in out["FailedNodes"]["a2"]
@@ -1073,13 +1083,9 @@ def test_a_pod_its_budget_protects_is_left_for_quota_room_and_another_goes() -> 
 
 
 def test_a_pod_whose_eviction_was_refused_is_passed_over_for_quota_room() -> None:
-    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    w = quota_world([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")],
+                    {"low-0": "a1", "low-1": "a1"}, A100_QUOTA)  # fmt: skip
     try:
-        for i in range(2):
-            place_on(w, prio_pod(f"low-{i}", 10), "a1")
-        confirmed(w)
-        w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
-        eventually(lambda: w.app.state.quotas.book.of("default"))
         p = stepped_by_hand(w.app)
         p.retry_s = 0.0
         w.kube.fail_next("evict", budget_refusal())
@@ -1131,5 +1137,35 @@ def test_a_victim_past_the_first_nodes_scanned_is_found() -> None:
         assert w.filter(w.create(prio_pod("urgent", 7)))["NodeNames"] == []
         p.step()
         assert evictions(w) == ["default/p400"]
+    finally:
+        w.close()
+
+
+def test_no_pod_goes_for_quota_room_when_cards_on_another_model_make_room() -> None:
+    """Its quota rules out the A100s, but evicting a T4 pod makes room as the quota
+    stands: that is the preemption, with no pod evicted for quota room."""
+    w = quota_world([node_obj("a1", 2, "A100"), node_obj("t1", 1, "T4")],
+                    {"low-0": "a1", "low-1": "a1", "low-t": "t1"}, A100_QUOTA)  # fmt: skip
+    try:
+        p = stepped_by_hand(w.app)
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        p.step()
+        assert evictions(w) == ["default/low-t"]
+    finally:
+        w.close()
+
+
+def test_quota_room_is_made_on_a_model_the_pod_takes_past_one_it_does_not() -> None:
+    """Both models are at the quota; the pod takes only T4s: the A100s are passed
+    over, and a T4 pod goes for room."""
+    w = quota_world([node_obj("a1", 2, "A100"), node_obj("t1", 1, "T4")],
+                    {"low-0": "a1", "low-1": "a1", "low-t": "t1"},
+                    A100_QUOTA, {"name": "t4", "models": ["T4"], "cards": 1})  # fmt: skip
+    try:
+        p = stepped_by_hand(w.app)
+        urgent = prio_pod("urgent", 1000, annotations={"tessera.io/gpu-model": "T4"})
+        assert w.filter(w.create(urgent))["NodeNames"] == []
+        p.step()
+        assert evictions(w) == ["default/low-t"]
     finally:
         w.close()
