@@ -95,6 +95,31 @@ def test_a_requirement_it_cannot_read_is_named(text: str) -> None:
         parse_label_selector(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        ("app=-x", "value '-x'"),
+        ("app=x-", "value 'x-'"),
+        ("app=+1", "value '+1'"),
+        ("app in (ok, -bad)", "value '-bad'"),
+        (f"app={'v' * 64}", f"value '{'v' * 64}'"),
+        ("app-=x", "key 'app-'"),
+        ("a/b/c=x", "key 'a/b/c'"),
+        ("Example.com/app=x", "key 'Example.com/app'"),
+        (f"{'k' * 64}", f"key '{'k' * 64}'"),
+    ],
+)
+def test_a_key_or_value_the_api_server_refuses_is_named(text: str, bad: str) -> None:
+    with pytest.raises(ValueError, match="unable to parse requirement") as refused:
+        parse_label_selector(text)
+    assert str(refused.value).endswith(f": invalid label {bad}")
+
+
+def test_a_key_with_a_prefix_and_the_longest_value_are_read() -> None:
+    labels = {"example.com/app": "v" * 63}
+    assert parse_label_selector(f"example.com/app={'v' * 63}")(labels) is True
+
+
 @pytest.mark.parametrize("text", ["gen>x", "gen>1.5", "gen<", "gen>1_0", f"gen>{2**63}"])
 def test_a_numeric_requirement_needs_an_integer(text: str) -> None:
     with pytest.raises(ValueError, match="for 'Gt', 'Lt' operators, the value must be an integer"):

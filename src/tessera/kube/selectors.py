@@ -49,6 +49,26 @@ _REQUIREMENT = re.compile(
     r"|\s(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?"
 )
 _INT64 = re.compile(r"[+-]?[0-9]+")  # Go's strconv.ParseInt(s, 10, 64), range aside
+# What the API server validates in a requirement: a label value (at most 63 characters,
+# alphanumeric at both ends, or empty) and a key (a name like that, not empty, after an
+# optional DNS subdomain and "/").
+_NAME = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
+
+
+def _checked(term: str, key: str, values: list[str]) -> None:
+    prefix, slash, name = key.rpartition("/")
+    if (
+        len(name) > 63
+        or not _NAME.fullmatch(name)
+        or (slash and (len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix)))
+    ):
+        raise ValueError(f"unable to parse requirement: {term!r}: invalid label key {key!r}")
+    for value in values:
+        if len(value) > 63 or (value and not _NAME.fullmatch(value)):
+            raise ValueError(
+                f"unable to parse requirement: {term!r}: invalid label value {value!r}"
+            )
 
 
 def _int64(text: str) -> int | None:
@@ -81,6 +101,10 @@ def parse_label_selector(text: str) -> LabelQuery:
         if m is None or (m["absent"] and (m["op"] or m["set"])):
             raise ValueError(f"unable to parse requirement: {term!r}")
         key = m["key"]
+        if m["set"]:
+            _checked(term, key, [v.strip() for v in m["values"].split(",")])
+        else:
+            _checked(term, key, [m["value"]] if m["op"] in ("=", "==", "!=") else [])
         if m["absent"]:
             expressions.append({"key": key, "operator": "DoesNotExist"})
         elif m["set"]:
