@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tessera.kube import PODS, ApiError, Unavailable
+from tessera.kube import GPUQUOTAS, PODS, ApiError, Unavailable
 from tessera.model.annotations import ASSIGNMENT, decode_assignment, encode_assignment
 from tessera.model.clusterspec import make_cards
-from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._scheduler_world import World, gpu_quota, node_obj, pod_obj
 from tests.unit._wait import eventually as _eventually
 
 
@@ -21,6 +21,13 @@ def world() -> Iterator[World]:
     w = World([node_obj("n1", 2)])
     yield w
     w.close()
+
+
+def failures(world: World, reason: str) -> float:
+    """tessera_scheduler_failures_total{verb="bind",reason}, as scraped (0 when absent)."""
+    line = f'tessera_scheduler_failures_total{{reason="{reason}",verb="bind"}} '
+    text = world.app.metrics.exposition().decode()
+    return next((float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(line)), 0.0)
 
 
 def _node_seen(world: World, key: str) -> str | None:
@@ -128,6 +135,7 @@ def test_pod_seen_bound_is_not_bound_again(world: World) -> None:
     assert out["Error"] == f"pod default/p is already bound to {node}"
     assert world.app.state.held("default/p") == held  # the booking stays
     assert sum(op == "bind" for op, _ in world.kube.calls) == binds  # nothing written
+    assert failures(world, "already-bound") == 1
 
 
 def test_bind_without_reservation_checks_the_live_state(world: World) -> None:
@@ -140,6 +148,31 @@ def test_bind_without_reservation_checks_the_live_state(world: World) -> None:
     out = world.bind(b, "n1")
     assert "no longer fits" in out["Error"]
     assert ASSIGNMENT not in world.kube.get(PODS, "b", "default")["metadata"].get("annotations", {})
+    assert failures(world, "no-longer-fits") == 1
+
+
+def test_bind_without_reservation_keeps_the_namespace_within_its_quota(world: World) -> None:
+    world.kube.create(GPUQUOTAS, gpu_quota("default", {"name": "a100", "models": ["A100"],
+                      "cards": 1}), "default")  # fmt: skip
+    _eventually(lambda: world.app.state.quotas.book.of("default"))
+    a = world.create(pod_obj("a", gpu=1))
+    b = world.create(pod_obj("b", gpu=1))
+    assert world.bind(a, "n1") == {"Error": ""}
+    out = world.bind(b, "n1")  # a card is free, but not in the quota
+    assert out["Error"].startswith("pod default/b: quota: default/gpus a100")
+    assert ASSIGNMENT not in world.kube.get(PODS, "b", "default")["metadata"].get("annotations", {})
+    assert failures(world, "quota") == 1 and failures(world, "no-longer-fits") == 0
+    big = world.create(pod_obj("big", gpu=2))  # one card free: it would not fit anyway
+    assert "no longer fits on n1" in world.bind(big, "n1")["Error"]
+    assert failures(world, "quota") == 1 and failures(world, "no-longer-fits") == 1
+
+
+def test_bind_of_a_pod_whose_spec_breaks_a_rule_names_the_field(world: World) -> None:
+    bad = world.create(pod_obj("bad", gpu=1, cores=150))
+    out = world.bind(bad, "n1")
+    assert out["Error"].startswith("pod default/bad: ") and "tessera.io/gpu-cores" in out["Error"]
+    assert world.kube.get(PODS, "bad", "default")["spec"].get("nodeName") is None
+    assert failures(world, "bad-spec") == 1
 
 
 def test_parallel_binds_never_share_a_card() -> None:
@@ -190,7 +223,18 @@ def test_unknown_pod_is_an_error_not_a_crash(world: World) -> None:
         "bind", {"PodName": "ghost", "PodNamespace": "default", "PodUID": "x", "Node": "n1"}
     )
     assert status == 200
-    assert "ghost" in out["Error"]
+    assert out["Error"] == "pod default/ghost no longer exists"
+    assert failures(world, "gone") == 1 and failures(world, "api") == 0  # not API trouble
+
+
+def test_a_pod_the_api_server_cannot_read_is_an_api_failure(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=1))
+    world.kube.fail_next("get", ApiError(500, "InternalError", "etcdserver: leader changed"))
+    with world.kube.hold_watches():  # the extender has not seen it: it must read it
+        stranger = {**pod, "metadata": {**pod["metadata"], "uid": "other"}}
+        out = world.bind(stranger, "n1")
+    assert out["Error"].startswith("pod default/p: cannot read it: ")
+    assert failures(world, "api") == 1
 
 
 # --- writes whose outcome is unknown --------------------------------------------------
@@ -217,6 +261,7 @@ def test_a_binding_that_landed_without_an_answer_keeps_its_cards(error: ApiError
             world.kube.lose_answer_of_next("bind", error)
             out = world.bind(a, node)
             assert "may have landed" in out["Error"]
+            assert failures(world, "outcome-unknown") == 1
             assert world.kube.get(PODS, "a", "default")["spec"]["nodeName"] == node
             assert world.filter(b)["NodeNames"] == []  # a's cards are still taken
             refused = world.filter(a)

@@ -38,8 +38,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tessera.cluster.snapshot import Snapshot
 from tessera.errors import PlacementError, SpecError
-from tessera.kube.errors import ApiError, Conflict, outcome_unknown
+from tessera.kube.errors import ApiError, Conflict, NotFound, outcome_unknown
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
 from tessera.model import annotations as keys
@@ -96,6 +97,8 @@ def _reserve(
             assignment = pick_cards(snap, asked, args.node, placer.policy(request))
         except PlacementError as exc:
             why = next(iter(excluded.values()), "") if excluded else ""
+            if why and _fits(snap, request, args.node, placer):  # its quota, not the cards
+                raise BindError("quota", f"pod {key}: {why}") from None
             raise BindError(
                 "no-longer-fits", f"pod {key} no longer fits on {args.node}: {why or exc}"
             ) from None
@@ -113,6 +116,15 @@ def _reserve(
             ) from None
         res.binding = True
         return assignment
+
+
+def _fits(snap: Snapshot, request: PodRequest, node: str, placer: Placer) -> bool:
+    """Whether ``request`` would fit on ``node``'s cards, its quota aside."""
+    try:
+        pick_cards(snap, request, node, placer.policy(request))
+    except PlacementError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +151,8 @@ def begin_bind(
     if not known and key not in state.reservations:
         try:
             pod = api.get(PODS, args.pod_name, args.pod_namespace)
+        except NotFound:  # deleted since kube-scheduler read it: not the API's trouble
+            raise BindError("gone", f"pod {key} no longer exists") from None
         except ApiError as exc:
             raise BindError("api", f"pod {key}: cannot read it: {exc}") from None
         if args.pod_uid and pod.get("metadata", {}).get("uid") != args.pod_uid:
