@@ -866,8 +866,11 @@ def test_a_held_node_takes_pods_on_what_its_preemptor_does_not_need() -> None:
         eventually(lambda: "default/low-1" not in w.app.state.pods)
         out = w.filter(whole)  # two cards free now: both are the urgent pod's
         assert out["FailedNodes"]["a1"].startswith("held for default/urgent (priority 1000)")
+        # The urgent pod reserved, not yet bound: its hold stands, and the pod's own
+        # booking is counted once, not beside the placement the hold keeps for it.
+        assert w.filter(urgent)["NodeNames"] == ["a1"]
         assert w.schedule(late("small-2", memory=10000)) == "a1"  # beside vip again
-        assert w.schedule(urgent) == "a1"
+        assert w.bind(w.kube.get(PODS, "urgent", "default"), "a1")["Error"] == ""
         assert sorted(evictions(w)) == ["default/low-0", "default/low-1"]  # no one else
     finally:
         w.close()
