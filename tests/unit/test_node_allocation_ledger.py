@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tessera.node.allocation.ledger import Ledger
 from tessera.node.formats.layout import AllocRecord
 
@@ -57,3 +59,17 @@ def test_reservations_are_taken_once_and_expire() -> None:
     ledger.reserve(frozenset(S0), ("p3", "main"), now=100.0)
     ledger.expire_reservations(now=159.0, ttl_s=60.0)  # younger than the TTL: kept
     assert ledger.take_reservation(frozenset(S0)) == ("p3", "main")
+
+
+def test_a_corrected_allocation_moves_its_claim_and_leaves_none_once_forgotten() -> None:
+    """pod-resources said the slots are another container's: the claim moves to it, and
+    cleanup of the folder later frees that container for an allocation of its own."""
+    a = rec("a", "p1")
+    ledger = Ledger([a])
+    ledger.move_claim(("p1", "main"), ("p2", "main"), "a")
+    assert ledger.claimed() == {("p2", "main")}
+    moved = dataclasses.replace(a, pod_uid="p2", pod="p2")
+    ledger.update(moved)
+    ledger.forget(moved)
+    assert ledger.claimed() == set()
+    assert ledger.claim(("p2", "main"), "b")
