@@ -227,6 +227,15 @@ def test_unknown_pod_is_an_error_not_a_crash(world: World) -> None:
     assert failures(world, "gone") == 1 and failures(world, "api") == 0  # not API trouble
 
 
+def test_a_bind_for_a_pod_that_asks_for_no_gpu_is_refused(world: World) -> None:
+    plain = world.create(pod_obj("plain", gpu=None))
+    _eventually(lambda: "default/plain" in world.app.state.pods)
+    out = world.bind(plain, "n1")
+    uid = plain["metadata"]["uid"]
+    assert out["Error"] == f"pod default/plain ({uid}) is not a Tessera pod I know"
+    assert failures(world, "unknown-pod") == 1
+
+
 def test_a_pod_the_api_server_cannot_read_is_an_api_failure(world: World) -> None:
     pod = world.create(pod_obj("p", gpu=1))
     world.kube.fail_next("get", ApiError(500, "InternalError", "etcdserver: leader changed"))
