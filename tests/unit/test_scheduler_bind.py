@@ -236,7 +236,9 @@ def test_a_bind_for_a_pod_that_asks_for_no_gpu_is_refused(world: World) -> None:
     assert failures(world, "unknown-pod") == 1
 
 
-def test_a_pod_the_api_server_cannot_read_is_an_api_failure(world: World) -> None:
+def test_a_pod_the_api_server_cannot_read_is_an_api_failure_and_one_replaced_is_gone(
+    world: World,
+) -> None:
     pod = world.create(pod_obj("p", gpu=1))
     world.kube.fail_next("get", ApiError(500, "InternalError", "etcdserver: leader changed"))
     with world.kube.hold_watches():  # the extender has not seen it: it must read it
@@ -244,6 +246,9 @@ def test_a_pod_the_api_server_cannot_read_is_an_api_failure(world: World) -> Non
         out = world.bind(stranger, "n1")
     assert out["Error"].startswith("pod default/p: cannot read it: ")
     assert failures(world, "api") == 1
+    # Read this time: the pod under that name is another one (replaced since).
+    assert world.bind(stranger, "n1")["Error"] == "pod default/p (other) no longer exists"
+    assert failures(world, "gone") == 1 and failures(world, "api") == 1
 
 
 # --- writes whose outcome is unknown --------------------------------------------------
