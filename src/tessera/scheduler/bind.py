@@ -38,13 +38,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.cluster.snapshot import Snapshot
 from tessera.errors import PlacementError, SpecError
 from tessera.kube.errors import ApiError, Conflict, NotFound, outcome_unknown
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
 from tessera.model import annotations as keys
 from tessera.model.types import Assignment, PodRequest
+from tessera.placement.cards import fits_exactly
 from tessera.placement.place import pick_cards
 from tessera.scheduler.filter import without_models
 from tessera.scheduler.holds import leaves_room
@@ -97,7 +97,8 @@ def _reserve(
             assignment = pick_cards(snap, asked, args.node, placer.policy(request))
         except PlacementError as exc:
             why = next(iter(excluded.values()), "") if excluded else ""
-            if why and _fits(snap, request, args.node, placer):  # its quota, not the cards
+            if why and args.node in snap.rows and fits_exactly(snap, request, args.node):
+                # it would fit but for its quota
                 raise BindError("quota", f"pod {key}: {why}") from None
             raise BindError(
                 "no-longer-fits", f"pod {key} no longer fits on {args.node}: {why or exc}"
@@ -116,15 +117,6 @@ def _reserve(
             ) from None
         res.binding = True
         return assignment
-
-
-def _fits(snap: Snapshot, request: PodRequest, node: str, placer: Placer) -> bool:
-    """Whether ``request`` would fit on ``node``'s cards, its quota aside."""
-    try:
-        pick_cards(snap, request, node, placer.policy(request))
-    except PlacementError:
-        return False
-    return True
 
 
 @dataclass(frozen=True, slots=True)
