@@ -6,11 +6,14 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from tessera.kube import NODES, PODS, FakeKube
+from prometheus_client.parser import text_string_to_metric_families
+
+from tessera.kube import GPUQUOTAS, NODES, PODS, FakeKube
 from tessera.model.annotations import INVENTORY, encode_inventory
 from tessera.model.clusterspec import make_cards
 from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.config import SchedulerConfig
+from tests.unit._wait import eventually
 
 SCHED = "tessera-scheduler"
 
@@ -92,6 +95,25 @@ def gpu_quota(ns: str, *limits: dict[str, Any], name: str = "gpus") -> dict[str,
         "metadata": {"namespace": ns, "name": name},
         "spec": {"limits": list(limits)},
     }
+
+
+def add_quota(w: World, obj: dict[str, Any]) -> None:
+    """Create a GpuQuota and wait until the extender holds it."""
+    ns = obj["metadata"]["namespace"]
+    w.kube.create(GPUQUOTAS, obj, ns)
+    key = f"{ns}/{obj['metadata']['name']}"
+    eventually(lambda: w.app.state.quotas.book.get(ns, key) is not None)
+
+
+def scraped(w: World, name: str, **labels: str) -> float:
+    """The value of sample ``name`` with ``labels`` in the app's /metrics text, as
+    Prometheus would read it; 0 when it is not there."""
+    text = w.app.metrics.exposition().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
 
 
 class World:

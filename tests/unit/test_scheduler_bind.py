@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tessera.kube import GPUQUOTAS, PODS, ApiError, Unavailable
+from tessera.kube import PODS, ApiError, Unavailable
 from tessera.model.annotations import ASSIGNMENT, decode_assignment, encode_assignment
 from tessera.model.clusterspec import make_cards
-from tests.unit._scheduler_world import World, gpu_quota, node_obj, pod_obj
+from tests.unit._scheduler_world import World, add_quota, gpu_quota, node_obj, pod_obj, scraped
 from tests.unit._wait import eventually as _eventually
 
 
@@ -25,9 +25,7 @@ def world() -> Iterator[World]:
 
 def failures(world: World, reason: str) -> float:
     """tessera_scheduler_failures_total{verb="bind",reason}, as scraped (0 when absent)."""
-    line = f'tessera_scheduler_failures_total{{reason="{reason}",verb="bind"}} '
-    text = world.app.metrics.exposition().decode()
-    return next((float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(line)), 0.0)
+    return scraped(world, "tessera_scheduler_failures_total", verb="bind", reason=reason)
 
 
 def _node_seen(world: World, key: str) -> str | None:
@@ -152,9 +150,7 @@ def test_bind_without_reservation_checks_the_live_state(world: World) -> None:
 
 
 def test_bind_without_reservation_keeps_the_namespace_within_its_quota(world: World) -> None:
-    world.kube.create(GPUQUOTAS, gpu_quota("default", {"name": "a100", "models": ["A100"],
-                      "cards": 1}), "default")  # fmt: skip
-    _eventually(lambda: world.app.state.quotas.book.of("default"))
+    add_quota(world, gpu_quota("default", {"name": "a100", "models": ["A100"], "cards": 1}))
     a = world.create(pod_obj("a", gpu=1))
     b = world.create(pod_obj("b", gpu=1))
     assert world.bind(a, "n1") == {"Error": ""}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tessera.kube import GPUQUOTAS, PODS, FakeKube
+from tessera.kube import PODS, FakeKube
 from tessera.kube.errors import ApiError, NotFound, Unavailable
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS, POD_DISRUPTION_BUDGETS
@@ -26,7 +26,15 @@ from tessera.scheduler.config import SchedulerConfig
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.preemptor import Preemptor, adopt_holds
 from tessera.scheduler.state import PodInfo, SchedulerState
-from tests.unit._scheduler_world import World, node_obj, pdb, prio_pod, running_pod
+from tests.unit._scheduler_world import (
+    World,
+    add_quota,
+    node_obj,
+    pdb,
+    prio_pod,
+    running_pod,
+    scraped,
+)
 from tests.unit._scheduler_world import gpu_quota as quota_of
 from tests.unit._wait import eventually
 
@@ -64,9 +72,7 @@ def events(w: World, reason: str) -> list[str]:
 
 def blocked(w: World, reason: str) -> float:
     """tessera_scheduler_preemption_blocked_total{reason}, as scraped."""
-    line = f'tessera_scheduler_preemption_blocked_total{{reason="{reason}"}} '
-    text = w.app.metrics.exposition().decode()
-    return float(next(ln for ln in text.splitlines() if ln.startswith(line)).split()[-1])
+    return scraped(w, "tessera_scheduler_preemption_blocked_total", reason=reason)
 
 
 def budget_refusal() -> ApiError:
@@ -180,8 +186,7 @@ def quota_world(nodes: list[dict[str, Any]], placed: dict[str, str],
     for name, node in placed.items():
         place_on(w, prio_pod(name, 10), node)
     confirmed(w)
-    w.kube.create(GPUQUOTAS, quota_of("default", *limits), "default")
-    eventually(lambda: w.app.state.quotas.book.of("default"))
+    add_quota(w, quota_of("default", *limits))
     return w
 
 
@@ -189,8 +194,7 @@ def test_no_eviction_for_cards_the_quota_would_not_give_the_pod(world: World) ->
     """team's quota allows it one A100 and team holds none: the cards default's pods
     hold are what it lacks, but its quota would let it take only one of the two it asks."""
     w = world
-    w.kube.create(GPUQUOTAS, gpu_quota("team", 1), "team")
-    eventually(lambda: w.app.state.quotas.book.of("team"))
+    add_quota(w, gpu_quota("team", 1))
     out = w.filter(w.create(prio_pod("urgent", 1000, gpu=2, ns="team")))
     assert "quota: team/gpus a100" in out["FailedNodes"]["a1"]
     w.app.preemptor.step()
@@ -204,8 +208,7 @@ def test_a_pod_its_quota_keeps_out_has_less_important_pods_of_its_namespace_evic
     """default may hold two A100s and its two priority-10 pods hold them: its urgent pod
     has the least important evicted for quota room (and a card), and takes its place."""
     w = world
-    w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
-    eventually(lambda: w.app.state.quotas.book.of("default"))
+    add_quota(w, gpu_quota("default", 2))
     urgent = w.create(prio_pod("urgent", 1000))
     out = w.filter(urgent)
     assert "quota: default/gpus a100" in out["FailedNodes"]["a1"]
@@ -948,8 +951,7 @@ def test_a_preemptions_quota_room_is_held_against_less_important_pods_of_its_nam
         quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
                  "metadata": {"namespace": "team", "name": "gpus"},
                  "spec": {"limits": [limit]}}  # fmt: skip
-        w.kube.create(GPUQUOTAS, quota, "team")
-        eventually(lambda: w.app.state.quotas.book.of("team"))
+        add_quota(w, quota)
         urgent = w.create(prio_pod("urgent", 1000, ns="team"))
         assert w.filter(urgent)["NodeNames"] == []
         eventually(lambda: len(evictions(w)) == 1)
@@ -989,8 +991,7 @@ def test_quota_room_and_cards_together_and_only_from_its_own_namespace() -> None
         ):
             place_on(w, prio_pod(name, prio, ns=ns), node)  # fmt: skip
         confirmed(w)
-        w.kube.create(GPUQUOTAS, gpu_quota("team", 2), "team")
-        eventually(lambda: w.app.state.quotas.book.of("team"))
+        add_quota(w, gpu_quota("team", 2))
         urgent = w.create(prio_pod("urgent", 1000, gpu=2, ns="team"))
         assert w.filter(urgent)["NodeNames"] == []
         eventually(lambda: len(evictions(w)) == 3)
@@ -1034,8 +1035,7 @@ def test_quota_victims_are_given_back_the_most_important_first() -> None:
         for name, gpu, prio in (("p-1", 1, 1), ("p-2", 1, 2), ("p-3", 2, 3)):
             place_on(w, prio_pod(name, prio, gpu=gpu, ns="team"), "n1")
         confirmed(w)
-        w.kube.create(GPUQUOTAS, gpu_quota("team", 4), "team")
-        eventually(lambda: w.app.state.quotas.book.of("team"))
+        add_quota(w, gpu_quota("team", 4))
         urgent = w.create(prio_pod("urgent", 1000, gpu=3, ns="team"))
         assert w.filter(urgent)["NodeNames"] == []
         eventually(lambda: len(evictions(w)) == 2)
@@ -1055,8 +1055,7 @@ def test_quota_victims_are_the_fewest_after_the_least_important_are_given_back()
                                       ("p-3", "a2", 1, 3)):  # fmt: skip
             place_on(w, prio_pod(name, prio, gpu=gpu, ns="team"), node)
         confirmed(w)
-        w.kube.create(GPUQUOTAS, gpu_quota("team", 4), "team")
-        eventually(lambda: w.app.state.quotas.book.of("team"))
+        add_quota(w, gpu_quota("team", 4))
         urgent = w.create(prio_pod("urgent", 1000, gpu=2, ns="team"))
         assert w.filter(urgent)["NodeNames"] == []
         eventually(lambda: evictions(w) == ["team/p-2"])
@@ -1074,8 +1073,7 @@ def test_a_pod_its_budget_protects_is_left_for_quota_room_and_another_goes() -> 
                        [running_pod("low-0", 10, "free"), running_pod("low-1", 10, "kept")],
                        [pdb("keep", "kept", 0)])  # fmt: skip
     try:
-        w.kube.create(GPUQUOTAS, gpu_quota("default", 2), "default")
-        eventually(lambda: w.app.state.quotas.book.of("default"))
+        add_quota(w, gpu_quota("default", 2))
         p = stepped_by_hand(w.app)
         assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
         p.step()

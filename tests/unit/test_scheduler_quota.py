@@ -12,7 +12,7 @@ from tessera.kube import GPUQUOTAS, PODS
 from tessera.model.annotations import ASSIGNMENT, QUOTA_RETRY
 from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.config import SchedulerConfig
-from tests.unit._scheduler_world import World, gpu_quota, node_obj, pod_obj
+from tests.unit._scheduler_world import World, add_quota, gpu_quota, node_obj, pod_obj
 from tests.unit._wait import eventually as _eventually
 
 
@@ -24,16 +24,10 @@ def world() -> World:
     )
 
 
-def _add_quota(w: World, obj: dict[str, Any]) -> None:
-    w.kube.create(GPUQUOTAS, obj, obj["metadata"]["namespace"])
-    key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-    _eventually(lambda: w.app.state.quotas.book.get(obj["metadata"]["namespace"], key) is not None)
-
-
 def test_filter_keeps_a_namespace_inside_its_model_quota_and_says_why() -> None:
     w = world()
     try:
-        _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 25000}))
+        add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 25000}))
         placed = [
             w.schedule(w.create(pod_obj(f"p{i}", memory=10000, cores=10, ns="team-a")))
             for i in range(4)
@@ -56,7 +50,7 @@ def test_filter_keeps_a_namespace_inside_its_model_quota_and_says_why() -> None:
 def test_whole_cards_and_cores_are_capped_too() -> None:
     w = world()
     try:
-        _add_quota(
+        add_quota(
             w,
             gpu_quota("team-a", {"name": "any", "models": ["*"], "cards": 1, "coresPercent": 250}),
         )
@@ -73,7 +67,7 @@ def test_whole_cards_and_cores_are_capped_too() -> None:
 def test_concurrent_cycles_never_both_pass_the_last_of_a_quota() -> None:
     w = world()
     try:
-        _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 30000}))
+        add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 30000}))
         pods = [w.create(pod_obj(f"c{i}", memory=10000, ns="team-a")) for i in range(12)]
         results: list[list[str]] = []
         lock = threading.Lock()
@@ -99,7 +93,7 @@ def test_concurrent_cycles_never_both_pass_the_last_of_a_quota() -> None:
 def test_a_restarted_extender_rebuilds_usage_from_annotations() -> None:
     w = world()
     try:
-        _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 20000}))
+        add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 20000}))
         for i in range(2):
             assert w.schedule(w.create(pod_obj(f"r{i}", memory=10000, ns="team-a"))) in ("a1", "a2")
         assert all(ASSIGNMENT in w.kube.get(PODS, f"r{i}", "team-a")["metadata"]["annotations"]
@@ -119,7 +113,7 @@ def test_a_restarted_extender_rebuilds_usage_from_annotations() -> None:
 def test_bind_without_a_reservation_checks_the_quota() -> None:
     w = world()
     try:
-        _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 15000}))
+        add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 15000}))
         assert w.schedule(w.create(pod_obj("b0", memory=10000, ns="team-a"))) in ("a1", "a2")
         late = w.create(pod_obj("b1", memory=10000, ns="team-a"))
         out = w.bind(late, "a2")  # a bind no filter reserved for (a restarted extender)
@@ -132,7 +126,7 @@ def test_bind_without_a_reservation_checks_the_quota() -> None:
 def test_raising_a_quota_nudges_waiting_pods_and_lowering_evicts_nothing() -> None:
     w = world()
     try:
-        _add_quota(w, gpu_quota("team-a", {"name": "all", "models": ["*"], "memoryMiB": 10000}))
+        add_quota(w, gpu_quota("team-a", {"name": "all", "models": ["*"], "memoryMiB": 10000}))
         assert w.schedule(w.create(pod_obj("u0", memory=10000, ns="team-a")))
         waiting = w.create(pod_obj("u1", memory=10000, ns="team-a"))
         assert w.filter(waiting)["NodeNames"] == []
@@ -159,7 +153,7 @@ def test_raising_a_quota_nudges_waiting_pods_and_lowering_evicts_nothing() -> No
 def test_status_shows_what_is_used_and_by_whom() -> None:
     w = world()
     try:
-        _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 50000}))
+        add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 50000}))
         for i in range(2):
             assert w.schedule(w.create(pod_obj(f"s{i}", memory=10000, cores=5, ns="team-a")))
         want = {"limits": [{"name": "a100", "used": {"memoryMiB": 20000, "coresPercent": 10,
@@ -183,7 +177,7 @@ def test_status_names_the_first_holders_counts_them_all_and_is_written_once() ->
 
     w.kube.merge_patch = counted  # type: ignore[method-assign]
     try:
-        _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 50000}))
+        add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 50000}))
         for i in range(52):
             assert w.schedule(w.create(pod_obj(f"s{i:02d}", memory=100, cores=1, ns="team-a")))
 
@@ -204,7 +198,7 @@ def test_status_names_the_first_holders_counts_them_all_and_is_written_once() ->
 def test_a_quota_written_past_the_rules_keeps_the_last_good_one() -> None:
     w = world()
     try:
-        _add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 1000}))
+        add_quota(w, gpu_quota("team-a", {"name": "a100", "models": ["A100"], "memoryMiB": 1000}))
         w.kube.merge_patch(GPUQUOTAS, "gpus", {"spec": {"limits": [{"name": "a100"}]}}, "team-a")
         _eventually(lambda: "team-a/gpus" in w.app.state.quotas.book.refused)
         assert "spec.limits[0].models" in w.app.state.quotas.book.refused["team-a/gpus"]
@@ -225,7 +219,7 @@ def test_a_quota_written_past_the_rules_keeps_the_last_good_one() -> None:
 def test_the_webhook_refuses_a_pod_that_could_never_fit_its_quota() -> None:
     w = world()
     try:
-        _add_quota(
+        add_quota(
             w,
             gpu_quota(
                 "team-a",
