@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
-from tessera.node.allocation.errors import AllocationError
+from tessera.node.allocation.errors import FAILED_PRECONDITION, AllocationError
 from tessera.node.allocation.matching import Matcher
 from tessera.node.formats.layout import AllocRecord
 from tessera.node.pods import GpuContainer, PodInfo
@@ -54,6 +54,47 @@ def test_a_call_goes_to_the_container_that_asks_for_as_many_cards() -> None:
     assert m.choose(1, frozenset({"GPU-c"}), "Allocate", set()).pod.uid == "one"
 
 
+def test_the_cards_kubelet_names_pick_among_containers_of_one_size() -> None:
+    first = pod("first", {"main": ("GPU-a",)}, created="2026-11-28T00:00:00Z")
+    second = pod("second", {"main": ("GPU-b",)})
+    m = Matcher(NODE, Pods([first, second]), None)
+    assert m.choose(1, frozenset({"GPU-b"}), "Allocate", set()).pod.uid == "second"
+    assert m.choose(1, None, "Allocate", set()).pod.uid == "first"  # the oldest
+
+
+def test_a_pod_the_watch_has_not_shown_is_found_by_reading_the_pods_again() -> None:
+    late = pod("late", {"main": ("GPU-b",)})
+    pods = Pods([], fresh=[late])
+    assert Matcher(NODE, pods, None).choose(1, None, "Allocate", set()).pod.uid == "late"
+    assert pods.refreshes == 1
+    # The second read is weighed as the first: kubelet's list and the cards still count.
+    unlisted = pod("unlisted", {"main": ("GPU-a",)}, created="2026-11-28T00:00:00Z")
+    other = pod("other", {"main": ("GPU-c",)})
+    kubelet = Kubelet(pods={("ns", "pod-late"), ("ns", "pod-other")})
+    m = Matcher(NODE, Pods([], fresh=[unlisted, late, other]), kubelet)
+    assert m.choose(1, None, "Allocate", set()).pod.uid == "late"
+    assert m.choose(1, frozenset({"GPU-c"}), "Allocate", set()).pod.uid == "other"
+
+
+def test_a_container_already_claimed_or_holding_slots_is_passed_over() -> None:
+    both = pod("both", {"init": ("GPU-a",), "main": ("GPU-b",)}, created="2026-11-28T00:00:00Z")
+    later = pod("later", {"main": ("GPU-c",)})
+    m = Matcher(NODE, Pods([both, later]), None)
+    t = m.choose(1, None, "Allocate", {("both", "init")})
+    assert (t.pod.uid, t.container.name) == ("both", "main")  # the pod's next container
+    # After an agent restart the ledger is empty, but kubelet says who holds slots.
+    listed = {("ns", "pod-both"), ("ns", "pod-later")}
+    held_init = Kubelet(pods=listed, held={("ns", "pod-both", "init"): frozenset({"s0"})})
+    t = Matcher(NODE, Pods([both, later]), held_init).choose(1, None, "Allocate", set())
+    assert (t.pod.uid, t.container.name) == ("both", "main")
+    held_all = Kubelet(pods=listed, held={
+        ("ns", "pod-both", "init"): frozenset({"s0"}),
+        ("ns", "pod-both", "main"): frozenset({"s1"}),
+    })  # fmt: skip
+    t = Matcher(NODE, Pods([both, later]), held_all).choose(1, None, "Allocate", set())
+    assert t.pod.uid == "later"
+
+
 def test_without_pod_resources_a_pod_with_a_problem_is_passed_over_then_reported() -> None:
     bad = pod("bad", {"main": ("GPU-a",)}, created="2026-11-28T00:00:00Z",
               problem="assignment names node gpu-9")  # fmt: skip
@@ -61,7 +102,12 @@ def test_without_pod_resources_a_pod_with_a_problem_is_passed_over_then_reported
     assert Matcher(NODE, Pods([bad, ok]), None).choose(1, None, "x", set()).pod.uid == "ok"
     with pytest.raises(AllocationError, match="assignment names node gpu-9") as err:
         Matcher(NODE, Pods([bad]), None).choose(1, None, "x", set())
-    assert err.value.pod is bad
+    assert (err.value.code, err.value.pod) == (FAILED_PRECONDITION, bad)
+    # pod-resources lists the pod: kubelet is admitting exactly it, so it is reported now.
+    listed = Kubelet(pods={("ns", "pod-bad")})
+    with pytest.raises(AllocationError, match=r"^assignment names node gpu-9$") as err:
+        Matcher(NODE, Pods([bad, ok]), listed).choose(1, None, "x", set())
+    assert (err.value.code, err.value.pod) == (FAILED_PRECONDITION, bad)
 
 
 def test_no_match_names_the_node_the_size_and_the_cards() -> None:
@@ -70,8 +116,9 @@ def test_no_match_names_the_node_the_size_and_the_cards() -> None:
         AllocationError,
         match=r"Allocate: no pod bound to node gpu-1 has a "
         r"container waiting for 2 card\(s\) on cards \['GPU-a', 'GPU-b'\]",
-    ):
+    ) as err:
         m.choose(2, frozenset({"GPU-b", "GPU-a"}), "Allocate", set())
+    assert (err.value.code, err.value.pod) == (FAILED_PRECONDITION, None)
     with pytest.raises(AllocationError, match=r"waiting for 1 card\(s\) in its"):
         m.choose(1, None, "Allocate", set())
 
@@ -91,8 +138,9 @@ def test_find_and_find_by_name_pick_the_container_named_and_pass_over_problems()
     assert m.find_by_name("ns", "pod-a", "side") is None
     assert m.find_by_name("ns", "pod-x", "main") is None  # bound to another node
     assert m.find_by_name("other", "pod-b", "main") is None
-    with pytest.raises(AllocationError, match="assignment names node gpu-9"):
+    with pytest.raises(AllocationError, match=r"^assignment names node gpu-9$") as err:
         m.find_by_name("ns", "pod-bad", "main")
+    assert (err.value.code, err.value.pod) == (FAILED_PRECONDITION, bad)
 
 
 def test_next_in_pod_is_the_next_container_of_the_same_live_pod() -> None:
@@ -114,8 +162,9 @@ def test_next_in_pod_on_other_cards_is_refused_naming_both() -> None:
         AllocationError,
         match=r"was given the slots of container 'init' on "
         r"cards \['GPU-a'\].*but it is assigned \['GPU-b'\]",
-    ):
+    ) as err:
         m.next_in_pod(record("mine", "init"), frozenset({"GPU-a"}), 1, {("mine", "init")})
+    assert (err.value.code, err.value.pod) == (FAILED_PRECONDITION, mine)
 
 
 def test_next_in_pod_refuses_a_container_asking_another_count_or_not_assigned() -> None:

@@ -71,6 +71,13 @@ def test_each_victim_takes_one_of_the_allowed_disruptions() -> None:
     assert b.refusal(RUNNING) == ""  # without a plan's count: the pod alone may go
 
 
+def test_victims_count_up_to_the_disruptions_allowed() -> None:
+    b = book(budget(allowed=2, healthy=4))
+    spent: Counter[str] = Counter()
+    assert [b.refusal(RUNNING, spent) == "" for _ in range(3)] == [True, True, False]
+    assert spent == {"team-a/keep": 2}
+
+
 def test_a_pending_pod_goes_whatever_its_budget() -> None:
     pending = Disruptee("team-a", {"app": "train"}, ready=False, pending=True)
     assert book(budget()).refusal(pending) == ""
@@ -147,8 +154,13 @@ def test_the_book_says_which_budget_loosened() -> None:
     told.clear()
     assert now(**unobserved, observed=2, policy="AlwaysAllow") == ["team-a/keep"]
     told.clear()
-    b.apply(WatchEvent("DELETED", budget()))
+    last = budget(**unobserved, observed=2, policy="AlwaysAllow")
+    b.apply(WatchEvent("DELETED", last))  # the watch delivers its last state: unchanged
     b.apply(WatchEvent("ADDED", budget("new")))  # a new budget lets nothing go
     assert told == ["team-a/keep"]
-    b.replace([])  # a re-list without it: gone
+    b.replace([budget("new")])  # a re-list that changes nothing tells nothing
+    assert told == ["team-a/keep"]
+    b.replace([budget("new", allowed=1, healthy=3)])  # one that loosens it, does
     assert told == ["team-a/keep", "team-a/new"]
+    b.replace([])  # a re-list without it: gone
+    assert told == ["team-a/keep", "team-a/new", "team-a/new"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from tessera.model.types import (
     Assignment,
     Card,
@@ -64,6 +66,7 @@ def test_a_model_is_weighed_by_its_largest_card() -> None:
         "team-a", "w", (ContainerRequest("main", GpuRequest(1, exclusive=True, models=A100)),)
     )
     g.apply(quota({"name": "a100", "models": ["A100"], "memoryMiB": 60000}))
+    g.learn_cards([Card("a3", 0, "A100", 40960)])  # a smaller card learned later
     # A whole A100 counts as 81,920 MiB (its largest card), over the 60,000 allowed.
     assert "A100" in g.exclusions(whole)
     assert "allows 60000 MiB" in g.never_fits(whole)
@@ -86,6 +89,17 @@ def test_what_preemption_holds_for_pods_as_important_counts_as_used() -> None:
     assert g.exclusions(ask, priority=100) == {}
     holds.put(hold("team-a/whole-node", 100, None))  # holds a node, no cards: nothing counted
     assert g.exclusions(ask, priority=100) == {}
+
+
+def test_the_holds_of_a_namespace_add_up() -> None:
+    holds = HoldBook()
+    g = gate(holds)
+    g.count("team-a/p", on("a1", 60000))
+    ask = request("new", 30000)
+    holds.put(hold("team-a/urgent-1", 100, on("a2", 5000)))
+    assert g.exclusions(ask, priority=100) == {}  # 60,000 + 5,000 + 30,000
+    holds.put(hold("team-a/urgent-2", 100, on("a2", 8000)))
+    assert "13000 of it held for a preempting pod" in g.exclusions(ask, priority=100)["A100"]
 
 
 def test_fits_without_counts_the_pods_that_would_go() -> None:
@@ -128,16 +142,26 @@ def test_never_fits_skips_the_models_the_pod_refuses() -> None:
     assert "allows 1000 MiB" in g.never_fits(request("big", 2000, models=frozenset({"T4"})))
 
 
-def test_a_refused_quota_is_counted_and_the_last_good_one_stays() -> None:
+def test_a_refused_quota_is_counted_and_the_last_good_one_stays(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     problems: Counter[str] = Counter()
     g = QuotaGate(HoldBook(), problems)
     g.learn_cards([Card("a1", 0, "A100", 40960)])
     g.apply(quota({"name": "a100", "models": ["A100"], "memoryMiB": 1000}))
     g.apply(quota({"name": "a100", "models": ["A100"], "memoryMiB": -5}))
     assert problems["bad-quota"] == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "GpuQuota team-a/gpus refused, its last good version stays: "
+        "spec.limits[0].memoryMiB: must be >= 0 (got -5)"
+    ]
     assert "allows 1000 MiB" in g.never_fits(request("big", 2000))
     assert g.replace([quota({"name": "bad", "memoryMiB": "lots"})]) == set()
     assert problems["bad-quota"] == 2
+    assert caplog.records[-1].getMessage() == (
+        "GpuQuota team-a/gpus refused, its last good version stays: "
+        'spec.limits[0].models: must list at least one card model (or "*")'
+    )
 
 
 def test_a_usage_of_cores_or_cards_alone_is_a_usage() -> None:
