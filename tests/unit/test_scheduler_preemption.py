@@ -930,36 +930,38 @@ def test_a_pod_that_would_take_the_preemptors_cpu_is_kept_off_the_held_node() ->
         w.close()
 
 
-def test_a_preemptions_quota_room_is_held_against_less_important_pods_of_its_namespace() -> None:
-    """team may hold 2 A100s and holds 1. Its urgent pod evicts a pod of another namespace
-    for a card. While the victim terminates a card frees elsewhere: a less important pod
-    of team must not take the quota the urgent pod is to use, or the eviction was for
-    nothing (team at 2 of 2, the urgent pod refused by its own quota)."""
+def team_quota_held_for_urgent() -> tuple[World, str]:
+    """team may hold 2 A100s and holds 1 (t-0 on a2). Its urgent pod evicts a pod of
+    another namespace on a1 for a card; while the victim terminates, a3's card frees.
+    team's quota is now 1 used and 1 held for the urgent pod. Returns the victim's key."""
     w = World([node_obj("a1", 2, "A100"), node_obj("a2", 1, "A100"), node_obj("a3", 1, "A100")])
-    try:
-        w.kube.graceful_evictions = True
+    w.kube.graceful_evictions = True
+    for name, node, ns, prio in (
+        ("o-0", "a1", "other", 10),
+        ("o-1", "a1", "other", 10),
+        ("o-3", "a3", "other", 10_000),
+        ("t-0", "a2", "team", 10),
+    ):
+        place_on(w, prio_pod(name, prio, ns=ns), node)  # fmt: skip
+    confirmed(w)
+    add_quota(w, gpu_quota("team", 2))
+    urgent = w.create(prio_pod("urgent", 1000, ns="team"))
+    assert w.filter(urgent)["NodeNames"] == []
+    eventually(lambda: len(evictions(w)) == 1)
+    [victim] = evictions(w)
+    assert victim.startswith("other/o-")
+    eventually(lambda: w.app.state.pods[victim].terminating)
+    w.kube.delete(PODS, "o-3", "other")  # a3's card frees
+    eventually(lambda: "other/o-3" not in w.app.state.pods)
+    return w, victim
 
-        for name, node, ns, prio in (
-            ("o-0", "a1", "other", 10),
-            ("o-1", "a1", "other", 10),
-            ("o-3", "a3", "other", 10_000),
-            ("t-0", "a2", "team", 10),
-        ):
-            place_on(w, prio_pod(name, prio, ns=ns), node)  # fmt: skip
-        confirmed(w)
-        limit = {"name": "a100", "models": ["A100"], "cards": 2}
-        quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
-                 "metadata": {"namespace": "team", "name": "gpus"},
-                 "spec": {"limits": [limit]}}  # fmt: skip
-        add_quota(w, quota)
-        urgent = w.create(prio_pod("urgent", 1000, ns="team"))
-        assert w.filter(urgent)["NodeNames"] == []
-        eventually(lambda: len(evictions(w)) == 1)
-        [victim] = evictions(w)
-        assert victim.startswith("other/o-")
-        eventually(lambda: w.app.state.pods[victim].terminating)
-        w.kube.delete(PODS, "o-3", "other")  # a3's card frees
-        eventually(lambda: "other/o-3" not in w.app.state.pods)
+
+def test_a_preemptions_quota_room_is_held_against_less_important_pods_of_its_namespace() -> None:
+    """A less important pod of team must not take the quota the urgent pod is to use, or
+    the eviction was for nothing (team at 2 of 2, the urgent pod refused by its own
+    quota)."""
+    w, victim = team_quota_held_for_urgent()
+    try:
         late = prio_pod("t-1", 10, ns="team")
         late["spec"]["preemptionPolicy"] = "Never"
         out = w.filter(w.create(late))
@@ -972,6 +974,29 @@ def test_a_preemptions_quota_room_is_held_against_less_important_pods_of_its_nam
         w.kube.delete(PODS, name, ns)  # its grace period is over
         eventually(lambda: victim not in w.app.state.pods)
         assert w.schedule(w.kube.get(PODS, "urgent", "team")) == "a1"
+    finally:
+        w.close()
+
+
+def test_a_less_important_preemptor_makes_its_quota_room_beside_a_held_one() -> None:
+    """A pod of team less important than the urgent one, but more than t-0, may preempt.
+    The quota held for the urgent pod counts as used (team at 2 of 2), so t-0 goes for
+    quota room and the pod is to take a3's free card, not t-0's."""
+    w, victim = team_quota_held_for_urgent()
+    try:
+        mid = w.create(prio_pod("t-1", 500, ns="team"))
+        assert w.filter(mid)["NodeNames"] == []
+        eventually(lambda: "team/t-0" in evictions(w))
+        assert evictions(w) == [victim, "team/t-0"]
+
+        def said() -> list[str]:
+            return [str(e["message"]) for e in w.kube.list(EVENTS, "team").items
+                    if e.get("reason") == "TesseraPreempting"
+                    and e["involvedObject"]["name"] == "t-1"]  # fmt: skip
+
+        assert eventually(said) == ["evicting for quota room: team/t-0 (priority 10)"]
+        hold = w.app.state.holds.get("team/t-1")
+        assert hold is not None and hold.decision is not None and hold.decision.node == "a3"
     finally:
         w.close()
 
