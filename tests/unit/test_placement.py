@@ -104,6 +104,52 @@ def test_filter_gives_a_groupable_reason_per_failed_node(
         assert result.feasible == [] and result.reasons == {"n": reason}
 
 
+def mixed(name: str, *models: str, cordoned: tuple[int, ...] = ()) -> NodeInventory:
+    """A node with one card of each model, those at ``cordoned`` taken out of service."""
+    cards = tuple(
+        Card(f"{name}-g{i}", i, m, 16000, cordoned=i in cordoned) for i, m in enumerate(models)
+    )
+    return NodeInventory(name=name, cards=cards, cpu_milli=8000, memory_mib=64000)
+
+
+@pytest.mark.parametrize(
+    ("inv", "pod", "reason"),
+    [
+        (mixed("n", "A100", "T4"), share(count=2, models_exclude=frozenset({"T4"})),
+         "fewer than 2 cards of an allowed model"),
+        (mixed("n", "A100", "T4"), share(models_exclude=frozenset({"A100", "T4"})),
+         "model A100,T4 excluded"),
+        (mixed("n", "A100", "T4"), share(models=frozenset({"L4", "H100"})),
+         "model A100,T4 not in H100,L4"),
+        (mixed("n", "T4", "T4"), share(count=2, uuids=frozenset({"n-g0"})),
+         "no card with an allowed UUID"),
+        (mixed("n", "T4", "T4", "T4", "T4", cordoned=(0, 1)),
+         share(count=2, uuids=frozenset({"n-g0", "n-g1"})), "card n-g0,n-g1 cordoned"),
+    ],
+    ids=["some-excluded", "all-excluded", "not-listed", "too-few-pinned", "pinned-cordoned"],
+)  # fmt: skip
+def test_a_model_or_uuid_reason_names_every_card_or_model_in_the_way(
+    inv: NodeInventory, pod: PodRequest, reason: str
+) -> None:
+    result = filter_nodes(ClusterState([inv]).snapshot(), pod)
+    assert result.feasible == [] and result.reasons == {"n": reason}
+
+
+def test_each_node_gets_its_own_reason() -> None:
+    """A node without cards among nodes with cards is told so, not "no healthy card"."""
+    nodes = [node("cpu-only", cards=0), node("broken", healthy=False), node("ok")]
+    result = filter_nodes(ClusterState(nodes).snapshot(), share())
+    assert result.feasible == ["ok"]
+    assert result.reasons == {"cpu-only": "no GPU on node", "broken": "no healthy card"}
+
+
+def test_a_memory_share_is_described_as_a_share() -> None:
+    state = ClusterState([node("a", cards=1)])
+    book(state, share(name="x", mem=12000, cores=10))
+    result = filter_nodes(state.snapshot(), gpu_pod(count=1, memory_percent=50, cores_percent=10))
+    assert result.reasons == {"a": "no card with 50% memory and 10% cores free"}
+
+
 def test_filter_reasons_depend_on_occupancy_and_unknown_names() -> None:
     state = ClusterState([node("a"), node("b")])
     book(state, share(name="x", mem=15000, cores=10), node_name="a")
@@ -325,6 +371,20 @@ def test_score_nodes_covers_feasible_nodes_only() -> None:
     book(state, share(name="x"), node_name="a")
     scores = score_nodes(state.snapshot(), share(), ["a", "b"], make_policy("binpack"))
     assert set(scores) == {"a"}
+    state.add_node(node("c"))  # feasible, but not among the nodes asked about
+    assert set(score_nodes(state.snapshot(), share(), ["a"], make_policy("binpack"))) == {"a"}
+
+
+def test_cards_on_a_node_the_state_does_not_have_are_refused_with_a_reason() -> None:
+    state = ClusterState([node("a")])
+    with pytest.raises(PlacementError, match=r"^node ghost is not in the cluster state$") as err:
+        pick_cards(state.snapshot(), share(), "ghost", make_policy("binpack"))
+    assert err.value.reasons == {"ghost": "node not in the cluster state"}
+
+
+def test_no_node_at_all_is_summarised_without_reasons() -> None:
+    with pytest.raises(PlacementError, match=r"^pod ns/p: 0/0 nodes fit$"):
+        place(ClusterState([]).snapshot(), share(), make_policy("binpack"))
 
 
 def test_policy_names_match_what_the_pod_spec_parser_accepts() -> None:

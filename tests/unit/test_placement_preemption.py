@@ -20,7 +20,12 @@ from tessera.model.types import (
 )
 from tessera.placement import make_policy
 from tessera.placement.place import place
-from tessera.placement.preemption import Holder, choose_preemption, preemption_on_node
+from tessera.placement.preemption import (
+    Holder,
+    Preemption,
+    choose_preemption,
+    preemption_on_node,
+)
 
 POLICY = make_policy("binpack")
 
@@ -222,3 +227,61 @@ def test_a_pod_on_a_card_out_of_service_does_not_stop_preemption_elsewhere_on_th
     assert names(got) == ["low"]  # not the cordoned card's pod, though it ranks first
     assert got is not None
     assert [s.uuid for s in got.decision.containers[0].slices] == [inv.cards[1].uuid]
+
+
+def test_a_more_important_pod_on_a_cordoned_card_is_booked_as_it_is() -> None:
+    """A pod that is no candidate, on a card out of service, is already there: it is
+    counted where it is, not refused as a new placement would be."""
+    from dataclasses import replace
+
+    base = node(cards=2)
+    inv = replace(base, cards=(replace(base.cards[0], cordoned=True), base.cards[1]))
+    held = [holder(inv, "boss", 200, 0), holder(inv, "low", 10, 1)]
+    assert names(preemption_on_node(inv, held, request("urgent"), 100, POLICY)) == ["low"]
+
+
+def whole_card(inv: NodeInventory, card: int, name: str, priority: int, ask: Ask) -> Holder:
+    """A pod holding card ``card`` of ``inv`` whole, asking ``ask`` as ``_request`` reads it."""
+    c = inv.cards[card]
+    whole = (CardSlice(c.uuid, c.memory_mib, 100),)
+    a = Assignment(inv.name, (ContainerAssignment("main", whole, exclusive=True),))
+    return Holder(f"uid-{name}", priority, _request(name, ask), a)
+
+
+def test_the_cpu_and_memory_of_pods_that_stay_count_when_a_candidate_is_given_back() -> None:
+    """boss (no candidate) takes most of the node's CPU, or memory; low, on a card the
+    urgent pod does not need, holds what is left of it: low goes, though its card is not
+    the one the urgent pod takes."""
+    inv = NodeInventory("n1", make_cards("n1", 3, "A100"), cpu_milli=10_000, memory_mib=10_000)
+    for boss, low, pod in (
+        ((1, None, 8000, 0), (1, None, 1500, 0), (1, None, 1000, 0)),
+        ((1, None, 0, 8000), (1, None, 0, 1500), (1, None, 0, 1000)),
+    ):
+        holders = [whole_card(inv, 0, "boss", 200, boss), whole_card(inv, 2, "low", 10, low)]
+        got = preemption_on_node(inv, holders, _request("urgent", pod), 50, POLICY)
+        assert names(got) == ["low"]
+        assert got is not None
+        assert got.decision.containers[0].slices[0].uuid == inv.cards[1].uuid
+
+
+def test_a_candidate_that_cannot_be_booked_again_does_not_stop_the_others_given_back() -> None:
+    inv = node(cards=2)
+    stale = holder(node("elsewhere"), "stale", 15, 0)  # booked on a card not on this node
+    held = [stale, holder(inv, "mid", 12, 1), holder(inv, "low", 10, 0)]
+    got = preemption_on_node(inv, held, request("urgent"), 100, POLICY)
+    assert names(got) == ["low", "stale"]  # mid, given back after stale, stays
+
+
+def test_a_preemption_says_who_goes_for_cards_and_who_for_quota_room() -> None:
+    inv = node(cards=2)
+    low, mid = holder(inv, "low", 10, 0), holder(inv, "mid", 20, 1)
+    quota = holder(inv, "q", 5, 0)
+    decision = Assignment("n1", ())
+    p = Preemption("n1", (quota, low, mid), decision, for_quota=frozenset({quota.key}))
+    assert p.describe() == (
+        "evicting on n1 for cards: team/low (priority 10), team/mid (priority 20); "
+        "for quota room: team/q (priority 5)"
+    )
+    assert Preemption("n1", (low,), decision).describe() == (
+        "evicting on n1 for cards: team/low (priority 10)"
+    )
