@@ -62,7 +62,6 @@ class CardView:
     cards: tuple[Card, ...]
     free_mem: tuple[int, ...]
     free_cores: tuple[int, ...]
-    tenants: tuple[int, ...]
 
     def free_fraction(self, col: int) -> float:
         """The share of the card still free: the scarcer of memory and cores."""

@@ -90,7 +90,6 @@ def assign_cards(snap: Snapshot, pod: PodRequest, node: str, picker: CardPicker)
             cards=cards,
             free_mem=tuple(free_mem),
             free_cores=tuple(free_cores),
-            tenants=tuple(cf.tenants for cf in cards_free),
         )
         picked = picker.pick(view, gpu, candidates, gpu.count)
         assert len(set(picked)) == gpu.count and set(picked) <= set(candidates), picked
