@@ -274,6 +274,78 @@ def test_two_gpu_containers_may_share_a_card_and_init_reuses_app_slices() -> Non
     assert state.check_invariants() == []
 
 
+def pod_of(*containers: ContainerRequest) -> PodRequest:
+    return PodRequest("ns", "p", containers)
+
+
+def test_a_pods_larger_slices_are_placed_first() -> None:
+    """6000 + 4000 and 5000 + 5000 MiB fill two 10000 MiB cards; taken smallest first,
+    4000 and 5000 would share one and 6000 find no room beside the other 5000."""
+    sizes = (4000, 5000, 6000, 5000)
+    pod = pod_of(*(ContainerRequest(f"c{i}", GpuRequest(1, memory_mib=m)) for i, m in
+                   enumerate(sizes)))  # fmt: skip
+    state = ClusterState([node("a", cards=2, memory=10000)])
+    d = place(state.snapshot(), pod, make_policy("binpack"))
+    state.assign(pod, d.assignment)
+    assert [c.memory_mib for c in state.snapshot().cards_free("a")] == [0, 0]
+
+
+@pytest.mark.parametrize("scarce", ["memory", "cores"])
+def test_binpack_weighs_a_card_with_what_the_pods_earlier_containers_took(scarce: str) -> None:
+    """Another pod holds a little of a1; the pod's large container fits only on a0 and
+    leaves it the fuller card, so its small one joins it there."""
+
+    def ask(size: int) -> dict[str, int]:  # size: percent of a card's scarce resource
+        if scarce == "memory":
+            return {"count": 1, "memory_mib": size * 160}
+        return {"count": 1, "memory_mib": 10, "cores_percent": size}
+
+    state = ClusterState([node("a", cards=2)])
+    book(state, gpu_pod("other", **ask(20), uuids=frozenset({"a-g1"})))
+    large, small = GpuRequest(**ask(90)), GpuRequest(**ask(5))  # type: ignore[arg-type]
+    pod = pod_of(ContainerRequest("large", large), ContainerRequest("small", small))
+    d = place(state.snapshot(), pod, make_policy("binpack"))
+    assert [c.slices[0].uuid for c in d.assignment.containers] == ["a-g0", "a-g0"]
+
+
+def test_init_containers_on_one_card_take_a_slot_each() -> None:
+    """Three init containers and an app container: on a card of two slots, the app and
+    two init containers; the third needs another card."""
+    small = GpuRequest(1, memory_mib=100)
+    pod = pod_of(*(ContainerRequest(f"init-{i}", small, init=True) for i in range(3)),
+                 ContainerRequest("main", small))  # fmt: skip
+    one = ClusterState([node("a", cards=1, slots=2)])
+    assert filter_nodes(one.snapshot(), pod).reasons == {
+        "a": "cards cannot hold all GPU containers together"
+    }
+    two = ClusterState([node("b", cards=2, slots=2)])
+    d = place(two.snapshot(), pod, make_policy("binpack"))
+    assert d.assignment.slots() == {"b-g0": 2, "b-g1": 1}
+    two.assign(pod, d.assignment)  # the booking checks the slots again
+    assert two.check_invariants() == []
+
+
+def test_memory_slot_and_capacity_reasons_are_per_node() -> None:
+    def host(name: str, memory: int, card_memory: int = 16000) -> NodeInventory:
+        return NodeInventory(name, node(name, memory=card_memory).cards, 8000, memory)
+
+    # "exact" has the pod's 1000 MiB of host memory, just enough; its cards are too small.
+    nodes = [node("ok"), host("low-mem", 999), node("no-slot", slots=1), node("full"),
+             host("exact", 1000, card_memory=1000)]  # fmt: skip
+    state = ClusterState(nodes)
+    for i in range(2):
+        book(state, share(name=f"s{i}", mem=100, cores=0), node_name="no-slot")
+        book(state, share(name=f"f{i}", mem=15000, cores=10), node_name="full")
+    result = filter_nodes(state.snapshot(), share(mem=2000))
+    assert result.feasible == ["ok"]
+    assert result.reasons == {
+        "low-mem": "insufficient memory",
+        "no-slot": "no card with a free slot",
+        "full": "no card with 2000 MiB and 30% cores free",
+        "exact": "no card with 2000 MiB and 30% cores free",
+    }
+
+
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 @pytest.mark.parametrize(
     ("request_", "count"),
@@ -332,6 +404,9 @@ def test_gpu_containers_that_do_not_fit_together_fail_with_a_reason() -> None:
     pod = PodRequest("ns", "p", (ContainerRequest("one", gpu), ContainerRequest("two", gpu)))
     result = filter_nodes(state.snapshot(), pod)
     assert result.reasons == {"a": "cards cannot hold all GPU containers together"}
+    with pytest.raises(PlacementError, match=r"^container two does not fit on a$") as err:
+        pick_cards(state.snapshot(), pod, "a", make_policy("binpack"))  # as bind asks
+    assert err.value.reasons == result.reasons
 
 
 def test_cpu_only_pod_is_placed_without_cards() -> None:

@@ -54,6 +54,18 @@ def test_an_unknown_numa_node_is_not_a_numa_node() -> None:
     assert scores["plain"] > scores["unknown"]
 
 
+def test_a_link_to_a_card_the_pod_cannot_take_earns_nothing() -> None:
+    """far's card 0 is linked to card 2 only, and card 2 is full: no fitting card has a
+    fitting peer, so far scores as plain does (same cards, same use, no links)."""
+    three = (-1, -1, -1)
+    state = ClusterState([inv("plain", three), inv("far", three, {0: (2,), 2: (0,)})])
+    for name in ("plain", "far"):
+        full = share(name=f"full-{name}", mem=16000, cores=10, uuids=frozenset({f"{name}-g2"}))
+        book(state, full, node_name=name)
+    scores = score_nodes(state.snapshot(), share(count=2), None, make_policy("topology"))
+    assert scores["far"] == scores["plain"]
+
+
 def test_a_one_card_request_is_scored_as_binpack_scores_it() -> None:
     state = ClusterState([inv("plain", UNKNOWN), inv("other", (0, 0, 1, 1), {0: (1,), 1: (0,)})])
     for policy in ("topology", "binpack"):
