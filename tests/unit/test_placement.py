@@ -190,6 +190,15 @@ def test_percent_memory_resolves_per_card() -> None:
     assert a.containers[0].slices[0].memory_mib == 40000
 
 
+@pytest.mark.parametrize(("taken", "fits"), [(8000, True), (8001, False)])
+def test_a_memory_share_rounds_down_to_whole_mib(taken: int, fits: bool) -> None:
+    """Half of a 15999 MiB card is 7999 MiB: it fits in 7999 free, not in 7998."""
+    state = ClusterState([node("a", cards=1, memory=15999)])
+    book(state, share(name="x", mem=taken, cores=0))
+    result = filter_nodes(state.snapshot(), gpu_pod(count=1, memory_percent=50))
+    assert result.feasible == (["a"] if fits else [])
+
+
 def test_place_raises_with_reasons_when_nothing_fits() -> None:
     state = ClusterState([node("a", cpu=500), node("b", cpu=500), node("c", model="P100")])
     with pytest.raises(PlacementError) as err:
@@ -308,6 +317,22 @@ def test_binpack_weighs_a_card_with_what_the_pods_earlier_containers_took(scarce
     assert [c.slices[0].uuid for c in d.assignment.containers] == ["a-g0", "a-g0"]
 
 
+@pytest.mark.parametrize(
+    "gpu",
+    [GpuRequest(1, memory_mib=6000), GpuRequest(1, memory_mib=10, cores_percent=40)],
+    ids=["memory", "cores"],
+)
+def test_a_pods_containers_on_one_card_add_up(gpu: GpuRequest) -> None:
+    """Two of three 6000 MiB (or 40 % cores) containers fill a card; the third goes on
+    the other card, and the booking agrees."""
+    pod = pod_of(*(ContainerRequest(f"c{i}", gpu) for i in range(3)))
+    state = ClusterState([node("a", cards=2)])
+    d = place(state.snapshot(), pod, make_policy("binpack"))
+    assert [c.slices[0].uuid for c in d.assignment.containers] == ["a-g0", "a-g0", "a-g1"]
+    state.assign(pod, d.assignment)
+    assert state.check_invariants() == []
+
+
 def test_init_containers_on_one_card_take_a_slot_each() -> None:
     """Three init containers and an app container: on a card of two slots, the app and
     two init containers; the third needs another card."""
@@ -407,6 +432,25 @@ def test_gpu_containers_that_do_not_fit_together_fail_with_a_reason() -> None:
     with pytest.raises(PlacementError, match=r"^container two does not fit on a$") as err:
         pick_cards(state.snapshot(), pod, "a", make_policy("binpack"))  # as bind asks
     assert err.value.reasons == result.reasons
+    with pytest.raises(PlacementError) as err:
+        place(state.snapshot(), pod, make_policy("binpack"))
+    assert err.value.reasons == result.reasons
+
+
+def test_ties_go_to_the_first_node_for_a_pod_whose_best_nodes_cannot_hold_it() -> None:
+    """The even nodes score alike and above the odd ones (a CPU-only pod on each). The
+    pod's two 9000 MiB containers pass the per-container test everywhere, but only
+    two-card nodes hold both: of the even ones, n04 and n06, and n04 comes first."""
+    two_cards = {4, 6} | set(range(1, 20, 2))
+    state = ClusterState([node(f"n{i:02d}", cards=2 if i in two_cards else 1) for i in range(20)])
+    for i in range(0, 20, 2):
+        book(state, PodRequest("ns", f"cpu-{i}", (), cpu_milli=1000), node_name=f"n{i:02d}")
+    gpu = GpuRequest(count=1, memory_mib=9000, cores_percent=10)
+    pod = PodRequest("ns", "p", (ContainerRequest("one", gpu), ContainerRequest("two", gpu)))
+    snap = state.snapshot()
+    d = place(snap, pod, make_policy("binpack"))
+    assert d.node == "n04"
+    assert d.score == score_nodes(snap, pod, None, make_policy("binpack"))["n04"]
 
 
 def test_cpu_only_pod_is_placed_without_cards() -> None:

@@ -84,8 +84,9 @@ def test_a_pinned_card_admits_its_node_only_and_is_the_card_taken(
     assert taken == pin
 
 
-@pytest.mark.parametrize("names", [["a", "b"], ["b", "a"], ["b"]])
+@pytest.mark.parametrize("names", [["a", "b"], ["b", "a"], ["b"], ["c", "b"], ["a", "b", "c"]])
 def test_an_excluded_card_is_excluded_on_its_node_only(names: list[str]) -> None:
-    state = ClusterState([node("a", cards=1), node("b", cards=1)])
-    pod = gpu_pod(count=1, memory_mib=1000, uuids_exclude=frozenset({"a-g0"}))
-    assert filter_nodes(state.snapshot(), pod, names).feasible == ["b"]
+    """b-g0 is card 0 of the second node: its row and column differ."""
+    state = ClusterState([node(n, cards=1) for n in "abc"])
+    pod = gpu_pod(count=1, memory_mib=1000, uuids_exclude=frozenset({"b-g0"}))
+    assert filter_nodes(state.snapshot(), pod, names).feasible == [n for n in names if n != "b"]

@@ -88,6 +88,14 @@ def test_without_links_the_set_on_one_numa_node_wins_then_the_fuller() -> None:
     assert chosen(state, 3) == [0, 1, 2]  # the third card crosses: the fuller of 1 and 3
 
 
+def test_between_two_numa_nodes_alike_the_fuller_set_wins_whatever_the_seed_order() -> None:
+    state = ClusterState([inv("n", (0, 1, 0, 1))])
+    for card in (1, 3):  # numa 1's cards, later seeds than numa 0's
+        pin = frozenset({f"n-g{card}"})
+        book(state, share(name=f"x{card}", mem=4000, cores=10, uuids=pin), node_name="n")
+    assert chosen(state, 2) == [1, 3]
+
+
 def test_a_set_on_one_numa_node_beats_a_fuller_set_across_two() -> None:
     state = ClusterState([inv("n", (0, 1, 1))])
     book(state, share(name="x", mem=8000, cores=10, uuids=frozenset({"n-g0"})), node_name="n")
