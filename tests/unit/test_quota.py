@@ -21,7 +21,7 @@ from tessera.model.types import (
     GpuRequest,
     PodRequest,
 )
-from tessera.quota.book import QuotaBook
+from tessera.quota.book import QuotaBook, loosened
 from tessera.quota.claims import claim_holding
 from tessera.quota.spec import parse_quota
 from tessera.quota.usage import QuotaUsage, Usage, demand_on, holding, why_over
@@ -52,42 +52,71 @@ def test_parses_pools_of_models_and_their_caps() -> None:
     assert anything.covers("H100")
 
 
+DNS_LABEL = "must be a DNS label (a-z, 0-9, '-'; at most 63)"
+MODEL_NAME = "must be a non-empty model name of at most 128 characters"
+ANY_ALONE = '"*" (any model) is allowed only in a quota of one limit'
+
+
 @pytest.mark.parametrize(
-    ("limits", "field", "rule"),
+    ("limits", "message"),
     [
-        ([], "spec.limits", "must list at least one limit"),
-        ([{"models": ["A100"], "cards": 1}], "spec.limits[0].name", "must be a DNS label"),
-        ([{"name": "A_100", "models": ["A100"], "cards": 1}], "spec.limits[0].name", "DNS label"),
-        ([{"name": "a", "models": [], "cards": 1}], "spec.limits[0].models", "at least one"),
-        ([{"name": "a", "models": [""], "cards": 1}], "spec.limits[0].models[0]", "non-empty"),
-        ([{"name": "a", "models": ["A" * 129], "cards": 1}], "spec.limits[0].models[0]",
-         "at most 128 characters"),
+        ([], "spec.limits: must list at least one limit (got [])"),
+        ([5], "spec.limits[0]: must be an object (got 5)"),
+        ([{"models": ["A100"], "cards": 1}], f"spec.limits[0].name: {DNS_LABEL}"),
+        ([{"name": "A_100", "models": ["A100"], "cards": 1}],
+         f"spec.limits[0].name: {DNS_LABEL} (got 'A_100')"),
+        ([{"name": "x" * 64, "models": ["A100"], "cards": 1}],
+         f"spec.limits[0].name: {DNS_LABEL} (got '{'x' * 64}')"),
+        ([{"name": "a", "models": [], "cards": 1}],
+         'spec.limits[0].models: must list at least one card model (or "*") (got [])'),
+        ([{"name": "a", "models": "A100", "cards": 1}],
+         "spec.limits[0].models: must list at least one card model (or \"*\") (got 'A100')"),
+        ([{"name": "a", "models": [""], "cards": 1}],
+         f"spec.limits[0].models[0]: {MODEL_NAME} (got '')"),
+        ([{"name": "a", "models": ["A" * 129], "cards": 1}],
+         f"spec.limits[0].models[0]: {MODEL_NAME} (got '{'A' * 129}')"),
         ([{"name": "a", "models": ["A100", "T4", "A100"], "cards": 1}],
-         "spec.limits[0].models[2]", "must not repeat a model"),
+         "spec.limits[0].models[2]: must not repeat a model (a set) (got 'A100')"),
         ([{"name": "a", "models": [f"m{i}" for i in range(17)], "cards": 1}],
-         "spec.limits[0].models", "at most 16 models"),
-        ([{"name": f"l{i}", "models": [f"m{i}"], "cards": 1} for i in range(17)], "spec.limits",
-         "at most 16 limits"),
-        ([{"name": "a", "models": ["A100"]}], "spec.limits[0]", "must cap at least one of"),
-        ([{"name": "a", "models": ["A100"], "cards": -1}], "spec.limits[0].cards", "must be >= 0"),
-        ([{"name": "a", "models": ["A100"], "memoryMiB": "8Gi"}], "spec.limits[0].memoryMiB",
-         "must be an integer"),
-        ([{"name": "a", "models": ["A100"], "cards": 1, "gpus": 2}], "spec.limits[0].gpus",
-         "is not a field of a limit"),
-        ([A100, {**A100, "models": ["T4"]}], "spec.limits[1].name", "must be unique"),
-        ([A100, {"name": "b", "models": ["T4", "A100"], "cards": 1}], "spec.limits[1].models",
-         "'A100' is also in limit 'a100'"),
-        ([A100, {"name": "b", "models": ["*"], "cards": 1}], "spec.limits[1].models",
-         "a model may be in one limit only"),
+         "spec.limits[0].models: at most 16 models (got 17)"),
+        ([{"name": f"l{i}", "models": [f"m{i}"], "cards": 1} for i in range(17)],
+         "spec.limits: at most 16 limits (got 17)"),
+        ([{"name": "a", "models": ["A100"]}],
+         "spec.limits[0]: must cap at least one of memoryMiB, coresPercent, cards"),
+        ([{"name": "a", "models": ["A100"], "cards": -1}],
+         "spec.limits[0].cards: must be >= 0 (got -1)"),
+        ([{"name": "a", "models": ["A100"], "memoryMiB": "8Gi"}],
+         "spec.limits[0].memoryMiB: must be an integer (got '8Gi')"),
+        ([{"name": "a", "models": ["A100"], "cards": 1, "gpus": 2}],
+         "spec.limits[0].gpus: is not a field of a limit"),
+        ([A100, {**A100, "models": ["T4"]}],
+         "spec.limits[1].name: must be unique in the quota (got 'a100')"),
+        ([A100, {"name": "b", "models": ["T4", "A100"], "cards": 1}],
+         "spec.limits[1].models: a model may be in one limit only; 'A100' is also in limit "
+         "'a100'"),
+        ([A100, {"name": "b", "models": ["*"], "cards": 1}], f"spec.limits[1].models: {ANY_ALONE}"),
+        ([{"name": "b", "models": ["*"], "cards": 1}, A100], f"spec.limits[0].models: {ANY_ALONE}"),
     ],
 )  # fmt: skip
-def test_refuses_a_malformed_quota_naming_the_field_and_rule(
-    limits: list[Any], field: str, rule: str
+def test_refuses_a_malformed_quota_naming_the_field_the_rule_and_the_value(
+    limits: list[Any], message: str
 ) -> None:
     with pytest.raises(SpecError) as info:
         parse_quota(quota(*limits))
-    assert info.value.field == field
-    assert rule in str(info.value)
+    assert str(info.value) == message
+    assert message.startswith(f"{info.value.field}: {info.value.rule}")
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    (5, "spec: must be an object (got 5)"),
+    ({"limits": 5}, "spec.limits: must list at least one limit (got 5)"),
+])  # fmt: skip
+def test_refuses_a_spec_that_is_not_an_object_of_limits(spec: Any, message: str) -> None:
+    obj = quota(A100)
+    obj["spec"] = spec
+    with pytest.raises(SpecError) as info:
+        parse_quota(obj)
+    assert str(info.value) == message
 
 
 def test_the_parser_allows_what_the_crd_allows_at_its_bounds() -> None:
@@ -113,16 +142,21 @@ def test_the_parser_allows_what_the_crd_allows_at_its_bounds() -> None:
 def test_a_quota_is_namespaced(namespace: Any) -> None:
     obj = quota(A100)
     obj["metadata"]["namespace"] = namespace
-    with pytest.raises(SpecError, match=r"metadata\.namespace: a GpuQuota is namespaced"):
+    with pytest.raises(SpecError) as info:
         parse_quota(obj)
+    got = "" if namespace is None else f" (got {namespace!r})"
+    assert str(info.value) == f"metadata.namespace: a GpuQuota is namespaced{got}"
 
 
 @pytest.mark.parametrize("name", [None, "", 7])
 def test_a_quota_is_named(name: Any) -> None:
     obj = quota(A100)
     obj["metadata"]["name"] = name
-    with pytest.raises(SpecError, match=r"metadata\.name: must be set"):
+    with pytest.raises(SpecError) as info:
         parse_quota(obj)
+    assert str(info.value) == "metadata.name: must be set" + (
+        "" if name is None else f" (got {name!r})"
+    )
 
 
 def test_a_relist_names_the_namespaces_it_loosened_and_the_quotas_it_refused() -> None:
@@ -135,6 +169,33 @@ def test_a_relist_names_the_namespaces_it_loosened_and_the_quotas_it_refused() -
     assert loosened == {"team-a", "team-b"}  # team-d's quota is new: it only restricts
     assert list(refused) == ["team-c/gpus"] and "spec.limits[0].models" in refused["team-c/gpus"]
     assert sorted(book.in_force()) == [("team-a", "team-a/gpus"), ("team-d", "team-d/gpus")]
+
+
+def test_a_loosened_limit_after_a_new_one_is_seen() -> None:
+    small = {"name": "a100", "models": ["A100"], "memoryMiB": 1000}
+    new_limit = {"name": "t4", "models": ["T4"], "cards": 1}
+    old = parse_quota(quota(small))
+    assert loosened(old, parse_quota(quota(new_limit, {**small, "memoryMiB": 2000})))
+    assert not loosened(old, parse_quota(quota(new_limit, small)))
+
+
+def test_the_book_forgets_a_refusal_once_the_quota_is_mended_deleted_or_gone() -> None:
+    book = QuotaBook()
+    good, broken = quota(A100), quota({"name": "a100"}, name="other")
+    assert book.apply(good) == (False, "")
+    for mend in (
+        lambda: book.apply(quota(A100, name="other")),
+        lambda: book.apply(broken, deleted=True),
+        lambda: book.replace([good]),
+    ):
+        loosened_, why = book.apply(broken)
+        assert not loosened_ and why.startswith("spec.limits[0].models: ")
+        assert list(book.refused) == ["team-a/other"]
+        mend()
+        assert book.refused == {}
+    assert book.apply(quota(A100, name="other"), deleted=True) == (False, "")  # not in force
+    assert book.apply(good, deleted=True) == (True, "")
+    assert book.in_force() == []
 
 
 def _pod(*containers: ContainerRequest, ns: str = "team-a") -> PodRequest:

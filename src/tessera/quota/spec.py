@@ -129,11 +129,17 @@ def parse_quota(obj: Mapping[str, Any]) -> Quota:
             other = limits[j]
             if other.name == lim.name:
                 raise SpecError(f"spec.limits[{i}].name", "must be unique in the quota", lim.name)
+            for k, with_any in ((j, other), (i, lim)):
+                if ANY_MODEL in with_any.models:
+                    raise SpecError(
+                        f"spec.limits[{k}].models",
+                        f'"{ANY_MODEL}" (any model) is allowed only in a quota of one limit',
+                    )
             shared = lim.models & other.models
-            if ANY_MODEL in lim.models or ANY_MODEL in other.models or shared:
-                what = sorted(shared)[0] if shared else ANY_MODEL
+            if shared:
                 raise SpecError(
                     f"spec.limits[{i}].models",
-                    f"a model may be in one limit only; {what!r} is also in limit {other.name!r}",
+                    f"a model may be in one limit only; {sorted(shared)[0]!r} is also in "
+                    f"limit {other.name!r}",
                 )
     return Quota(namespace, name, limits, str(meta.get("resourceVersion") or ""))
