@@ -142,6 +142,23 @@ def test_a_claim_seen_before_its_slice_counts_when_the_slice_comes_and_after_it_
     assert b.admit(claim("b", pool="c2")).endswith("pool c2 has no known slice")
 
 
+def test_a_claim_deleted_before_its_slice_came_is_not_counted_when_it_comes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state, b, _ = book()
+    caplog.set_level("INFO", logger="tessera.scheduler.claims_book")
+    waiting = claim("a", pool="c2")
+    why = ("claim team-a/claim/a is not counted yet: status.allocation.devices.results: "
+           "pool c2 has no known slice")  # fmt: skip
+    b.claims_handler.apply(WatchEvent("ADDED", waiting))
+    assert [r.getMessage() for r in caplog.records] == [why]
+    b.claims_handler.apply(WatchEvent("MODIFIED", waiting))
+    assert [r.getMessage() for r in caplog.records] == [why]  # said once, however often seen
+    b.claims_handler.apply(WatchEvent("DELETED", waiting))
+    b.slices_handler.apply(WatchEvent("ADDED", a_slice("c2")))
+    assert used(state) == 0
+
+
 def test_a_relist_recounts_and_keeps_pending_admissions() -> None:
     state, b, _ = book()
     b.claims_handler.replace([claim("a"), claim("b", memory=None)])
@@ -265,13 +282,22 @@ def test_a_limit_over_two_models_is_judged_on_their_sum() -> None:
     )
 
 
-def test_a_slice_that_does_not_read_is_a_problem_and_its_cards_are_not_known() -> None:
+def test_a_slice_that_does_not_read_is_a_problem_and_its_cards_are_not_known(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     state, b, _ = book()
     broken = a_slice("c3")
     del broken["spec"]["devices"][0]["attributes"]["model"]
     b.slices_handler.apply(WatchEvent("ADDED", broken))
     assert state.problems["bad-slice"] == 1 and "c3" not in b.pools()
     assert b.admit(claim("a", pool="c3")).endswith("pool c3 has no known slice")
+    b.slices_handler.apply(WatchEvent("MODIFIED", broken))
+    assert state.problems["bad-slice"] == 2  # counted each time it is read
+    assert caplog.records[-1].getMessage() == (
+        "ResourceSlice c3-gpu.tessera.io does not read, its cards are not known: "
+        "spec.devices[0]: must be a device this driver publishes: "
+        "spec.devices[0].attributes.model: is missing"
+    )
 
 
 def test_the_leaders_quota_round_drops_an_admission_that_never_showed() -> None:

@@ -10,7 +10,7 @@ from tessera.model.types import PodRequest
 from tessera.placement.place import place
 from tessera.placement.policies import make_policy
 from tessera.scheduler.prioritize import scale
-from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._scheduler_world import World, add_quota, gpu_quota, node_obj, pod_obj
 
 
 @pytest.fixture
@@ -123,3 +123,25 @@ def test_scored_mode_returns_every_feasible_node() -> None:
         assert all(0 <= s["Score"] <= 10 for s in scores)
     finally:
         w.close()
+
+
+def test_prioritize_scores_the_offered_nodes_only() -> None:
+    w = World([node_obj("n1", 2), node_obj("n2", 2), node_obj("n3", 2)], narrow=False)
+    try:
+        pod = w.create(pod_obj("p", gpu=1, memory=1000))
+        status, scores = w.post("prioritize", {"Pod": pod, "NodeNames": ["n1", "n2"]})
+        assert status == 200 and {s["Host"] for s in scores} == {"n1", "n2"}
+    finally:
+        w.close()
+
+
+def test_a_pod_with_a_sidecar_goes_where_its_quota_lets_it(world: World) -> None:
+    """default's quota allows no whole A100: the pod (a sidecar beside its GPU container)
+    fails on n1 for the quota and is placed on n2's T4s."""
+    add_quota(world, gpu_quota("default", {"name": "a100", "models": ["A100"], "cards": 0}))
+    pod = pod_obj("p", gpu=1, annotations={"tessera.io/gpu-exclusive": "true"})
+    pod["spec"]["containers"].insert(0, {"name": "log", "image": "x"})
+    pod = world.create(pod)
+    out = world.filter(pod, ["n1"])
+    assert out["NodeNames"] == [] and out["FailedNodes"]["n1"].startswith("quota: default/gpus")
+    assert world.filter(pod, ["n1", "n2"])["NodeNames"] == ["n2"]

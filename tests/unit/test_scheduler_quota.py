@@ -12,6 +12,7 @@ from tessera.kube import GPUQUOTAS, PODS
 from tessera.model.annotations import ASSIGNMENT, QUOTA_RETRY
 from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.config import SchedulerConfig
+from tessera.scheduler.quota_writer import QuotaWriter
 from tests.unit._scheduler_world import World, add_quota, gpu_quota, node_obj, pod_obj
 from tests.unit._wait import eventually as _eventually
 
@@ -146,6 +147,23 @@ def test_raising_a_quota_nudges_waiting_pods_and_lowering_evicts_nothing() -> No
         exposed = w.app.metrics.exposition()
         assert b'tessera_scheduler_quota_nudges_total{reason="quota-raised"} 1.0' in exposed
         assert w.schedule(w.kube.get(PODS, "u1", "team-a"))
+    finally:
+        w.close()
+
+
+def test_quotas_raised_between_two_rounds_all_have_their_pods_nudged_at_the_rounds_time() -> None:
+    w = world()
+    try:
+        for name, ns in (("u1", "team-a"), ("v1", "team-b")):
+            w.create(pod_obj(name, memory=10000, ns=ns))
+            _eventually(lambda key=f"{ns}/{name}": key in w.app.state.pods)
+        writer = QuotaWriter(w.app.state, w.kube, leading=lambda: True, clock=lambda: 1234.5)
+        writer.raised({"team-a"})
+        writer.raised({"team-b"})  # before the round: both are kept
+        writer.step()
+        stamps = [w.kube.get(PODS, name, ns)["metadata"]["annotations"].get(QUOTA_RETRY)
+                  for name, ns in (("u1", "team-a"), ("v1", "team-b"))]  # fmt: skip
+        assert stamps == ["1234.500", "1234.500"] and writer.nudged == 2
     finally:
         w.close()
 
