@@ -396,7 +396,8 @@ def test_claims_kubelet_never_unprepares_are_swept_once_the_api_lets_them_go(env
     _claim(env.kube, "remade", "gpu-1", memory="2Gi")  # same name, new UID
     elsewhere = copy.deepcopy(env.kube.get(RESOURCE_CLAIMS, "moved", "team"))
     elsewhere["status"]["allocation"]["devices"]["results"][0]["pool"] = "node-b"
-    env.kube.replace(RESOURCE_CLAIMS, elsewhere, "team")
+    env.kube.merge_patch(RESOURCE_CLAIMS, "moved", {"status": elsewhere["status"]}, "team",
+                         subresource="status")  # fmt: skip
     env.kube.delete(RESOURCE_CLAIMS, "used", "team")  # still used by a running pod here
     env.agent.pods.put(_pod_using("p-used", "used"))
     claims_dir = env.root / "state" / "claims"
@@ -513,7 +514,8 @@ def test_the_burst_share_coordinator_lends_idle_compute_to_a_claim(env: Env) -> 
     claim["status"]["allocation"]["devices"]["config"] = [
         {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": params}}
     ]
-    claim = env.kube.replace(RESOURCE_CLAIMS, claim, "team")
+    claim = env.kube.merge_patch(RESOURCE_CLAIMS, "burst", {"status": claim["status"]}, "team",
+                                 subresource="status")  # fmt: skip
     out = env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(claim)]))
     assert out.claims[claim["metadata"]["uid"]].error == ""
     folder = env.root / "state" / "claims" / claim["metadata"]["uid"]

@@ -303,8 +303,7 @@ def test_evict_keeps_pod_disruption_budgets_as_the_api_server() -> None:
     assert refused.value.status == 429
     assert kube.get(PODS, "b", "default")  # still there
     # Bound but not started (Pending): the budget does not apply.
-    b["status"]["phase"] = "Pending"
-    kube.replace(PODS, b, "default")
+    kube.merge_patch(PODS, "b", {"status": {"phase": "Pending"}}, "default", subresource="status")
     kube.evict("default", "b", b["metadata"]["uid"])
 
 
@@ -352,6 +351,25 @@ def test_a_status_patch_changes_the_status_only() -> None:
     assert out["status"] == {"phase": "Running"} and "labels" not in out["metadata"]
     out = kube.merge_patch(PODS, "a", {"metadata": {"labels": {"x": "y"}}}, "ns", "status")
     assert "labels" not in out["metadata"]
+
+
+def test_a_write_to_the_object_keeps_the_status_a_subresource_holds() -> None:
+    """As the API server: for a kind with a status subresource, a patch or an update of
+    the object itself leaves the stored status."""
+    kube = FakeKube()
+    kube.create(PODS, _pod("a"), "ns")
+    kube.merge_patch(PODS, "a", {"status": {"phase": "Running"}}, "ns", subresource="status")
+    out = kube.merge_patch(PODS, "a", {"metadata": {"labels": {"x": "y"}},
+                                       "status": {"phase": "Failed"}}, "ns")  # fmt: skip
+    assert out["status"] == {"phase": "Running"} and out["metadata"]["labels"] == {"x": "y"}
+    stored = kube.get(PODS, "a", "ns")
+    stored["status"] = {"phase": "Succeeded"}
+    assert kube.replace(PODS, stored, "ns")["status"] == {"phase": "Running"}
+    quota = {"apiVersion": "tessera.io/v1alpha1", "kind": "GpuQuota",
+             "metadata": {"name": "q"}, "spec": {"limits": []}}  # fmt: skip
+    kube.create(GPUQUOTAS, quota, "ns")
+    out = kube.merge_patch(GPUQUOTAS, "q", {"status": {"used": []}}, "ns")
+    assert "status" not in out  # its CRD declares subresources.status
 
 
 def test_evict_refuses_a_pod_two_budgets_cover() -> None:

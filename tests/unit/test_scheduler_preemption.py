@@ -796,18 +796,17 @@ def test_when_only_budgets_stand_in_the_way_the_pod_is_told_and_tried_again() ->
         assert evictions(w) == []  # nothing asked of the API while the budget says no
         assert blocked(w, "budget") == 1 and blocked(w, "refused") == 0
         # Another budget loosening does not wake it: it is not in the way.
-        other = w.kube.get(POD_DISRUPTION_BUDGETS, "other", "default")
-        other["status"].update(disruptionsAllowed=1, currentHealthy=3)
-        w.kube.replace(POD_DISRUPTION_BUDGETS, other, "default")
+        counted = {"status": {"disruptionsAllowed": 1, "currentHealthy": 3}}
+        w.kube.merge_patch(POD_DISRUPTION_BUDGETS, "other", counted, "default",
+                           subresource="status")  # fmt: skip
         eventually(lambda: w.app.budgets.covering(Disruptee("default", {"app": "elsewhere"},
                    True, False))[0].allowed == 1)  # fmt: skip
         time.sleep(0.5)
         w.app.preemptor.step()  # nor does a step before budget_retry_s
         assert blocked(w, "budget") == 1
         # The budget's controller counts a third healthy pod: one disruption allowed.
-        budget = w.kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")
-        budget["status"].update(disruptionsAllowed=1, currentHealthy=3)
-        w.kube.replace(POD_DISRUPTION_BUDGETS, budget, "default")
+        w.kube.merge_patch(POD_DISRUPTION_BUDGETS, "keep", counted, "default",
+                           subresource="status")  # fmt: skip
         eventually(lambda: evictions(w) == ["default/low-1"], timeout=5)
         eventually(lambda: "default/low-1" not in w.app.state.pods)
     finally:

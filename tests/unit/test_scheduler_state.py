@@ -51,7 +51,8 @@ def test_deleted_and_finished_pods_give_their_cards_back() -> None:
     try:
         a = w.create(pod_obj("a"))
         assert w.schedule(a) == "n1"
-        w.kube.merge_patch(PODS, "a", {"status": {"phase": "Succeeded"}}, "default")
+        w.kube.merge_patch(PODS, "a", {"status": {"phase": "Succeeded"}}, "default",
+                           subresource="status")  # fmt: skip
         _eventually(lambda: w.app.state.held("default/a") is None)
         b = w.create(pod_obj("b"))
         assert w.schedule(b) == "n1"

@@ -29,7 +29,15 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from tessera.kube.errors import ApiError, Conflict, Gone, NotFound
-from tessera.kube.kinds import POD_DISRUPTION_BUDGETS, PODS, Kind
+from tessera.kube.kinds import (
+    GPUQUOTAS,
+    NAMESPACES,
+    NODES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    RESOURCE_CLAIMS,
+    Kind,
+)
 from tessera.kube.port import ListResult, Obj, WatchEvent
 from tessera.kube.selectors import parse_label_selector, selects
 from tessera.model.quantity import parse_quantity
@@ -38,6 +46,12 @@ __all__ = ["FakeKube"]
 
 _Key = tuple[str, str, str]  # plural, namespace ("" if cluster-scoped), name
 _Items = list[Obj]  # (inside FakeKube, ``list`` is its method)
+
+
+# Kinds with a status subresource: a write to the object itself leaves the status as
+# stored, as the API server's update strategies do (GpuQuota: its CRD's subresources).
+WITH_STATUS = frozenset({GPUQUOTAS, NAMESPACES, NODES, POD_DISRUPTION_BUDGETS, PODS,
+                         RESOURCE_CLAIMS})  # fmt: skip
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -474,6 +488,10 @@ class FakeKube:
             obj = copy.deepcopy(body)
             obj["metadata"]["uid"] = stored["metadata"]["uid"]
             obj["metadata"]["namespace"] = stored["metadata"].get("namespace")
+            if kind in WITH_STATUS:  # a status is written through its subresource only
+                obj.pop("status", None)
+                if "status" in stored:
+                    obj["status"] = copy.deepcopy(stored["status"])
             self._default(kind, obj)
             self._stamp(obj)
             self._objects[key] = obj
@@ -501,6 +519,8 @@ class FakeKube:
             self._precondition(kind, stored, patch.get("metadata") or {})
             if subresource == "status":  # as the API server does: the status only
                 patch = {"status": patch.get("status")} if "status" in patch else {}
+            elif kind in WITH_STATUS:  # ...and the main resource keeps the stored status
+                patch = {k: v for k, v in patch.items() if k != "status"}
             obj = merge_patch(stored, patch)
             obj["metadata"]["uid"] = stored["metadata"]["uid"]
             self._default(kind, obj)
