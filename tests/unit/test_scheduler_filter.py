@@ -145,3 +145,33 @@ def test_a_pod_with_a_sidecar_goes_where_its_quota_lets_it(world: World) -> None
     out = world.filter(pod, ["n1"])
     assert out["NodeNames"] == [] and out["FailedNodes"]["n1"].startswith("quota: default/gpus")
     assert world.filter(pod, ["n1", "n2"])["NodeNames"] == ["n2"]
+
+
+NO_WHOLE_A100 = {"name": "a100", "models": ["A100"], "cards": 0}
+
+
+def whole_card_pod(w: World) -> dict[str, object]:
+    return w.create(pod_obj("p", gpu=1, annotations={"tessera.io/gpu-exclusive": "true"}))
+
+
+def test_scored_mode_keeps_to_the_offered_nodes_and_says_why_for_the_rest() -> None:
+    w = World([node_obj("n1", 1, "A100"), node_obj("n2", 2, "T4"), node_obj("n3", 2, "T4")],
+              narrow=False)  # fmt: skip
+    try:
+        add_quota(w, gpu_quota("default", NO_WHOLE_A100))
+        pod = whole_card_pod(w)
+        out = w.filter(pod, ["n1", "n2"])
+        assert out["NodeNames"] == ["n2"]
+        assert list(out["FailedNodes"]) == ["n1"]
+        assert out["FailedNodes"]["n1"].startswith("quota: default/gpus a100 (A100)")
+        res = w.app.state.reservations.get("default/p")
+        assert res is not None and (res.node, res.uid) == ("n2", pod["metadata"]["uid"])
+    finally:
+        w.close()
+
+
+def test_a_node_refused_for_its_quota_says_so_after_an_unknown_one(world: World) -> None:
+    add_quota(world, gpu_quota("default", NO_WHOLE_A100))
+    out = world.filter(whole_card_pod(world), ["ghost", "n1"])
+    assert out["FailedNodes"]["ghost"].startswith("no tessera.io/inventory annotation")
+    assert out["FailedNodes"]["n1"].startswith("quota: default/gpus a100 (A100)")
