@@ -6,11 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from tessera.kube import EVENTS
 from tessera.model.types import PodRequest
 from tessera.placement.place import place
 from tessera.placement.policies import make_policy
 from tessera.scheduler.prioritize import scale
-from tests.unit._scheduler_world import World, add_quota, gpu_quota, node_obj, pod_obj
+from tests.unit._scheduler_world import World, add_quota, gpu_quota, node_obj, pod_obj, scraped
+from tests.unit._wait import eventually
 
 
 @pytest.fixture
@@ -79,7 +81,15 @@ def test_bad_spec_is_unresolvable_on_every_node(world: World) -> None:
     out = world.filter(pod, ["n1", "n2"])
     assert out["NodeNames"] == []
     assert set(out["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
-    assert "tessera.io/gpu-cores" in out["FailedAndUnresolvableNodes"]["n1"]
+    why = out["FailedAndUnresolvableNodes"]["n1"]
+    assert "tessera.io/gpu-cores" in why
+    assert scraped(world, "tessera_scheduler_failures_total", verb="filter", reason="bad-spec") == 1
+
+    def said() -> list[str]:
+        return [e["message"] for e in world.kube.list(EVENTS, "default").items
+                if e.get("reason") == "TesseraInvalidSpec"]  # fmt: skip
+
+    assert eventually(said) == [why]
 
 
 @pytest.mark.parametrize(
