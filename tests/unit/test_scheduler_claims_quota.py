@@ -116,7 +116,7 @@ def test_an_admitted_allocation_that_never_shows_expires() -> None:
     clock.now += 29
     b.expire()
     assert used(state) == 8192
-    clock.now += 2
+    clock.now += 1  # its deadline: gone
     b.expire()
     assert used(state) == 0 and b.assumed() == 0
 
@@ -161,6 +161,8 @@ def test_a_claim_deleted_before_its_slice_came_is_not_counted_when_it_comes(
 
 def test_a_relist_recounts_and_keeps_pending_admissions() -> None:
     state, b, _ = book()
+    b.claims_handler.replace([claim("x"), claim("y", memory="4Gi")])
+    assert used(state) == 8192 + 4096  # each claim under its own name
     b.claims_handler.replace([claim("a"), claim("b", memory=None)])
     assert used(state) == 8192
     assert b.admit(claim("b", memory="4Gi")) == ""
