@@ -183,6 +183,23 @@ def test_status_shows_what_is_used_and_by_whom() -> None:
         w.close()
 
 
+def test_a_quota_whose_use_changed_has_its_status_written_past_one_that_did_not() -> None:
+    w = world()
+    try:
+        for ns in ("team-a", "team-b"):
+            add_quota(w, gpu_quota(ns, {"name": "a100", "models": ["A100"], "memoryMiB": 50000}))
+
+        def used(ns: str) -> int | None:
+            status = w.kube.get(GPUQUOTAS, "gpus", ns).get("status") or {"limits": [{}]}
+            return status["limits"][0].get("used", {}).get("memoryMiB")
+
+        _eventually(lambda: used("team-a") == 0 and used("team-b") == 0)
+        assert w.schedule(w.create(pod_obj("b0", memory=10000, ns="team-b")))
+        _eventually(lambda: used("team-b") == 10000)  # team-a, first, is unchanged
+    finally:
+        w.close()
+
+
 def test_status_names_the_first_holders_counts_them_all_and_is_written_once() -> None:
     w = world()
     writes: list[str] = []
