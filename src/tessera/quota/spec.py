@@ -125,16 +125,15 @@ def parse_quota(obj: Mapping[str, Any]) -> Quota:
         raise SpecError("spec.limits", f"at most {MAX_LIMITS} limits", len(raw))
     limits = tuple(_limit(x, i) for i, x in enumerate(raw))
     for i, lim in enumerate(limits):
+        if ANY_MODEL in lim.models and len(limits) > 1:
+            raise SpecError(
+                f"spec.limits[{i}].models",
+                f'"{ANY_MODEL}" (any model) is allowed only in a quota of one limit',
+            )
         for j in range(i):
             other = limits[j]
             if other.name == lim.name:
                 raise SpecError(f"spec.limits[{i}].name", "must be unique in the quota", lim.name)
-            for k, with_any in ((j, other), (i, lim)):
-                if ANY_MODEL in with_any.models:
-                    raise SpecError(
-                        f"spec.limits[{k}].models",
-                        f'"{ANY_MODEL}" (any model) is allowed only in a quota of one limit',
-                    )
             shared = lim.models & other.models
             if shared:
                 raise SpecError(
