@@ -198,15 +198,21 @@ def test_the_reprieve_shortcut_chooses_the_victims_asking_every_time_would(
         assert ([v.key for v in got.victims], got.decision) == expected
 
 
+def whole_card(inv: NodeInventory, card: int, name: str, priority: int, ask: Ask) -> Holder:
+    """A pod holding card ``card`` of ``inv`` whole, asking ``ask`` as ``_request`` reads it."""
+    c = inv.cards[card]
+    whole = (CardSlice(c.uuid, c.memory_mib, 100),)
+    a = Assignment(inv.name, (ContainerAssignment("main", whole, exclusive=True),))
+    return Holder(f"uid-{name}", priority, _request(name, ask), a)
+
+
 def test_a_pod_given_back_on_another_card_can_still_take_the_cpu_the_preemptor_needs() -> None:
     inv = NodeInventory("n1", make_cards("n1", 2, "A100"), cpu_milli=4000, memory_mib=65536)
-    x, y = _request("x", (1, None, 0)), _request("y", (1, None, 2000))
-    holders = []
-    for req, prio in ((x, 10), (y, 20)):  # x on one card, y (more important) on the other
-        card = inv.cards[len(holders)]
-        whole = (CardSlice(card.uuid, card.memory_mib, 100),)
-        a = Assignment("n1", (ContainerAssignment("main", whole, exclusive=True),))
-        holders.append(Holder(f"uid-{req.name}", prio, req, a))
+    # x on one card, y (more important) on the other
+    holders = [
+        whole_card(inv, 0, "x", 10, (1, None, 0)),
+        whole_card(inv, 1, "y", 20, (1, None, 2000)),
+    ]
     pod = _request("urgent", (1, None, 3000))
     got = preemption_on_node(inv, holders, pod, 50, POLICY)
     # y frees the CPU the urgent pod needs; x alone would free a card but not the CPU.
@@ -238,14 +244,6 @@ def test_a_more_important_pod_on_a_cordoned_card_is_booked_as_it_is() -> None:
     inv = replace(base, cards=(replace(base.cards[0], cordoned=True), base.cards[1]))
     held = [holder(inv, "boss", 200, 0), holder(inv, "low", 10, 1)]
     assert names(preemption_on_node(inv, held, request("urgent"), 100, POLICY)) == ["low"]
-
-
-def whole_card(inv: NodeInventory, card: int, name: str, priority: int, ask: Ask) -> Holder:
-    """A pod holding card ``card`` of ``inv`` whole, asking ``ask`` as ``_request`` reads it."""
-    c = inv.cards[card]
-    whole = (CardSlice(c.uuid, c.memory_mib, 100),)
-    a = Assignment(inv.name, (ContainerAssignment("main", whole, exclusive=True),))
-    return Holder(f"uid-{name}", priority, _request(name, ask), a)
 
 
 def test_the_cpu_and_memory_of_pods_that_stay_count_when_a_candidate_is_given_back() -> None:

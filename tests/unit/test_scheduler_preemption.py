@@ -65,9 +65,11 @@ def evictions(w: World) -> list[str]:
     return [what for op, what in w.kube.calls if op == "evict"]
 
 
-def events(w: World, reason: str) -> list[str]:
-    return [str(e.get("message")) for e in w.kube.list(EVENTS, "default").items
-            if e.get("reason") == reason]  # fmt: skip
+def events(w: World, reason: str, ns: str = "default", about: str | None = None) -> list[str]:
+    """The messages of ``ns``'s events of ``reason`` (about pod ``about``, if given)."""
+    return [str(e.get("message")) for e in w.kube.list(EVENTS, ns).items
+            if e.get("reason") == reason
+            and about in (None, e["involvedObject"]["name"])]  # fmt: skip
 
 
 def blocked(w: World, reason: str) -> float:
@@ -987,13 +989,9 @@ def test_a_less_important_preemptor_makes_its_quota_room_beside_a_held_one() -> 
         assert w.filter(mid)["NodeNames"] == []
         eventually(lambda: "team/t-0" in evictions(w))
         assert evictions(w) == [victim, "team/t-0"]
-
-        def said() -> list[str]:
-            return [str(e["message"]) for e in w.kube.list(EVENTS, "team").items
-                    if e.get("reason") == "TesseraPreempting"
-                    and e["involvedObject"]["name"] == "t-1"]  # fmt: skip
-
-        assert eventually(said) == ["evicting for quota room: team/t-0 (priority 10)"]
+        assert eventually(lambda: events(w, "TesseraPreempting", "team", about="t-1")) == [
+            "evicting for quota room: team/t-0 (priority 10)"
+        ]
         hold = w.app.state.holds.get("team/t-1")
         assert hold is not None and hold.decision is not None and hold.decision.node == "a3"
     finally:
@@ -1020,14 +1018,9 @@ def test_quota_room_and_cards_together_and_only_from_its_own_namespace() -> None
         assert w.filter(urgent)["NodeNames"] == []
         eventually(lambda: len(evictions(w)) == 3)
         assert sorted(evictions(w)) == ["other/o-0", "team/t-0", "team/t-1"]
-
-        def said() -> list[str]:
-            return [str(e["message"]) for e in w.kube.list(EVENTS, "team").items
-                    if e.get("reason") == "TesseraPreempting"]  # fmt: skip
-
         expected = ("evicting on a1 for cards: other/o-0 (priority 10); for quota room: "
                     "team/t-0 (priority 10), team/t-1 (priority 10)")  # fmt: skip
-        assert eventually(said) == [expected]
+        assert eventually(lambda: events(w, "TesseraPreempting", "team")) == [expected]
         eventually(lambda: not {"other/o-0", "team/t-0", "team/t-1"} & w.app.state.pods.keys())
         assert w.schedule(w.kube.get(PODS, "urgent", "team")) == "a1"
     finally:
