@@ -8,10 +8,13 @@ import threading
 import time
 from typing import Any
 
-from tessera.kube import GPUQUOTAS, PODS
+import pytest
+
+from tessera.kube import GPUQUOTAS, PODS, ApiError, FakeKube
 from tessera.model.annotations import ASSIGNMENT, QUOTA_RETRY
 from tessera.scheduler.app import SchedulerApp
 from tessera.scheduler.config import SchedulerConfig
+from tessera.scheduler.nudge import nudge
 from tessera.scheduler.quota_writer import QuotaWriter
 from tests.unit._scheduler_world import World, add_quota, gpu_quota, node_obj, pod_obj
 from tests.unit._wait import eventually as _eventually
@@ -166,6 +169,20 @@ def test_quotas_raised_between_two_rounds_all_have_their_pods_nudged_at_the_roun
         assert stamps == ["1234.500", "1234.500"] and writer.nudged == 2
     finally:
         w.close()
+
+
+def test_a_nudge_says_whether_it_landed(caplog: pytest.LogCaptureFixture) -> None:
+    kube = FakeKube()
+    kube.create(PODS, pod_obj("p", ns="team-a"), "team-a")
+    assert nudge(kube, "team-a/p", "quota-raised", 12.0) is True
+    assert kube.get(PODS, "p", "team-a")["metadata"]["annotations"][QUOTA_RETRY] == "12.000"
+    assert nudge(kube, "team-a/gone", "quota-raised") is False  # deleted meanwhile
+    kube.fail_next("merge_patch", ApiError(500, "InternalError", "etcd is away"))
+    assert nudge(kube, "team-a/p", "cards-in-service") is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "pod team-a/p: cannot nudge it to try again (cards-in-service): "
+        "500 InternalError: etcd is away"
+    ]
 
 
 def test_status_shows_what_is_used_and_by_whom() -> None:

@@ -60,6 +60,20 @@ def test_gpu_pod_gets_scheduler_name_and_explicit_card_count() -> None:
     assert limits == {"tessera.io/gpu": "1", "tessera.io/gpu-memory": "2048"}
 
 
+def test_a_memory_share_and_cores_are_written_in_canonical_form() -> None:
+    pod = pod_obj("p", gpu=None, cores=30)
+    pod["spec"]["containers"][0]["resources"]["limits"]["tessera.io/gpu-memory-percent"] = "25"
+    limits = patched(pod)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"tessera.io/gpu": "1", "tessera.io/gpu-memory-percent": "25",
+                      "tessera.io/gpu-cores": "30"}  # fmt: skip
+
+
+def test_a_pod_already_in_canonical_form_for_tessera_gets_no_patch() -> None:
+    pod = pod_obj("p", gpu=1, memory=2048, cores=30)  # schedulerName: tessera-scheduler
+    response = answer(HOOK.mutate(review(pod)).body)
+    assert response["allowed"] and "patch" not in response
+
+
 def test_a_gpu_container_after_one_without_is_rewritten_too() -> None:
     pod = pod_obj("p", gpu=None, memory=2048)
     pod["spec"]["containers"].insert(0, {"name": "log", "image": "busybox"})
