@@ -446,7 +446,7 @@ def test_ties_go_to_the_first_node_for_a_pod_whose_best_nodes_cannot_hold_it() -
     for i in range(0, 20, 2):
         book(state, PodRequest("ns", f"cpu-{i}", (), cpu_milli=1000), node_name=f"n{i:02d}")
     gpu = GpuRequest(count=1, memory_mib=9000, cores_percent=10)
-    pod = PodRequest("ns", "p", (ContainerRequest("one", gpu), ContainerRequest("two", gpu)))
+    pod = pod_of(ContainerRequest("one", gpu), ContainerRequest("two", gpu))
     snap = state.snapshot()
     d = place(snap, pod, make_policy("binpack"))
     assert d.node == "n04"

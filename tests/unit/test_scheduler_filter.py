@@ -135,6 +135,9 @@ def test_scored_mode_returns_every_feasible_node() -> None:
         w.close()
 
 
+NO_WHOLE_A100 = {"name": "a100", "models": ["A100"], "cards": 0}
+
+
 def test_prioritize_scores_the_offered_nodes_only() -> None:
     w = World([node_obj("n1", 2), node_obj("n2", 2), node_obj("n3", 2)], narrow=False)
     try:
@@ -148,16 +151,13 @@ def test_prioritize_scores_the_offered_nodes_only() -> None:
 def test_a_pod_with_a_sidecar_goes_where_its_quota_lets_it(world: World) -> None:
     """default's quota allows no whole A100: the pod (a sidecar beside its GPU container)
     fails on n1 for the quota and is placed on n2's T4s."""
-    add_quota(world, gpu_quota("default", {"name": "a100", "models": ["A100"], "cards": 0}))
+    add_quota(world, gpu_quota("default", NO_WHOLE_A100))
     pod = pod_obj("p", gpu=1, annotations={"tessera.io/gpu-exclusive": "true"})
     pod["spec"]["containers"].insert(0, {"name": "log", "image": "x"})
     pod = world.create(pod)
     out = world.filter(pod, ["n1"])
     assert out["NodeNames"] == [] and out["FailedNodes"]["n1"].startswith("quota: default/gpus")
     assert world.filter(pod, ["n1", "n2"])["NodeNames"] == ["n2"]
-
-
-NO_WHOLE_A100 = {"name": "a100", "models": ["A100"], "cards": 0}
 
 
 def whole_card_pod(w: World) -> dict[str, object]:
