@@ -536,6 +536,32 @@ def test_a_pod_placed_since_its_filter_has_nothing_evicted_for_it(world: World) 
     assert evictions(w) == []
 
 
+def test_a_retry_of_a_pod_whose_bind_may_have_landed_is_placed_not_unschedulable(
+    world: World,
+) -> None:
+    """kube-scheduler tries a pod again when its bind had no answer: the pod holds its
+    cards, so it is counted as placed, told nothing, and nobody is weighed for it."""
+    w = world
+    p = stepped_by_hand(w.app)
+    w.kube.delete(PODS, "low-1", "default")
+    eventually(lambda: "default/low-1" not in w.app.state.pods)
+    urgent = w.create(prio_pod("urgent", 1000))
+    with w.kube.hold_watches():  # the extender has not seen the landing
+        assert w.filter(urgent)["NodeNames"] == ["a1"]
+        w.kube.lose_answer_of_next("bind", Unavailable(0, "Unavailable", "read timed out"))
+        assert "may have landed" in w.bind(urgent, "a1")["Error"]
+        retry = w.filter(urgent)
+        assert retry["NodeNames"] == [] and "may have landed" in retry["FailedNodes"]["a1"]
+        assert p._queue == {}  # nothing handed to the preemptor
+        p.step()
+    assert evictions(w) == []
+    w.app.events.flush()
+    assert events(w, "TesseraUnschedulable", about="urgent") == []
+    failed = "tessera_scheduler_failures_total"
+    assert scraped(w, failed, verb="filter", reason="already-placed") == 1
+    assert scraped(w, failed, verb="filter", reason="unschedulable") == 0
+
+
 def test_the_evictions_events_say_who_went_for_whom(world: World) -> None:
     """A victim gone already counts as gone and the next one is still evicted; each
     victim's TesseraPreempted names it; the pod's TesseraPreempting is Normal."""

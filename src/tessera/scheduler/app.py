@@ -442,6 +442,8 @@ class SchedulerApp:
         if out.spec_error:
             self.metrics.failures.labels("filter", "bad-spec").inc()
             self.events.record(args.pod, "TesseraInvalidSpec", out.spec_error)
+        elif out.placed:  # kube-scheduler's retry races its own bind: no event, no preemption
+            self.metrics.failures.labels("filter", "already-placed").inc()
         elif out.unschedulable:
             self.metrics.failures.labels("filter", "unschedulable").inc()
             why = {**out.failed, **out.unresolvable}

@@ -42,10 +42,12 @@ class FilterOutcome:
     request: PodRequest | None = None
     decision: Assignment | None = None
     spec_error: str = ""
+    # The pod is bound already, or its bind is in flight: placed, not unschedulable.
+    placed: bool = False
 
     @property
     def unschedulable(self) -> bool:
-        return self.request is not None and not self.node_names
+        return self.request is not None and not self.node_names and not self.placed
 
 
 def ordered_candidates(snap: Snapshot, names: Sequence[str]) -> tuple[list[str] | None, list[str]]:
@@ -143,7 +145,8 @@ def filter_pod(
         state.expire_reservations()
         why = _bound_or_binding(state, request.key, uid)
         if why:
-            return FilterOutcome([], dict.fromkeys(args.node_names, why), request=request)
+            failed = dict.fromkeys(args.node_names, why)
+            return FilterOutcome([], failed, request=request, placed=True)
         state.release(request.key)  # being scheduled (again): whatever it held is stale
         # Models the namespace's quotas leave no room on are excluded from the placement,
         # under the same lock as the reservation: two cycles cannot both pass the last of
