@@ -1199,6 +1199,22 @@ def test_no_pod_goes_for_quota_room_when_cards_on_another_model_make_room() -> N
         w.close()
 
 
+def test_quota_room_on_two_models_at_one_cost_is_made_on_the_first_by_name() -> None:
+    """Either model's pod would make room at the same cost (one victim of priority 10):
+    the choice is the same on every replica and every run, the first model by name."""
+    w = quota_world([node_obj("t1", 1, "T4"), node_obj("a1", 1, "A100")],
+                    {"low-t": "t1", "low-a": "a1"},
+                    {"name": "a100", "models": ["A100"], "cards": 1},
+                    {"name": "t4", "models": ["T4"], "cards": 1})  # fmt: skip
+    try:
+        p = stepped_by_hand(w.app)
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        p.step()
+        assert evictions(w) == ["default/low-a"]
+    finally:
+        w.close()
+
+
 def test_quota_room_is_made_on_a_model_the_pod_takes_past_one_it_does_not() -> None:
     """Both models are at the quota; the pod takes only T4s: the A100s are passed
     over, and a T4 pod goes for room."""
