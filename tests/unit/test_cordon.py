@@ -93,6 +93,10 @@ def test_no_new_tenant_on_a_cordoned_card_and_the_reason_says_so() -> None:
         assert nudged in w.app.metrics.exposition()
         assert _in_service(w, "n1") == 2
         assert w.filter(pinned, ["n1"])["NodeNames"] == ["n1"]
+        assert w.app.state.cordoned_cards == {"n2": 1}
+        w.kube.delete(NODES, "n2")  # its cordon goes with it
+        eventually(lambda: w.app.state.cordoned_cards == {})
+        assert b"tessera_scheduler_cards_cordoned 0.0" in w.app.metrics.exposition()
     finally:
         w.close()
 
@@ -351,6 +355,25 @@ def test_a_nodes_first_inventory_nudges_the_waiting_pods_but_a_restart_does_not(
         eventually(lambda: "default/wait" in w.app.state.pods)
         w.app.quota_writer.step()  # a round now: nothing to nudge after a first list
         assert w.app.quota_writer.nudged == 0 and nudged == 1
+    finally:
+        w.close()
+
+
+def test_a_node_deleted_and_created_again_nudges_no_one() -> None:
+    """kube-scheduler sees a Node's creation itself and tries its waiting pods again;
+    only a node's cards coming into service under the same Node need a nudge."""
+    w = World([node_obj("n1", 1), node_obj("n2", 1)])
+    try:
+        waiting = w.create(pod_obj("wait", gpu=2))
+        assert w.filter(waiting)["NodeNames"] == []
+        eventually(lambda: "default/wait" in w.app.state.pods)
+        w.kube.delete(NODES, "n2")
+        eventually(lambda: "n2" not in w.app.state.cluster)
+        w.kube.create(NODES, node_obj("n2", 2))
+        eventually(lambda: "n2" in w.app.state.cluster)
+        w.app.quota_writer.step()
+        assert w.app.quota_writer.nudged == 0
+        assert keys.QUOTA_RETRY not in _pod_annotations(w.kube, "wait")
     finally:
         w.close()
 

@@ -134,6 +134,8 @@ def test_raising_a_quota_nudges_waiting_pods_and_lowering_evicts_nothing() -> No
         assert w.schedule(w.create(pod_obj("u0", memory=10000, ns="team-a")))
         waiting = w.create(pod_obj("u1", memory=10000, ns="team-a"))
         assert w.filter(waiting)["NodeNames"] == []
+        add_quota(w, gpu_quota("team-b", {"name": "all", "models": ["*"], "memoryMiB": 1000}))
+        assert w.filter(w.create(pod_obj("v1", memory=10000, ns="team-b")))["NodeNames"] == []
         # Lowered: nothing bound is touched.
         w.kube.merge_patch(GPUQUOTAS, "gpus", {"spec": {"limits": [
             {"name": "all", "models": ["*"], "memoryMiB": 5000}]}}, "team-a")  # fmt: skip
@@ -146,9 +148,25 @@ def test_raising_a_quota_nudges_waiting_pods_and_lowering_evicts_nothing() -> No
         _eventually(
             lambda: QUOTA_RETRY in w.kube.get(PODS, "u1", "team-a")["metadata"]["annotations"]
         )
-        assert w.app.quota_writer.nudged == 1  # the bound pod is not nudged
+        assert w.app.quota_writer.nudged == 1  # not the bound pod, nor team-b's
+        assert QUOTA_RETRY not in w.kube.get(PODS, "v1", "team-b")["metadata"]["annotations"]
         exposed = w.app.metrics.exposition()
         assert b'tessera_scheduler_quota_nudges_total{reason="quota-raised"} 1.0' in exposed
+        assert w.schedule(w.kube.get(PODS, "u1", "team-a"))
+    finally:
+        w.close()
+
+
+def test_a_deleted_quota_limits_its_namespace_no_more_and_nudges_its_waiting_pods() -> None:
+    w = world()
+    try:
+        add_quota(w, gpu_quota("team-a", {"name": "all", "models": ["*"], "memoryMiB": 1000}))
+        waiting = w.create(pod_obj("u1", memory=10000, ns="team-a"))
+        assert "quota: team-a/gpus" in w.filter(waiting)["FailedNodes"]["a1"]
+        w.kube.delete(GPUQUOTAS, "gpus", "team-a")
+        _eventually(
+            lambda: QUOTA_RETRY in w.kube.get(PODS, "u1", "team-a")["metadata"]["annotations"]
+        )
         assert w.schedule(w.kube.get(PODS, "u1", "team-a"))
     finally:
         w.close()

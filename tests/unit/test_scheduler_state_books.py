@@ -10,7 +10,7 @@ import pytest
 from tessera.errors import PlacementError
 from tessera.model.annotations import ASSIGNMENT, INVENTORY, decode_inventory, encode_assignment
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
-from tessera.scheduler.state import SchedulerState, request_from_assignment
+from tessera.scheduler.state import SchedulerState, pod_priority, request_from_assignment
 from tests.unit._scheduler_world import node_obj, pod_obj
 
 
@@ -59,10 +59,16 @@ def test_a_reservation_that_does_not_fit_keeps_the_one_before() -> None:
     state.reserve(big, "u0", on("n1", g0, mem=40000))
     first = on("n1", uuids(state, "n1")[1])
     state.reserve(p, "u1", first)
-    with pytest.raises(PlacementError, match="has 960 MiB free, needs 10000"):
+    with pytest.raises(PlacementError, match="has 960 MiB free, needs 10000") as refused:
         state.reserve(p, "u1", on("n1", g0))  # 10,000 MiB more on a card with 960 free
+    assert refused.value.reasons == {"n1": str(refused.value)}
     assert state.held(p.key) == first
     assert free_mem(state, "n1") == [960, 30960]
+    q = state.parse(pod_obj("q", memory=10000))
+    assert q is not None
+    with pytest.raises(PlacementError, match="has 960 MiB free"):
+        state.reserve(q, "u2", on("n1", g0))  # its first decision: nothing is left of it
+    assert state.held(q.key) is None and q.key not in state.reservations
 
 
 def test_doubt_keeps_only_the_reservation_it_names() -> None:
@@ -112,6 +118,40 @@ def test_a_bound_pod_whose_spec_no_longer_matches_keeps_its_cards_out_of_service
     assert state.problems["conflicting-assignment"] == 0
 
 
+def test_a_whole_card_or_an_init_container_booked_from_its_annotation_keeps_its_flags() -> None:
+    """The spec parses to other containers: the annotation's whole card stays whole and
+    its init container stays an init container (the booking refuses flags that differ)."""
+    state = state_with(node_obj("n1"))
+    g0, g1 = uuids(state, "n1")
+    whole = Assignment("n1", (ContainerAssignment("old", (CardSlice(g0, 40960, 100),),
+                                                  exclusive=True),))  # fmt: skip
+    state.apply_pod(bound("w", whole, gpu=1))
+    with_init = Assignment("n1", (
+        ContainerAssignment("setup", (CardSlice(g1, 8000, 10),), init=True),
+        ContainerAssignment("old", (CardSlice(g1, 6000, 10),)),
+    ))  # fmt: skip
+    state.apply_pod(bound("i", with_init, memory=6000))
+    assert state.problems["conflicting-assignment"] == 0
+    booked = {k: state.cluster.booking(k) for k in ("default/w", "default/i")}
+    assert all(b is not None and b.assignment.node == "n1" for b in booked.values())
+    assert free_mem(state, "n1") == [0, 40960 - 8000]  # init and app containers: the larger
+    assert state.cluster.check_invariants() == []
+
+
+def test_a_pod_booked_from_its_annotation_keeps_its_uid_cpu_and_memory() -> None:
+    state = state_with(node_obj("n1", cpu="64"))
+    g0, _ = uuids(state, "n1")
+    obj = bound("p", on("n1", g0, name="old"), memory=10000)
+    obj["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "8", "memory": "16Gi"}
+    state.apply_pod(obj)
+    booking = state.cluster.booking("default/p")
+    assert booking is not None and booking.pod.uid == "uid-p"
+    snap = state.cluster.snapshot()
+    assert (snap.cpu_free("n1"), snap.memory_free("n1")) == (56000, 256 * 1024 - 16 * 1024)
+    state.apply_pod(obj)  # the same pod again: booked once
+    assert state.cluster.snapshot().cpu_free("n1") == 56000
+
+
 def test_an_annotation_that_cannot_be_booked_is_counted() -> None:
     state = state_with(node_obj("n1"))
     g0, _ = uuids(state, "n1")
@@ -119,6 +159,52 @@ def test_an_annotation_that_cannot_be_booked_is_counted() -> None:
     state.apply_pod(bound("b", on("n1", g0, mem=30000), memory=30000))  # the same card
     assert state.cluster.booking("default/b") is None
     assert state.problems["conflicting-assignment"] == 1
+
+
+def test_a_reservation_on_a_card_out_of_service_is_refused() -> None:
+    """A pod already bound there keeps such a card (booked from its annotation); a new
+    decision may not take it."""
+    state = state_with(node_obj("n1", sick=(0,)))
+    g0, _ = uuids(state, "n1")
+    p = state.parse(pod_obj("p", memory=10000))
+    assert p is not None
+    with pytest.raises(PlacementError, match="unhealthy"):
+        state.reserve(p, "u1", on("n1", g0))
+    state.apply_pod(bound("q", on("n1", g0), memory=10000))
+    assert state.cluster.booking("default/q") is not None
+
+
+def test_a_deletion_seen_late_leaves_the_new_pod_of_its_name_alone() -> None:
+    """The pod was deleted and created again under its name, and kube-scheduler placed
+    the new one before the watch told of the old one's deletion."""
+    state = state_with(node_obj("n1"))
+    g0, g1 = uuids(state, "n1")
+    old = bound("p", on("n1", g0), memory=10000)
+    state.apply_pod(old)
+    new = state.parse(pod_obj("p", memory=10000))
+    assert new is not None
+    state.reserve(new, "uid-new", on("n1", g1))
+    state.apply_pod(old, deleted=True)
+    assert state.held("default/p") == on("n1", g1)
+    assert free_mem(state, "n1") == [40960, 30960]
+
+
+def test_a_pod_first_seen_terminating_is_known_to_be_going() -> None:
+    """An extender that starts while a pod terminates: the pod is no victim to pick."""
+    state = state_with(node_obj("n1"))
+    g0, _ = uuids(state, "n1")
+    obj = bound("p", on("n1", g0), memory=10000)
+    obj["metadata"]["deletionTimestamp"] = "2026-11-29T20:00:00Z"
+    state.apply_pod(obj)
+    assert state.pods["default/p"].terminating is True
+    assert state.cluster.booking("default/p") is not None  # its containers may still run
+
+
+def test_a_pod_without_a_priority_has_priority_zero() -> None:
+    """The API server sets spec.priority from the PriorityClass; a pod read before that,
+    or with a value that is not a number, weighs as 0 -- the default class's."""
+    assert [pod_priority(p) for p in (None, {}, {"spec": {}})] == [0, 0, 0]
+    assert [pod_priority({"spec": {"priority": v}}) for v in (7, -3, True, "9")] == [7, -3, 0, 0]
 
 
 def test_a_pod_is_ready_only_when_its_ready_condition_is_true() -> None:
@@ -135,6 +221,24 @@ def test_a_pod_is_ready_only_when_its_ready_condition_is_true() -> None:
     assert ready([scheduled, {"type": "Ready", "status": "True"}]) is True
     assert ready([scheduled, {"type": "Ready", "status": "False"}]) is False
     assert ready([scheduled]) is False
+
+
+def test_a_status_or_label_update_is_what_budgets_read_next() -> None:
+    """Nothing Tessera books changes, but readiness and labels are what a disruption
+    budget weighs: the pod's record follows them."""
+    state = state_with(node_obj("n1"))
+    g0, _ = uuids(state, "n1")
+    obj = bound("p", on("n1", g0), memory=10000)
+    obj["status"] = {"phase": "Pending"}  # the Eviction API lets a Pending pod go
+    state.apply_pod(obj)
+    before = state.pods["default/p"].disruptee
+    assert before is not None and (before.ready, before.pending, before.labels) == (False, True, {})
+    obj["metadata"]["labels"] = {"app": "train"}
+    obj["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    state.apply_pod(obj)
+    after = state.pods["default/p"].disruptee
+    assert after is not None and after.namespace == "default"
+    assert (after.ready, after.pending, after.labels) == (True, False, {"app": "train"})
 
 
 def test_a_request_made_from_an_assignment_asks_for_its_largest_slice() -> None:
