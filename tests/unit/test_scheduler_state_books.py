@@ -9,9 +9,11 @@ import pytest
 
 from tessera.errors import PlacementError
 from tessera.model.annotations import ASSIGNMENT, INVENTORY, decode_inventory, encode_assignment
+from tessera.model.names import ResourceNames
+from tessera.model.podspec import Compat
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
 from tessera.scheduler.state import SchedulerState, pod_priority, request_from_assignment
-from tests.unit._scheduler_world import node_obj, pod_obj
+from tests.unit._scheduler_world import gpu_quota, node_obj, pod_obj
 
 
 def state_with(*nodes: dict[str, Any]) -> SchedulerState:
@@ -159,6 +161,8 @@ def test_an_annotation_that_cannot_be_booked_is_counted() -> None:
     state.apply_pod(bound("b", on("n1", g0, mem=30000), memory=30000))  # the same card
     assert state.cluster.booking("default/b") is None
     assert state.problems["conflicting-assignment"] == 1
+    state.apply_pod(bound("c", on("n1", g0, mem=30000), memory=30000))
+    assert state.problems["conflicting-assignment"] == 2
 
 
 def test_a_reservation_on_a_card_out_of_service_is_refused() -> None:
@@ -198,6 +202,44 @@ def test_a_pod_first_seen_terminating_is_known_to_be_going() -> None:
     state.apply_pod(obj)
     assert state.pods["default/p"].terminating is True
     assert state.cluster.booking("default/p") is not None  # its containers may still run
+
+
+def test_the_state_reads_pods_with_its_resource_names_and_compatibility() -> None:
+    names = ResourceNames(gpu="example.com/gpu", memory="example.com/gpu-mem")
+    state = SchedulerState(names=names, compat=Compat(hami=True))
+    ours = pod_obj("p", gpu=None)
+    ours["spec"]["containers"][0]["resources"]["limits"] = {
+        "example.com/gpu": "1", "example.com/gpu-mem": "3000"}  # fmt: skip
+    hami = pod_obj("h", gpu=None)
+    hami["spec"]["containers"][0]["resources"]["limits"] = {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}  # fmt: skip
+    asked = [state.parse(p) for p in (ours, hami)]
+    gpus = [r.containers[0].gpu for r in asked if r is not None]
+    assert [(g.count, g.memory_mib) for g in gpus if g is not None] == [(1, 3000), (1, 2000)]
+    assert SchedulerState().parse(ours) is None  # not resources the default names know
+
+
+def test_a_node_whose_allocatable_cpu_or_memory_alone_changes_is_read_again() -> None:
+    state = state_with(node_obj("n1", cpu="64"))
+    state.apply_node(node_obj("n1", cpu="32"))
+    assert state.cluster.snapshot().cpu_free("n1") == 32000
+    smaller = node_obj("n1", cpu="32")
+    smaller["status"]["allocatable"]["memory"] = "128Gi"
+    state.apply_node(smaller)
+    assert state.cluster.snapshot().memory_free("n1") == 128 * 1024
+
+
+def test_quotas_loosened_while_the_watch_was_away_are_told_at_the_re_list() -> None:
+    state = SchedulerState()
+    told: list[set[str]] = []
+    state.quotas_handler.on_raise = told.append
+    tight = gpu_quota("team-a", {"name": "all", "models": ["*"], "memoryMiB": 1000})
+    loose = gpu_quota("team-a", {"name": "all", "models": ["*"], "memoryMiB": 9000})
+    state.quotas_handler.replace([tight])
+    state.quotas_handler.replace([tight])  # unchanged: no one to tell
+    assert told == []
+    state.quotas_handler.replace([loose])
+    assert told == [{"team-a"}]
 
 
 def test_a_pod_without_a_priority_has_priority_zero() -> None:
