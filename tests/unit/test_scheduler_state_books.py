@@ -329,6 +329,24 @@ def test_refused_inventories_are_counted() -> None:
     state.apply_node(twin)
     assert state.problems["bad-inventory"] == 2
     assert set(state.bad_nodes) == {"n2", "n3"}
+    state.apply_node(bad)  # its heartbeat: refused once, not once a heartbeat
+    state.apply_node(twin)
+    assert state.problems["bad-inventory"] == 2
+
+
+def test_a_node_whose_inventory_is_taken_off_offers_no_card() -> None:
+    """The node agent was uninstalled: the node's cards leave the extender's view; the
+    pods bound there stay booked, to come back with the inventory."""
+    state = state_with(node_obj("n1"), node_obj("n2"))
+    g0, _ = uuids(state, "n1")
+    state.apply_pod(bound("p", on("n1", g0), memory=10000))
+    bare = node_obj("n1")
+    del bare["metadata"]["annotations"][INVENTORY]
+    state.apply_node(bare)
+    assert state.cluster.node_names() == ["n2"]
+    assert state.held("default/p") == on("n1", g0)
+    state.apply_node(node_obj("n1"))
+    assert state.cluster.booking("default/p") is not None
 
 
 def test_only_cards_that_come_back_into_service_are_announced() -> None:
