@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from tessera.model import annotations
 from tessera.model.annotations import encode_assignment
 from tessera.model.types import Assignment, CardSlice, ContainerAssignment
-from tessera.node.backstop import MIB, REASON, Backstop, BackstopMode, container_of
+from tessera.node.backstop import MIB, REASON, Backstop, BackstopMode, Breach, container_of
 from tessera.node.fakes import MemoryEvents, MemoryPods
 from tessera.node.ports import GpuProcess
 
@@ -54,15 +55,22 @@ class Procs:
 
 
 class World:
-    def __init__(self, tmp: Path, mode: BackstopMode) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        mode: BackstopMode,
+        claim_slices: Callable[[], Mapping[tuple[str, str], tuple[CardSlice, ...]]] | None = None,
+    ) -> None:
         self.proc = tmp / "proc"
         self.pods = MemoryPods("tessera.io/gpu", frozenset({U0, U1}))
         self.events = MemoryEvents()
         self.driver = Procs()
         self.killed: list[tuple[int, int]] = []
+        self.gone: set[int] = set()  # pids that exited before the kill reached them
+        self.now = 100.0
         self.backstop = Backstop(
             "n", self.driver, (U0, U1), self.pods, self.events, mode=mode,
-            proc=self.proc, kill=lambda pid, sig: self.killed.append((pid, sig)),
+            proc=self.proc, kill=self._kill, clock=lambda: self.now, claim_slices=claim_slices,
         )  # fmt: skip
         a = Assignment(
             node="n",
@@ -79,10 +87,17 @@ class World:
             }
         )  # fmt: skip
 
-    def process(self, pid: int, card: str, mib: int, cid: str = CID, uid: str = UID) -> None:
+    def _kill(self, pid: int, sig: int) -> None:
+        self.killed.append((pid, sig))
+        if pid in self.gone:
+            raise ProcessLookupError(pid)
+
+    def process(
+        self, pid: int, card: str, mib: int, cid: str = CID, uid: str = UID, cgroup: str = ""
+    ) -> None:
         d = self.proc / str(pid)
         d.mkdir(parents=True, exist_ok=True)
-        (d / "cgroup").write_text(f"4:memory:/kubepods/besteffort/pod{uid}/{cid}\n")
+        (d / "cgroup").write_text(cgroup or f"4:memory:/kubepods/besteffort/pod{uid}/{cid}\n")
         self.driver.by_card.setdefault(card, []).append(GpuProcess(pid, mib * MIB))
 
 
@@ -114,8 +129,12 @@ def test_past_the_cap_the_largest_process_is_killed_and_the_pod_told(tmp_path: P
     assert key == "ns/p" and reason == REASON
     assert "2800 MiB" in message and "cap of 1000 MiB" in message and "killed pid 11" in message
     assert w.backstop.actions[("ns/p", "main", "killed")] == 1
+    assert breach.detected_at == 100.0
     # The killed process is still listed while it dies: not killed or reported again.
     assert w.backstop.tick() == [] and len(w.killed) == 1 and len(w.events.events) == 1
+    w.process(12, U0, 2600)  # another episode
+    assert [b.killed for b in w.backstop.tick()] == [(12,)]
+    assert w.backstop.actions == {("ns/p", "main", "killed"): 2}
 
 
 @pytest.mark.parametrize(
@@ -137,16 +156,26 @@ def test_the_largest_are_killed_until_the_rest_fit_with_their_own_slack(
     [breach] = w.backstop.tick()
     assert breach.killed == killed
     assert w.killed == [(pid, signal.SIGKILL) for pid in killed]
+    [(_, _, message)] = w.events.events
+    used, allowed = sum(sizes.values()), 1000 + 3 * 512
+    assert message == (
+        f"container 'main' uses {used} MiB of device memory on card {U0}, past its cap of "
+        f"1000 MiB (plus 512 MiB per process for driver contexts, {allowed} MiB in all): the "
+        f"memory was not allocated through libvgpu's accounting; killed pid "
+        + ", ".join(map(str, killed))
+    )
 
 
 def test_warn_mode_reports_once_per_episode_and_kills_nothing(tmp_path: Path) -> None:
     w = World(tmp_path, BackstopMode.WARN)
     w.process(10, U0, 3000)
-    for _ in range(3):
+    for tick in range(3):
+        w.now = 100.0 + tick
         [breach] = w.backstop.tick()
-        assert breach.killed == ()
+        assert breach == Breach("ns/p", "main", U0, 3000 * MIB, 1000 * MIB, 1512 * MIB, (), w.now)
     assert w.killed == [] and len(w.events.events) == 1
-    assert "not killed (--backstop warn)" in w.events.events[0][2]
+    assert w.events.events[0][2].endswith("accounting; not killed (--backstop warn)")
+    assert w.backstop.actions == {("ns/p", "main", "warned"): 1}
 
 
 def test_processes_of_containers_tessera_does_not_know_are_left_alone(tmp_path: Path) -> None:
@@ -169,14 +198,14 @@ def test_off_does_nothing(tmp_path: Path) -> None:
 
 
 CLAIM_UID = "1c6f0d2f-4a1e-4e6f-8b9c-2d3e4f5a6b7c"
+OTHER_UID = "2d7a1e3b-5b2f-4f7a-9cad-3e4f5a6b7c8d"
 MAIN_CID, SIDE_CID = "c" * 64, "d" * 64
 
 
 def claims_world(tmp: Path, prepared: dict[tuple[str, str], tuple[CardSlice, ...]]) -> World:
     """World, plus a pod on the claims path: "main" uses a claim made from a template
     ("c-gpu-x1", named in the pod's status), "side" another driver's claim ("nic")."""
-    w = World(tmp, BackstopMode.KILL)
-    w.backstop.claim_slices = lambda: prepared
+    w = World(tmp, BackstopMode.KILL, claim_slices=lambda: prepared)
     w.pods.put(
         {
             "metadata": {"name": "c", "namespace": "ns", "uid": CLAIM_UID},
@@ -217,3 +246,34 @@ def test_a_container_whose_claims_tessera_did_not_prepare_is_left_alone(tmp_path
     w.backstop.claim_slices = lambda: {}
     w.process(41, U1, 9000, cid=MAIN_CID, uid=CLAIM_UID)
     assert w.backstop.tick() == [] and w.killed == []
+
+
+def test_what_a_card_lists_before_an_over_container_does_not_hide_it(tmp_path: Path) -> None:
+    """A dying process, a host process, a pod of another node, a container Tessera gave
+    nothing and one of another driver's claim, all listed first on the card."""
+    w = claims_world(tmp_path, {})
+    w.pods.put(
+        {
+            "metadata": {"name": "plain", "namespace": "ns", "uid": OTHER_UID},
+            "spec": {"nodeName": "n", "containers": [{"name": "app"}]},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": "app", "containerID": f"containerd://{OTHER_CID}"}]},
+        }
+    )  # fmt: skip
+    w.process(10, U0, 2500)
+    assert [b.killed for b in w.backstop.tick()] == [(10,)]  # dying from here on
+    w.process(60, U0, 9000, cgroup="0::/user.slice/session-1.scope\n")
+    w.process(61, U0, 9000, uid="9d0c5b1a-0000-4000-8000-000000000099")  # not this node's
+    w.process(62, U0, 9000, cid=OTHER_CID, uid=OTHER_UID)  # no card of Tessera's
+    w.process(63, U0, 9000, cid=SIDE_CID, uid=CLAIM_UID)  # another driver's claim
+    w.process(64, U0, 2600)
+    assert [(b.pod, b.killed) for b in w.backstop.tick()] == [("ns/p", (64,))]
+
+
+def test_a_process_that_exits_before_its_kill_is_counted_killed(tmp_path: Path) -> None:
+    w = World(tmp_path, BackstopMode.KILL)
+    w.process(10, U0, 2500)
+    w.gone.add(10)
+    [breach] = w.backstop.tick()
+    assert breach.killed == (10,) and w.killed == [(10, signal.SIGKILL)]
+    assert w.backstop.tick() == []  # still listed while the driver lets go of it
