@@ -78,6 +78,24 @@ def test_a_tenant_using_its_borrowed_allowance_stays_hungry() -> None:
     assert got["a"].allowance == 100
 
 
+def test_a_full_card_lends_nothing_and_a_hungry_tenant_with_no_floor_gets_nothing() -> None:
+    full = decide(
+        [
+            TenantCard("f", FIXED, 50, used=50),
+            TenantCard("a", BURST, 50, used=50, throttled=30, allowance=50, reserved=50),
+        ]
+    )
+    assert full["a"] == Decision(allowance=50, reserved=50)
+    # A burst-share tenant with no guaranteed share: hungry, but with no weight to share by.
+    none = decide([TenantCard("z", BURST, 0, used=0, throttled=30, allowance=0, reserved=0)])
+    assert none == {"z": Decision(allowance=0, reserved=0)}
+
+
+def test_a_lender_using_one_percent_of_a_one_percent_reservation_takes_its_floor_back() -> None:
+    got = decide([TenantCard("b", BURST, 50, used=1.0, allowance=50, reserved=1)])
+    assert got["b"].reserved == 50
+
+
 def test_a_borrower_that_stops_needing_returns_to_its_floor() -> None:
     got = decide([TenantCard("a", BURST, 30, used=10, throttled=0, allowance=100, reserved=30)])
     assert got["a"] == Decision(allowance=30, reserved=15)
@@ -245,6 +263,44 @@ def test_ticks_over_regions_lend_and_give_back(tmp_path: Path) -> None:
     assert coord.tick()["a"] == {0: 50}
 
 
+def test_a_lender_keeps_lending_while_its_use_stays_under_its_reservation(
+    tmp_path: Path,
+) -> None:
+    """What a tick decided is what the next one weighs: b reserved 5 % while idle, uses
+    3 % now (under 80 % of that), and keeps lending; a keeps what b does not reserve."""
+    a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
+    clock = [0]
+    coord = Coordinator(lambda: [a, b], clock_ns=lambda: clock[0])
+    _report(a, 0, 0)
+    _report(b, 0, 0)
+    coord.tick()
+    clock[0] += 100 * 10**6
+    _report(a, 30 * 10**6, 60 * 10**6)
+    assert coord.tick()["a"] == {0: 95}
+    clock[0] += 100 * 10**6
+    _report(a, 120 * 10**6, 120 * 10**6)
+    _report(b, 3 * 10**6, 0)
+    assert coord.tick()["a"] == {0: 100 - (3 + 5)}
+    # a now uses 60 % of the 92 it was lent, unthrottled: it needs no more than that,
+    # and is back to its floor (it is throttled, and hungry again, if it needs it).
+    clock[0] += 100 * 10**6
+    _report(a, 180 * 10**6, 120 * 10**6)
+    assert coord.tick()["a"] == {0: 30}
+
+
+def test_a_tenant_throttled_a_moment_is_not_hungry(tmp_path: Path) -> None:
+    """1 % of the interval throttled is under the 2 % that counts as wanting more."""
+    a, f = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "f", 40, FIXED)
+    clock = [0]
+    coord = Coordinator(lambda: [f, a], clock_ns=lambda: clock[0])
+    _report(a, 0, 0)
+    _report(f, 0, 0)
+    coord.tick()
+    clock[0] += 100 * 10**6
+    _report(a, 10 * 10**6, 1 * 10**6)
+    assert coord.tick() == {"a": {0: 30}}  # a fixed-share tenant listed first: still a file
+
+
 def test_throttling_alone_makes_a_tenant_hungry_for_that_interval(tmp_path: Path) -> None:
     # a uses 10 % of the card, well under its 30, but its bursts were throttled 10 % of
     # the interval: it is lent what b (idle) does not reserve. The next interval it is
@@ -287,6 +343,13 @@ def test_overlap_with_the_cards_utilisation_scales_allowances(tmp_path: Path) ->
     got = coord.tick()
     # In real percent: both hungry, spare 20 split 30:50 -> 37 and 62; written times 1.75.
     assert got == {"a": {0: round(37 * 1.75)}, "b": {0: 100}}
+    # Next: a charged 100 %, b 60 % and not throttled. k = 160 / 80 = 2, smoothed from
+    # 1.75 to 1.875; b's real use, 60 / 1.875 = 32 %, is under its floor: b is not hungry
+    # and is written its floor, scaled.
+    clock[0] += 100 * 10**6
+    _report(a, 200 * 10**6, 100 * 10**6)
+    _report(b, 160 * 10**6, 50 * 10**6)
+    assert coord.tick() == {"a": {0: 100}, "b": {0: round(50 * 1.875)}}
 
 
 def test_without_utilisation_nothing_is_scaled(tmp_path: Path) -> None:
