@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -172,3 +174,50 @@ def test_every_card_and_container_series_has_its_figure(tmp_path: Path) -> None:
     assert info[1] == {"node": "n1", "isolation": "hook", "library": "v1"} and info[2] == 1
     [corrected] = [s for s in samples if s[0] == "tessera_agent_match_corrections_total"]
     assert corrected[1:] == ({"node": "n1"}, 3)
+
+
+def test_a_file_that_does_not_read_is_marked_each_scrape_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    layout = Layout(tmp_path)
+    recs = [_alloc(layout, "a", U0, b"JUNK" + bytes(REGION_SIZE)), _alloc(layout, "b", U1, None)]
+    layout.region_path("b").mkdir()  # a folder where the region should be: not readable
+    view = NodeView("n1", lambda: CARDS, lambda: recs, lambda u: None, dict, dict)
+    collector = NodeCollector(view, layout)
+    unreadable = "tessera_container_unreadable"
+    with caplog.at_level(logging.WARNING, logger="tessera.node.exporter"):
+        for _ in range(2):
+            marked = {
+                (s[1]["pod"], s[1]["problem"]) for s in _scrape(collector) if s[0] == unreadable
+            }
+            assert marked == {("a", "bad_magic"), ("b", "unreadable")}
+        assert [r.getMessage().split(":")[1] for r in caplog.records] == [
+            " team/a/c usage_region", " team/b/c usage_region"]  # fmt: skip
+        gone = recs.pop()  # b goes; when it comes back, its problem is told again
+        _scrape(collector)
+        recs.append(gone)
+        _scrape(collector)
+    assert len(caplog.records) == 3 and "team/b/c" in caplog.records[2].getMessage()
+
+
+def test_a_container_whose_files_do_not_read_leaves_the_others_and_its_limits_served(
+    tmp_path: Path,
+) -> None:
+    """Its limits missing: the next container still served. Its region garbled: every
+    card's limit still served. A card the node no longer shows:
+    its model is left empty."""
+    layout = Layout(tmp_path)
+    first = _alloc(layout, "no-limits", U0, encode_region())
+    layout.limits_path("no-limits").unlink()
+    gone = "GPU-00000000-0000-0000-0000-0000000000ff"
+    two = AllocRecord("two", (f"{U0}::1", f"{gone}::0"), "uid-two", "team", "two", "c",
+                      (U0, gone), True, "v1", 0.0)  # fmt: skip
+    ca = ContainerAssignment("c", (CardSlice(U0, 1000, 10), CardSlice(gone, 3000, 30)),
+                             ComputePolicy.FIXED_SHARE)  # fmt: skip
+    layout.write_alloc(two, encode_limits(limits_for(ca)))
+    layout.region_path("two").write_bytes(b"JUNK" + bytes(REGION_SIZE))
+    view = NodeView("n1", lambda: CARDS, lambda: [first, two], lambda u: None, dict, dict)
+    samples = _scrape(NodeCollector(view, layout))
+    limits = {(s[1]["pod"], s[1]["uuid"], s[1]["model"]): s[2] for s in samples
+              if s[0] == "tessera_container_memory_limit_bytes"}  # fmt: skip
+    assert limits == {("two", U0, "H100"): 1000 << 20, ("two", gone, ""): 3000 << 20}

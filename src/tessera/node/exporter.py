@@ -147,19 +147,23 @@ class NodeCollector(Collector):
         (file, problem) of each that did not."""
         problems: list[tuple[str, str]] = []
 
+        def problem(file: str, kind: str, exc: Exception) -> None:
+            """Marked at every scrape; logged once per tenant, file and problem (a
+            scrape every 15 s would repeat it all day)."""
+            problems.append((file, kind))
+            if (t.key, file, kind) not in self._logged:
+                self._logged.add((t.key, file, kind))
+                log.warning("exporter: %s %s: %s", "/".join(t.who[1:]), file, exc)
+
         def attempt(file: str, read: Callable[[], _T]) -> _T | None:
             try:
                 return read()
             except FileNotFoundError:
                 problems.append((file, "missing"))
             except FormatError as exc:
-                problems.append((file, exc.kind))
-                if (t.key, file, exc.kind) not in self._logged:
-                    self._logged.add((t.key, file, exc.kind))
-                    log.warning("exporter: %s: %s", "/".join(t.who[1:]), exc)
+                problem(file, exc.kind, exc)
             except OSError as exc:
-                problems.append((file, "unreadable"))
-                log.warning("exporter: %s %s: %s", "/".join(t.who[1:]), file, exc)
+                problem(file, "unreadable", exc)
             return None
 
         limits = attempt("limits", lambda: self._limits.read(t.folder / LIMITS_IN_FOLDER))
