@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from tessera.claims.allocation import allocated_pools, claim_grant
 from tessera.claims.cdi import cdi_device_id, cdi_spec
 from tessera.claims.devices import (
+    CORDONED_TAINT,
     DRIVER,
     UNHEALTHY_TAINT,
     claims_pool,
@@ -57,6 +59,48 @@ def test_slice_has_one_shareable_device_per_card_with_its_capacities() -> None:
     assert "taints" not in d1
 
 
+def test_a_device_is_published_as_docs_protocol_md_lists_it() -> None:
+    """Every field kube-scheduler's allocator reads, whole: a misspelt key would be
+    ignored by it, not refused."""
+    card = replace(CARDS[1], numa_node=1, nvlink_peers=(0, 3), slots=8, healthy=False,
+                   cordoned=True)  # fmt: skip
+    [device] = resource_slice("n1", [card], 1, driver_version="550.54")["spec"]["devices"]
+    assert device == {
+        "name": "gpu-1",
+        "attributes": {
+            "uuid": {"string": card.uuid},
+            "model": {"string": "A100-SXM4-80GB"},
+            "index": {"int": 1},
+            "numaNode": {"int": 1},
+            "nvlinkIsland": {"int": 1},  # its peers are not in the slice
+            "nvlinkPeers": {"string": "0,3"},
+            "driverVersion": {"version": "550.54.0"},
+        },
+        "allowMultipleAllocations": True,
+        "capacity": {
+            "memory": {
+                "value": "81920Mi",
+                "requestPolicy": {
+                    "default": "81920Mi",
+                    "validRange": {"min": "1Mi", "max": "81920Mi", "step": "1Mi"},
+                },
+            },
+            "compute": {
+                "value": "100",
+                "requestPolicy": {
+                    "default": "0",
+                    "validRange": {"min": "0", "max": "100", "step": "1"},
+                },
+            },
+            "slots": {"value": "8", "requestPolicy": {"default": "1", "validValues": ["1"]}},
+        },
+        "taints": [
+            {"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"},
+            {"key": CORDONED_TAINT, "value": "true", "effect": "NoSchedule"},
+        ],
+    }
+
+
 def test_a_sick_card_is_tainted_not_dropped() -> None:
     cards = (CARDS[0], replace(CARDS[1], healthy=False))
     devices = resource_slice("n1", cards, 1)["spec"]["devices"]
@@ -79,6 +123,8 @@ def test_nvlink_islands_are_connected_components() -> None:
     cards = make_cards("n", 8, "V100M32", nvlink="cube-mesh")  # one island
     assert set(nvlink_islands(cards).values()) == {0}
     assert nvlink_islands(make_cards("n", 3, "T4")) == {0: 0, 1: 1, 2: 2}
+    # Card 0 is not offered to claims: its pair, card 1, is an island of its own.
+    assert nvlink_islands(CARDS[1:]) == {1: 1, 2: 2, 3: 2}
 
 
 def test_claims_pool() -> None:
@@ -117,21 +163,41 @@ def test_a_slices_node_is_its_node_name_or_else_its_pools_name() -> None:
             slice_cards(edited)
 
 
+def _device_1(edit: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]], object]:
+    return lambda spec: edit(spec["devices"][1])
+
+
 @pytest.mark.parametrize(
-    ("edit", "field"),
+    ("edit", "message"),
     [
-        (lambda d: d["attributes"].pop("uuid"), r"spec.devices\[1\].attributes.uuid: is missing"),
-        (lambda d: d["capacity"]["memory"].update(value="lots"),
-         r"spec.devices\[1\].capacity.memory.value"),
-        (lambda d: d["attributes"]["index"].update(int="one"),
-         r"spec.devices\[1\]: must be a device"),
+        (_device_1(lambda d: d["attributes"].pop("uuid")),
+         "spec.devices[1].attributes.uuid: is missing"),
+        (_device_1(lambda d: d["capacity"]["memory"].update(value="lots")),
+         "spec.devices[1].capacity.memory.value: must be a Kubernetes quantity such as 500m, "
+         "2, 1.5, 512Mi, 1G or 1e3 (got 'lots')"),
+        (_device_1(lambda d: d["attributes"]["index"].update(int="one")),
+         "spec.devices[1].attributes.index.int: must be a whole number (got 'one')"),
+        (_device_1(lambda d: d["attributes"]["index"].update(int=True)),
+         "spec.devices[1].attributes.index.int: must be a whole number (got True)"),
+        (_device_1(lambda d: d["capacity"]["slots"].update(value="1.5")),
+         "spec.devices[1].capacity.slots.value: must be a whole number (got '1.5')"),
+        (lambda spec: spec["devices"].__setitem__(1, "gpu"),
+         "spec.devices[1]: must be an object (got 'gpu')"),
+        (lambda spec: spec.pop("nodeName") and spec.pop("pool"),
+         "spec.nodeName: must name the node"),
     ],
-    ids=["no-uuid", "bad-memory", "bad-index"],
+    ids=["no-uuid", "bad-memory", "bad-index", "bool-index", "bad-slots", "not-object", "no-node"],
 )  # fmt: skip
-def test_a_slice_that_does_not_read_is_refused_naming_the_field(edit: Any, field: str) -> None:
+def test_a_slice_that_does_not_read_is_refused_naming_the_field(
+    edit: Callable[[dict[str, Any]], object], message: str
+) -> None:
     obj = resource_slice("n1", CARDS[:2], generation=1)
-    edit(obj["spec"]["devices"][1])
-    with pytest.raises(SpecError, match=field):
+    edit(obj["spec"])
+    with pytest.raises(SpecError) as refused:
+        slice_cards(obj)
+    assert str(refused.value) == message
+    obj["spec"] = ["x"]
+    with pytest.raises(SpecError, match=r"^spec: must be an object \(got \['x'\]\)$"):
         slice_cards(obj)
 
 
@@ -191,6 +257,9 @@ def test_a_claim_with_no_capacity_is_a_whole_card() -> None:
         grant = claim_grant(_claim([_result("gpu-0", **consumed)]), "n1", BY_NAME)
         assert grant.assignment.exclusive
         assert grant.assignment.slices[0].memory_mib == 81920
+    # Whole only when every card is: a share of the first leaves both open to others.
+    both = _claim([_result("gpu-0", "a", memory="1Gi"), _result("gpu-1", "b")])
+    assert not claim_grant(both, "n1", BY_NAME).assignment.exclusive
 
 
 def test_the_claims_config_wins_over_the_class() -> None:
@@ -261,50 +330,89 @@ def test_consumed_capacity_at_its_edges(consumed: dict[str, str], mib: int, core
     assert (s.memory_mib, s.cores_percent) == (mib, cores)
 
 
+DEVICES = "status.allocation.devices"
+RESULT = f"{DEVICES}.results[0]"
+PARAMS = f"{DEVICES}.config[0].opaque.parameters"
+
+
 @pytest.mark.parametrize(
-    ("claim", "field"),
+    ("claim", "message"),
     [
-        (_claim([_result("gpu-0", memory="0")]), r"consumedCapacity.memory: must be within 1\.\."),
-        (_claim([_result("gpu-0", compute="101")]), r"consumedCapacity.compute: must be a whole"),
+        (
+            _claim([_result("gpu-0", memory="0")]),
+            f"{RESULT}.consumedCapacity.memory: must be within 1..81920 MiB of the card (got '0')",
+        ),
+        (
+            _claim([_result("gpu-0", compute="101")]),
+            f"{RESULT}.consumedCapacity.compute: must be a whole percent within 0..100 (got '101')",
+        ),
         (
             _claim(
                 [_result("gpu-0", memory="1Gi")],
                 [_ours({"apiVersion": f"{DRIVER}/v1alpha1", "kind": "NicConfig"})],
             ),
-            r"parameters: must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig",
+            f"{PARAMS}: "
+            "must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig"
+            " (got 'gpu.tessera.io/v1alpha1/NicConfig')",
         ),
         (
             _claim(
                 [_result("gpu-0", memory="1Gi")],
                 [_ours({"apiVersion": f"{DRIVER}/v2", "kind": "GpuConfig"})],
             ),
-            r"parameters: must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig",
+            f"{PARAMS}: "
+            "must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig"
+            " (got 'gpu.tessera.io/v2/GpuConfig')",
         ),
         (
             {"metadata": {"name": "c"}, "status": {}},
             "status.allocation: the claim is not allocated",
         ),
-        (_claim([_result("gpu-9")]), r"results\[0\].device: must be a card this node offers"),
-        (_claim([_result("gpu-0", memory="200Gi")]), r"consumedCapacity.memory: must be within"),
-        (_claim([_result("gpu-0", compute="2.5")]), r"consumedCapacity.compute: must be a whole"),
-        (_claim([_result("gpu-0", memory="lots")]), r"consumedCapacity.memory: must be a Kube"),
+        (
+            _claim([_result("gpu-9")]),
+            f"{RESULT}.device: "
+            "must be a card this node offers (gpu-0, gpu-1, gpu-2, gpu-3) (got 'gpu-9')",
+        ),
+        (
+            _claim([_result("gpu-0", memory="200Gi")]),
+            f"{RESULT}.consumedCapacity.memory: "
+            "must be within 1..81920 MiB of the card (got '200Gi')",
+        ),
+        (
+            _claim([_result("gpu-0", compute="2.5")]),
+            f"{RESULT}.consumedCapacity.compute: must be a whole percent within 0..100 (got '2.5')",
+        ),
+        (
+            _claim([_result("gpu-0", memory="lots")]),
+            f"{RESULT}.consumedCapacity.memory: "
+            "must be a Kubernetes quantity such as 500m, 2, 1.5, 512Mi, 1G or 1e3 (got 'lots')",
+        ),
+        (
+            _claim([_result("gpu-0", compute="fast")]),
+            f"{RESULT}.consumedCapacity.compute: "
+            "must be a Kubernetes quantity such as 500m, 2, 1.5, 512Mi, 1G or 1e3 (got 'fast')",
+        ),
         (
             _claim(
                 [_result("gpu-0", "a", memory="1Gi"), _result("gpu-1", "b", memory="1Gi")],
                 [_config("best-effort", requests=["a"])],
             ),
-            r"config: must give every request of a claim on one node the same computePolicy",
+            f"{DEVICES}.config: "
+            "must give every request of a claim on one node the same computePolicy"
+            " (got ['best-effort', 'fixed-share'])",
         ),
         (
             _claim([_result("gpu-0", memory="1Gi")], [_config("turbo")]),
-            r"config\[0\].opaque.parameters.computePolicy: must be one of fixed-share",
+            f"{PARAMS}.computePolicy: "
+            "must be one of fixed-share, burst-share, best-effort (got 'turbo')",
         ),
         (
             _claim(
                 [_result("gpu-0", memory="1Gi")],
                 [{"opaque": {"driver": DRIVER, "parameters": {"kind": "Gpu"}}}],
             ),
-            r"parameters: must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig",
+            f"{PARAMS}: "
+            "must be apiVersion gpu.tessera.io/v1alpha1, kind GpuConfig (got 'None/Gpu')",
         ),
         (
             _claim(
@@ -322,18 +430,25 @@ def test_consumed_capacity_at_its_edges(consumed: dict[str, str], mib: int, core
                     }
                 ],
             ),
-            r"parameters.memory: is not a field of GpuConfig",
+            f"{PARAMS}.memory: is not a field of GpuConfig",
         ),
-        (_claim([{**_result("gpu-0"), "pool": "n2"}]), "has no device of pool n1"),
+        (
+            _claim([{**_result("gpu-0"), "pool": "n2"}]),
+            "status.allocation.devices.results: has no device of pool n1",
+        ),
         (
             _claim([_result("gpu-0", "a", memory="60Gi"), _result("gpu-0", "b", memory="30Gi")]),
-            "must not take more than card",
+            f"{DEVICES}.results: "
+            f"must not take more than card {CARDS[0].uuid} has (81920 MiB, 100 %)"
+            " (got '92160 MiB, 0 %')",
         ),
     ],
 )
-def test_bad_allocations_are_refused_naming_the_field(claim: dict[str, Any], field: str) -> None:
-    with pytest.raises(SpecError, match=field):
+def test_bad_allocations_are_refused_naming_the_field(claim: dict[str, Any], message: str) -> None:
+    """The whole refusal: the field's full path, the rule, and the value refused."""
+    with pytest.raises(SpecError) as refused:
         claim_grant(claim, "n1", BY_NAME)
+    assert str(refused.value) == message
 
 
 # --- the CDI spec ---------------------------------------------------------------------
@@ -355,3 +470,23 @@ def test_cdi_spec_carries_the_device_plugin_paths_edits(tmp_path: Path) -> None:
     assert "ro" in mounts["/etc/tessera"]["options"]  # the limits cannot be raised
     assert "ro" in mounts["/etc/ld.so.preload"]["options"]
     assert "rw" in mounts["/var/run/tessera/usage"]["options"]
+
+
+def test_the_cdi_spec_is_written_as_docs_protocol_md_shows_it(tmp_path: Path) -> None:
+    """Keys sorted, two-space indent, a newline at the end; each mount bound with
+    nosuid and nodev, and only the usage folder writable."""
+    grant = claim_grant(_claim([_result("gpu-2", memory="8Gi", compute="30")]), "n1", BY_NAME)
+    edits = container_edits(grant.assignment, tmp_path / "claim", tmp_path / "lib",
+                            Isolation.HOOK, Visibility.ENV, alloc_id="claim-uid-1")  # fmt: skip
+    text = cdi_spec("uid-1", edits)
+    spec = json.loads(text)
+    assert text == json.dumps(spec, indent=2, sort_keys=True) + "\n"
+    assert text.startswith('{\n  "cdiVersion": "0.6.0",\n  "devices": [\n')
+    mounts = spec["devices"][0]["containerEdits"]["mounts"]
+    assert [(m["containerPath"], m["options"]) for m in mounts] == [
+        ("/etc/tessera", ["ro", "nosuid", "nodev", "rbind"]),
+        ("/var/run/tessera/usage", ["rw", "nosuid", "nodev", "rbind"]),
+        ("/var/run/tessera/allowance", ["ro", "nosuid", "nodev", "rbind"]),
+        ("/usr/local/tessera/lib", ["ro", "nosuid", "nodev", "rbind"]),
+        ("/etc/ld.so.preload", ["ro", "nosuid", "nodev", "rbind"]),
+    ]

@@ -297,7 +297,6 @@ def test_a_slice_that_does_not_read_is_a_problem_and_its_cards_are_not_known(
     assert state.problems["bad-slice"] == 2  # counted each time it is read
     assert caplog.records[-1].getMessage() == (
         "ResourceSlice c3-gpu.tessera.io does not read, its cards are not known: "
-        "spec.devices[0]: must be a device this driver publishes: "
         "spec.devices[0].attributes.model: is missing"
     )
 

@@ -222,6 +222,16 @@ def _at(obj: object, where: str, *keys: str) -> Any:
     return obj
 
 
+def _int_at(obj: object, where: str, *keys: str) -> int:
+    """``_at``'s value as a whole number (an int, or the digits of a quantity string)."""
+    value = _at(obj, where, *keys)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise SpecError(".".join((where, *keys)), "must be a whole number", value)
+
+
 def slice_cards(obj: Mapping[str, Any]) -> tuple[str, tuple[Card, ...]]:
     """The node and the cards of a ResourceSlice this driver published: the inverse of
     ``resource_slice`` for what the views show (uuid, index, model, memory, slots,
@@ -238,14 +248,11 @@ def slice_cards(obj: Mapping[str, Any]) -> tuple[str, tuple[Card, ...]]:
         where = f"spec.devices[{i}]"
         if not isinstance(dev, Mapping):
             raise SpecError(where, "must be an object", dev)
-        try:
-            uuid = str(_at(dev, where, "attributes", "uuid", "string"))
-            index = int(_at(dev, where, "attributes", "index", "int"))
-            model = str(_at(dev, where, "attributes", "model", "string"))
-            memory = _at(dev, where, "capacity", CAPACITY_MEMORY, "value")
-            slots = int(_at(dev, where, "capacity", CAPACITY_SLOTS, "value"))
-        except (TypeError, ValueError) as exc:
-            raise SpecError(where, f"must be a device this driver publishes: {exc}") from None
+        uuid = str(_at(dev, where, "attributes", "uuid", "string"))
+        index = _int_at(dev, where, "attributes", "index", "int")
+        model = str(_at(dev, where, "attributes", "model", "string"))
+        memory = _at(dev, where, "capacity", CAPACITY_MEMORY, "value")
+        slots = _int_at(dev, where, "capacity", CAPACITY_SLOTS, "value")
         taints = {t.get("key") for t in dev.get("taints") or [] if isinstance(t, Mapping)}
         mib = memory_mib(memory, f"{where}.capacity.{CAPACITY_MEMORY}.value")
         cards.append(Card(uuid, index, model, mib, healthy=UNHEALTHY_TAINT not in taints,
