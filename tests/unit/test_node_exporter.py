@@ -164,6 +164,11 @@ def test_every_card_and_container_series_has_its_figure(tmp_path: Path) -> None:
     assert card("healthy") == {U0: 1, U1: 0}
     assert card("slots") == {U0: CARDS[0].slots, U1: CARDS[1].slots}
     assert card("slots_used") == {U0: 2, U1: 0}
+    card_series = [s for s in samples if s[0].startswith("tessera_card_")]
+    assert [s[1] for s in card_series[:2]] == [  # each card's labels, in index order
+        {"node": "n1", "uuid": U0, "index": "0", "model": "H100"},
+        {"node": "n1", "uuid": U1, "index": "1", "model": "H100"},
+    ]
     assert ctr("memory_used_bytes") == {"busy": 300 << 20, "quiet": 100 << 20}
     assert ctr("busy_seconds_total") == {"busy": 3.0, "quiet": 0}
     assert ctr("throttled_seconds_total") == {"busy": 1.5, "quiet": 0}
