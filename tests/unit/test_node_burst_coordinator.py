@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -235,15 +236,25 @@ def _report(t: Tenant, busy_ns: int, throttled_ns: int) -> None:
     t.region.write_bytes(encode_region(retired=totals))
 
 
-def test_ticks_over_regions_lend_and_give_back(tmp_path: Path) -> None:
-    a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
+def started(tenants: list[Tenant], **kw: Any) -> tuple[Coordinator, list[int]]:
+    """A coordinator over ``tenants`` on a clock the test moves (ns; allowances stamped
+    1000 ms + that), after a first tick at zero use: the next tick measures from there."""
     clock = [0]
     coord = Coordinator(
-        lambda: [a, b], clock_ns=lambda: clock[0], wall_ms=lambda: 1000 + clock[0] // 10**6
+        lambda: tenants,
+        clock_ns=lambda: clock[0],
+        wall_ms=lambda: 1000 + clock[0] // 10**6,
+        **kw,
     )
-    _report(a, 0, 0)
-    _report(b, 0, 0)
+    for t in tenants:
+        _report(t, 0, 0)
     coord.tick()
+    return coord, clock
+
+
+def test_ticks_over_regions_lend_and_give_back(tmp_path: Path) -> None:
+    a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
+    coord, clock = started([a, b])
     # 100 ms: a saturates its 30% and is throttled; b idle.
     clock[0] += 100 * 10**6
     _report(a, 30 * 10**6, 60 * 10**6)
@@ -269,11 +280,7 @@ def test_a_lender_keeps_lending_while_its_use_stays_under_its_reservation(
     """What a tick decided is what the next one weighs: b reserved 5 % while idle, uses
     3 % now (under 80 % of that), and keeps lending; a keeps what b does not reserve."""
     a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
-    clock = [0]
-    coord = Coordinator(lambda: [a, b], clock_ns=lambda: clock[0])
-    _report(a, 0, 0)
-    _report(b, 0, 0)
-    coord.tick()
+    coord, clock = started([a, b])
     clock[0] += 100 * 10**6
     _report(a, 30 * 10**6, 60 * 10**6)
     assert coord.tick()["a"] == {0: 95}
@@ -291,11 +298,7 @@ def test_a_lender_keeps_lending_while_its_use_stays_under_its_reservation(
 def test_a_tenant_throttled_a_moment_is_not_hungry(tmp_path: Path) -> None:
     """1 % of the interval throttled is under the 2 % that counts as wanting more."""
     a, f = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "f", 40, FIXED)
-    clock = [0]
-    coord = Coordinator(lambda: [f, a], clock_ns=lambda: clock[0])
-    _report(a, 0, 0)
-    _report(f, 0, 0)
-    coord.tick()
+    coord, clock = started([f, a])
     clock[0] += 100 * 10**6
     _report(a, 10 * 10**6, 1 * 10**6)
     assert coord.tick() == {"a": {0: 30}}  # a fixed-share tenant listed first: still a file
@@ -306,13 +309,7 @@ def test_throttling_alone_makes_a_tenant_hungry_for_that_interval(tmp_path: Path
     # the interval: it is lent what b (idle) does not reserve. The next interval it is
     # not throttled again, and returns to its floor.
     a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
-    clock = [0]
-    coord = Coordinator(
-        lambda: [a, b], clock_ns=lambda: clock[0], wall_ms=lambda: 1000 + clock[0] // 10**6
-    )
-    _report(a, 0, 0)
-    _report(b, 0, 0)
-    coord.tick()
+    coord, clock = started([a, b])
     clock[0] += 100 * 10**6
     _report(a, 10 * 10**6, 10 * 10**6)
     assert coord.tick()["a"] == {0: 95}
@@ -332,11 +329,7 @@ def test_overlap_with_the_cards_utilisation_scales_allowances(tmp_path: Path) ->
     # Both tenants were charged 100 ms of 100 ms (their windows overlapped), but the card
     # was only 80% busy: k = 200 / 80 = 2.5, smoothed from 1 to 1.75 on the first tick.
     a, b = _tenant(tmp_path, "a", 30), _tenant(tmp_path, "b", 50)
-    clock = [0]
-    coord = Coordinator(lambda: [a, b], card_busy=lambda uuid: 80.0, clock_ns=lambda: clock[0])
-    _report(a, 0, 0)
-    _report(b, 0, 0)
-    coord.tick()
+    coord, clock = started([a, b], card_busy=lambda uuid: 80.0)
     clock[0] += 100 * 10**6
     _report(a, 100 * 10**6, 50 * 10**6)
     _report(b, 100 * 10**6, 50 * 10**6)
@@ -354,10 +347,7 @@ def test_overlap_with_the_cards_utilisation_scales_allowances(tmp_path: Path) ->
 
 def test_without_utilisation_nothing_is_scaled(tmp_path: Path) -> None:
     a = _tenant(tmp_path, "a", 30)
-    clock = [0]
-    coord = Coordinator(lambda: [a], card_busy=lambda uuid: None, clock_ns=lambda: clock[0])
-    _report(a, 0, 0)
-    coord.tick()
+    coord, clock = started([a], card_busy=lambda uuid: None)
     clock[0] += 100 * 10**6
     _report(a, 100 * 10**6, 50 * 10**6)
     assert coord.tick() == {"a": {0: 100}}
@@ -381,11 +371,7 @@ def test_overlap_asks_discovery_for_the_card_by_its_own_uuid(tmp_path: Path) -> 
         limits = Limits(cards=(CardLimit(0, card.uuid, 1024, floor, BURST),))
         tenants.append(Tenant(name, limits, d / "region", d / "allowance"))
     a, b = tenants
-    clock = [0]
-    coord = Coordinator(lambda: [a, b], card_busy=disc.utilization, clock_ns=lambda: clock[0])
-    _report(a, 0, 0)
-    _report(b, 0, 0)
-    coord.tick()
+    coord, clock = started([a, b], card_busy=disc.utilization)
     clock[0] += 100 * 10**6
     _report(a, 100 * 10**6, 50 * 10**6)
     _report(b, 100 * 10**6, 50 * 10**6)
