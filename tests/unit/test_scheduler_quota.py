@@ -136,6 +136,7 @@ def test_raising_a_quota_nudges_waiting_pods_and_lowering_evicts_nothing() -> No
         assert w.filter(waiting)["NodeNames"] == []
         add_quota(w, gpu_quota("team-b", {"name": "all", "models": ["*"], "memoryMiB": 1000}))
         assert w.filter(w.create(pod_obj("v1", memory=10000, ns="team-b")))["NodeNames"] == []
+        _eventually(lambda: "team-b/v1" in w.app.state.pods)  # a pod it could nudge
         # Lowered: nothing bound is touched.
         w.kube.merge_patch(GPUQUOTAS, "gpus", {"spec": {"limits": [
             {"name": "all", "models": ["*"], "memoryMiB": 5000}]}}, "team-a")  # fmt: skip
@@ -163,6 +164,7 @@ def test_a_deleted_quota_limits_its_namespace_no_more_and_nudges_its_waiting_pod
         add_quota(w, gpu_quota("team-a", {"name": "all", "models": ["*"], "memoryMiB": 1000}))
         waiting = w.create(pod_obj("u1", memory=10000, ns="team-a"))
         assert "quota: team-a/gpus" in w.filter(waiting)["FailedNodes"]["a1"]
+        _eventually(lambda: "team-a/u1" in w.app.state.pods)  # its watch event is in
         w.kube.delete(GPUQUOTAS, "gpus", "team-a")
         _eventually(
             lambda: QUOTA_RETRY in w.kube.get(PODS, "u1", "team-a")["metadata"]["annotations"]
