@@ -19,7 +19,7 @@ from tessera.claims.devices import (
     slice_cards,
 )
 from tessera.kube import NODES, PODS, FakeKube
-from tessera.kube.errors import ApiError
+from tessera.kube.errors import ApiError, NotFound
 from tessera.kube.kinds import RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.model import annotations as keys
 from tessera.model.clusterspec import card_uuid, make_cards
@@ -218,8 +218,19 @@ def test_a_card_that_is_not_on_the_node_is_refused_with_the_ones_that_are() -> N
                        r"index of its cards: 0 \(GPU-.*\), 1 \(GPU-.*\)"):  # fmt: skip
         resolve_cards(node, ["0", "7", "GPU-nope"])
     plain = {"metadata": {"name": "cpu-node", "annotations": {}}}
-    with pytest.raises(CordonError, match="not a Tessera GPU node"):
+    with pytest.raises(CordonError, match=r"^node cpu-node has no tessera\.io/inventory .*node$"):
         resolve_cards(plain, ["0"])
+    garbled = node_obj("n2", 1)
+    garbled["metadata"]["annotations"][keys.INVENTORY] = "{not json"
+    with pytest.raises(CordonError, match=r"^node n2: annotation tessera\.io/inventory: not valid"):
+        resolve_cards(garbled, ["0"])
+    bad_slice = resource_slice("n1", make_cards("n1", 4, "A100")[2:], 1)
+    del bad_slice["spec"]["devices"][0]["attributes"]["uuid"]
+    with pytest.raises(CordonError) as refused:
+        resolve_cards(node, ["0"], bad_slice)
+    assert str(refused.value) == (
+        "node n1: ResourceSlice n1-gpu.tessera.io: spec.devices[0].attributes.uuid: is missing"
+    )
     kube = FakeKube()
     kube.create(NODES, node_obj("n1", 2))
     with pytest.raises(CordonError, match="name at least one card"):
@@ -237,6 +248,11 @@ def test_a_claims_card_is_named_from_the_nodes_resource_slice() -> None:
     kube.create(RESOURCE_SLICES, resource_slice("n1", cards[2:], 1, "", "uid"))
     done = change_cordons(kube, "n1", ["3", cards[0].uuid], cordon=True)
     assert done.cordoned == {cards[0].uuid, cards[3].uuid}
+    assert (done.node, [c.index for c in done.changed]) == ("n1", [3, 0])
+    again = change_cordons(kube, "n1", ["3"], cordon=True)  # nothing to write
+    assert (again.node, again.changed, again.cordoned) == ("n1", (), done.cordoned)
+    slice_obj = kube.get(RESOURCE_SLICES, "n1-gpu.tessera.io")
+    assert [c.uuid for c in resolve_cards(node, ["3"], slice_obj)] == [cards[3].uuid]
     with pytest.raises(CordonError, match=r"has no card 4: .*3 \(GPU-"):
         change_cordons(kube, "n1", ["4"], cordon=True)
 
@@ -275,14 +291,15 @@ def test_drain_evicts_the_cards_pods_retries_a_refusal_and_leaves_the_others() -
     assert [p["metadata"]["name"] for p in kube.list(PODS, "default").items] == ["other"]
 
 
-def _claim_on(kube: FakeKube, name: str, device: str, user: str) -> None:
-    """A claim allocated on ``device`` of n1's slice, reserved for pod ``user``."""
+def _claim_on(kube: FakeKube, name: str, device: str, *users: str) -> None:
+    """A claim allocated on ``device`` of n1's slice, reserved for the pods ``users``."""
     result = {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device,
               "consumedCapacity": {"memory": "1Gi", "compute": "10", "slots": "1"}}  # fmt: skip
     kube.create(RESOURCE_CLAIMS, {
         "metadata": {"name": name, "namespace": "default"},
         "status": {"allocation": {"devices": {"results": [result]}},
-                   "reservedFor": [{"resource": "pods", "name": user, "uid": f"u-{user}"}]},
+                   "reservedFor": [{"resource": "pods", "name": u, "uid": f"u-{u}"}
+                                   for u in users]},
     }, "default")  # fmt: skip
 
 
@@ -308,6 +325,58 @@ def test_the_tenants_of_a_claims_card_are_the_pods_its_claims_are_reserved_for()
     assert [t.pod for t in tenants(kube, "n1", frozenset({cards[2].uuid}))] == ["user"]
     assert [t.pod for t in tenants(kube, "n1", frozenset({cards[3].uuid}))] == ["templated"]
     assert tenants(kube, "n1", frozenset({cards[0].uuid})) == []
+
+
+def test_one_drain_pass_goes_past_a_terminating_a_gone_and_a_refused_tenant() -> None:
+    """Sorted by name, each of the first three would end the pass early if it stopped
+    it: the last is evicted in the same pass. A pod that ended holds nothing."""
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1", 1))
+    for name in ("a-gone", "b-budget", "c-terminating", "d-fine", "e-done"):
+        _bound(kube, name, "n1", 0)
+    kube.merge_patch(PODS, "c-terminating", {"metadata": {
+        "deletionTimestamp": "2026-11-29T21:00:00Z"}}, "default")  # fmt: skip
+    kube.merge_patch(PODS, "e-done", {"status": {"phase": "Succeeded"}}, "default",
+                     subresource="status")  # fmt: skip
+    uuids = frozenset({card_uuid("n1", 0)})
+    assert [(t.pod, t.terminating) for t in tenants(kube, "n1", uuids)] == [
+        ("a-gone", False),
+        ("b-budget", False),
+        ("c-terminating", True),
+        ("d-fine", False),
+    ]
+    kube.fail_next("evict", NotFound(404, "NotFound", 'pods "a-gone" not found'))
+    kube.fail_next("evict", ApiError(429, "TooManyRequests", "disruption budget"))
+    said: list[str] = []
+    left = drain(kube, "n1", uuids, 0, said.append, clock=lambda: 0.0, sleep=lambda s: None)
+    assert [c[1] for c in kube.calls if c[0] == "evict"] == [
+        "default/a-gone", "default/b-budget", "default/d-fine"]  # fmt: skip
+    assert said == [
+        "default/b-budget: eviction refused (429 TooManyRequests: disruption budget); "
+        "trying again every 5 s",
+        "default/d-fine evicted",
+    ]
+    assert [t.pod for t in left] == ["a-gone", "b-budget", "c-terminating", "d-fine"]
+
+
+def test_a_claim_shared_by_pods_makes_the_running_ones_tenants_and_a_gone_claim_is_passed() -> None:
+    cards = make_cards("n1", 4, "A100")
+    kube = FakeKube()
+    kube.create(NODES, node_obj("n1", 2))
+    kube.create(RESOURCE_SLICES, resource_slice("n1", cards[2:], 1, "", "uid"))
+    _claim_on(kube, "shared", "gpu-2", "one", "two", "three")
+    for name in ("one", "two", "three"):
+        user = pod_obj(name, gpu=None)
+        user["spec"]["nodeName"] = "n1"
+        user["spec"]["resourceClaims"] = [
+            {"name": "old", "resourceClaimName": "a-deleted"},  # read first, and gone
+            {"name": "gpu", "resourceClaimName": "shared"},
+        ]
+        kube.create(PODS, user, "default")
+    kube.merge_patch(PODS, "three", {"status": {"phase": "Succeeded"}}, "default",
+                     subresource="status")  # fmt: skip
+    # "three" ended: the claim still names it, but it holds nothing any more.
+    assert [t.pod for t in tenants(kube, "n1", frozenset({cards[2].uuid}))] == ["one", "two"]
 
 
 def test_drain_gives_up_at_the_deadline_naming_who_is_left() -> None:

@@ -71,10 +71,13 @@ def _cards(node: Obj, slice_obj: Obj | None) -> tuple[Card, ...]:
     try:
         if isinstance(text, str):
             cards += keys.decode_inventory(name, text, 0, 0).cards
+    except (FormatError, SpecError) as exc:
+        raise CordonError(str(exc)) from None  # it names the node
+    try:
         if slice_obj is not None:
             cards += slice_cards(slice_obj)[1]
-    except (FormatError, SpecError) as exc:
-        raise CordonError(f"node {name}: {exc}") from None
+    except SpecError as exc:
+        raise CordonError(f"node {name}: ResourceSlice {slice_name(name)}: {exc}") from None
     if not isinstance(text, str) and slice_obj is None:
         raise CordonError(
             f"node {name} has no {keys.INVENTORY} annotation and no {DRIVER} ResourceSlice: "
