@@ -41,6 +41,14 @@ def test_per_model_and_the_sum() -> None:
     assert (every.nodes, every.cards, every.free, every.allocated_mib) == (3, 10, 6, 12000)
     assert every.nodes_with_free == {1: 3, 2: 1, 4: 1, 8: 0}
     assert every.json()["nodesWithFreeCards"] == {"1": 3, "2": 1, "4": 1, "8": 0}
+    # What `-o json` prints for a model: the keys scripts read.
+    assert a100.json() == {
+        "model": "A100", "nodes": 2, "cards": 8, "unhealthy": 1, "cordoned": 1,
+        "freeCards": 5, "mostFreeCardsOnANode": 4,
+        "nodesWithFreeCards": {"1": 2, "2": 1, "4": 1, "8": 0},
+        "memoryMiB": 8 * MIB, "allocatedMiB": 8000, "allocatedCoresPercent": 25,
+        "coresPercent": 800,
+    }  # fmt: skip
 
 
 def test_one_model_only() -> None:
