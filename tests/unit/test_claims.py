@@ -181,12 +181,15 @@ def _device_1(edit: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, A
          "spec.devices[1].attributes.index.int: must be a whole number (got True)"),
         (_device_1(lambda d: d["capacity"]["slots"].update(value="1.5")),
          "spec.devices[1].capacity.slots.value: must be a whole number (got '1.5')"),
+        (_device_1(lambda d: d["capacity"]["slots"].update(value="\u00b2")),
+         "spec.devices[1].capacity.slots.value: must be a whole number (got '\u00b2')"),
         (lambda spec: spec["devices"].__setitem__(1, "gpu"),
          "spec.devices[1]: must be an object (got 'gpu')"),
         (lambda spec: spec.pop("nodeName") and spec.pop("pool"),
          "spec.nodeName: must name the node"),
     ],
-    ids=["no-uuid", "bad-memory", "bad-index", "bool-index", "bad-slots", "not-object", "no-node"],
+    ids=["no-uuid", "bad-memory", "bad-index", "bool-index", "bad-slots", "superscript-slots",
+         "not-object", "no-node"],
 )  # fmt: skip
 def test_a_slice_that_does_not_read_is_refused_naming_the_field(
     edit: Callable[[dict[str, Any]], object], message: str

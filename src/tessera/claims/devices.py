@@ -227,7 +227,7 @@ def _int_at(obj: object, where: str, *keys: str) -> int:
     value = _at(obj, where, *keys)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value)
     raise SpecError(".".join((where, *keys)), "must be a whole number", value)
 

@@ -77,7 +77,8 @@ def _cards(node: Obj, slice_obj: Obj | None) -> tuple[Card, ...]:
         if slice_obj is not None:
             cards += slice_cards(slice_obj)[1]
     except SpecError as exc:
-        raise CordonError(f"node {name}: ResourceSlice {slice_name(name)}: {exc}") from None
+        slice_of = str((slice_obj.get("metadata") or {}).get("name", "")) if slice_obj else ""
+        raise CordonError(f"node {name}: ResourceSlice {slice_of}: {exc}") from None
     if not isinstance(text, str) and slice_obj is None:
         raise CordonError(
             f"node {name} has no {keys.INVENTORY} annotation and no {DRIVER} ResourceSlice: "
