@@ -114,6 +114,25 @@ def test_a_gpu_taint_needs_a_matching_toleration(
     assert left_out == ({} if tolerated else {"gpu": why})
 
 
+def test_no_execute_and_valueless_taints_and_tolerations_read_past_the_first() -> None:
+    no_exec = {"key": "drain", "effect": "NoExecute"}
+    soft = {"key": "maybe", "value": "x", "effect": "PreferNoSchedule"}  # never blocks
+    nodes = [node("a", taints=[soft, no_exec])]
+    assert ineligible(pod(), nodes) == {"a": "taint drain:NoExecute not tolerated"}
+    # The first toleration is for another effect; the second tolerates the taint.
+    tolerations = [{"key": "drain", "operator": "Exists", "effect": "NoSchedule"},
+                   {"key": "drain", "operator": "Exists", "effect": "NoExecute"}]  # fmt: skip
+    assert ineligible(pod(tolerations=tolerations), nodes) == {}
+
+
+def test_an_empty_term_first_does_not_end_the_terms_and_only_the_name_field_is_read() -> None:
+    nodes = [node("a", {"zone": "z1"}), node("b")]
+    in_z1 = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}
+    assert ineligible(pod(affinity=affinity({}, in_z1)), nodes).keys() == {"b"}
+    other_field = {"matchFields": [{"key": "spec.nodeName", "operator": "In", "values": ["a"]}]}
+    assert ineligible(pod(affinity=affinity(other_field)), nodes).keys() == {"a", "b"}
+
+
 def placed(name: str, on: str, labels: dict[str, str] | None = None, ns: str = "default",
            phase: str = "Running", **spec: Any) -> dict[str, Any]:  # fmt: skip
     return {"metadata": {"name": name, "namespace": ns, "uid": f"u-{name}",
@@ -279,6 +298,13 @@ def test_topology_spread_keeps_the_pod_off_the_fuller_domains() -> None:
     }
     # A pod its own selector does not pick adds nothing: zone b (1 - 0) is within 1.
     assert set(ineligible(me({"app": "other"}, **spread()), ZONES, pods)) == {"a1", "a2", "bare"}
+    # maxSkew 2: zone a (2 + 1 against 0) is still too full, zone b (1 + 1) is not.
+    wider = ineligible(me({"app": "web"}, **spread(max_skew=2)), ZONES, pods)
+    assert wider == {
+        "a1": "topology spread: zone=a has 2 matching pods, the emptiest 0 (maxSkew 2)",
+        "a2": "topology spread: zone=a has 2 matching pods, the emptiest 0 (maxSkew 2)",
+        "bare": "topology spread: the node has no zone label",
+    }
     # ScheduleAnyway is a preference: kube-scheduler filters nothing for it.
     lenient = spread()
     lenient["topologySpreadConstraints"][0]["whenUnsatisfiable"] = "ScheduleAnyway"
