@@ -62,23 +62,26 @@ class CordonChange:
     dropped: tuple[str, ...] = ()
 
 
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
 def _cards(node: Obj, slice_obj: Obj | None) -> tuple[Card, ...]:
     """The node's cards on both paths: the extender's (its inventory annotation) and the
     claims path's (its ResourceSlice)."""
-    name = str((node.get("metadata") or {}).get("name", ""))
+    name = _name(node)
     text = ((node.get("metadata") or {}).get("annotations") or {}).get(keys.INVENTORY)
     cards: list[Card] = []
-    try:
-        if isinstance(text, str):
+    if isinstance(text, str):
+        try:
             cards += keys.decode_inventory(name, text, 0, 0).cards
-    except (FormatError, SpecError) as exc:
-        raise CordonError(str(exc)) from None  # it names the node
-    try:
-        if slice_obj is not None:
+        except (FormatError, SpecError) as exc:
+            raise CordonError(str(exc)) from None  # it names the node
+    if slice_obj is not None:
+        try:
             cards += slice_cards(slice_obj)[1]
-    except SpecError as exc:
-        slice_of = str((slice_obj.get("metadata") or {}).get("name", "")) if slice_obj else ""
-        raise CordonError(f"node {name}: ResourceSlice {slice_of}: {exc}") from None
+        except SpecError as exc:
+            raise CordonError(f"node {name}: ResourceSlice {_name(slice_obj)}: {exc}") from None
     if not isinstance(text, str) and slice_obj is None:
         raise CordonError(
             f"node {name} has no {keys.INVENTORY} annotation and no {DRIVER} ResourceSlice: "
@@ -98,8 +101,7 @@ def resolve_cards(
     node: Obj, named: Sequence[str], slice_obj: Obj | None = None
 ) -> tuple[Card, ...]:
     """The node's cards that ``named`` gives, by UUID or by index; every name must match."""
-    name = str((node.get("metadata") or {}).get("name", ""))
-    return _pick(name, _cards(node, slice_obj), named)
+    return _pick(_name(node), _cards(node, slice_obj), named)
 
 
 def _pick(node_name: str, cards: tuple[Card, ...], named: Sequence[str]) -> tuple[Card, ...]:
