@@ -359,6 +359,31 @@ def test_topology_spread_match_label_keys_and_node_taints_policy() -> None:
     assert set(ineligible(me(mine, **spread(nodeTaintsPolicy="Honor")), nodes, pods)) == {"c1"}
 
 
+def test_topology_spread_defaults_tolerated_taints_and_keys_beside_expressions() -> None:
+    # No minDomains: one domain is enough, and its own count is the emptiest (1 + 1 - 1).
+    one_zone = [node("a1", {"zone": "a"}), node("a2", {"zone": "a"})]
+    lone = [placed("w1", "a1", {"app": "web"})]
+    assert ineligible(me({"app": "web"}, **spread()), one_zone, lone) == {}
+    # nodeTaintsPolicy: Honor leaves out only taints the pod does not tolerate: a zone
+    # whose node it tolerates counts (as 0), so zones a and b are too full.
+    taint = [{"key": "gpu", "effect": "NoSchedule"}]
+    nodes = [node("a1", {"zone": "a"}), node("b1", {"zone": "b"}),
+             node("c1", {"zone": "c"}, taints=taint)]  # fmt: skip
+    pods = [placed("w1", "a1", {"app": "web"}), placed("w2", "b1", {"app": "web"})]
+    tolerant = me({"app": "web"}, tolerations=[{"key": "gpu", "operator": "Exists"}],
+                  **spread(nodeTaintsPolicy="Honor"))  # fmt: skip
+    assert set(ineligible(tolerant, nodes, pods)) == {"a1", "b1"}
+    # matchLabelKeys adds to the selector's own expressions: only a pod of the same
+    # tier (its expression) and version (the key) counts, here the one in zone a.
+    tiered = {"app": "web", "version": "2", "tier": "front"}
+    pods = [placed("w1", "a1", tiered), placed("w2", "b1", {**tiered, "tier": "back"}),
+            placed("w3", "c1", {**tiered, "version": "1"})]  # fmt: skip
+    both = spread(matchLabelKeys=["version"])
+    both["topologySpreadConstraints"][0]["labelSelector"]["matchExpressions"] = [
+        {"key": "tier", "operator": "In", "values": ["front"]}]  # fmt: skip
+    assert set(ineligible(me(tiered, **both), ZONES, pods)) == {"a1", "a2", "bare"}
+
+
 def test_the_placed_form_keeps_only_what_the_filters_read() -> None:
     """``why`` keeps this of each listed pod: none of its annotations, env, volumes or
     status, and nothing of a pod that holds no place."""
