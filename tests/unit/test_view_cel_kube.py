@@ -110,7 +110,7 @@ def test_a_devices_capacities_and_versions_are_typed() -> None:
     [
         ('quantity("lots")', "must be a Kubernetes quantity"),
         ('semver("1.2")', "not a semantic version"),
-        ('quantity("1.5").asInteger()', "cannot convert value to integer"),
+        ('quantity("1.5").asInteger()', "asInteger: cannot convert value to integer"),
         ('quantity("1") < quantity("2")', "No such overload"),  # no ordering operators
         ('quantity("1").compareTo(semver("1.0.0"))', "compareTo: no overload for semver"),
         ("quantity(1)", "quantity: no overload for int"),
@@ -118,6 +118,15 @@ def test_a_devices_capacities_and_versions_are_typed() -> None:
         ('quantity("9223372036854775808").asInteger()', "cannot convert value to integer"),
         ('quantity("-9223372036854775809").asInteger()', "cannot convert value to integer"),
         (f'device.capacity["{DRIVER}"].slots.sign() == 1', ""),  # no such capacity
+        # Each function names itself, for either operand.
+        ('semver("1.0.0").compareTo(quantity("1"))', "compareTo: no overload for quantity"),
+        ('quantity("1").isLessThan("2")', "isLessThan: no overload for str"),
+        ('"1".isGreaterThan(quantity("2"))', "isGreaterThan: no overload for str"),
+        ('"1".asInteger() == 1', "asInteger: no overload for str"),
+        ('"1".sign() == 1', "sign: no overload for str"),
+        ('quantity("1").add("1") == quantity("2")', "add: no overload for str"),
+        ('"1".sub(1) == quantity("0")', "sub: no overload for str"),
+        ("semver(1).major() == 1", "semver: no overload for int"),
     ],
 )
 def test_what_kubernetes_refuses_does_not_evaluate(expression: str, problem: str) -> None:
@@ -144,3 +153,29 @@ def test_versions_compare_in_semantic_versioning_precedence(i: int) -> None:
         want = (i > j) - (i < j)
         selector = Selector(f"({expression}) == {want}")
         assert selector.test(DEVICE) is True, (expression, want, selector.problem)
+
+
+def test_a_device_is_read_past_what_kubernetes_would_not_read() -> None:
+    """Built here rather than at import, so a mutation run reaches it: an attribute or a
+    capacity that is not an object, or a capacity that is not a quantity's text, is left
+    out and the rest still read; a capacity's domain is its name's."""
+    device = device_variable(
+        {
+            "attributes": {"broken": "A100", "model": {"string": "A100"}},
+            "capacity": {"flat": "40Gi", "count": {"value": 3}, "example.com/links": {"value": "4"},
+                         "memory": {"value": "40Gi"}},
+        },
+        DRIVER,
+    )  # fmt: skip
+    assert device["attributes"] == {DRIVER: {"model": "A100"}}
+    assert device["capacity"] == {
+        "example.com": {"links": quantity_value("4")},
+        DRIVER: {"memory": quantity_value("40Gi")},
+    }
+
+
+def test_a_selector_that_gives_no_boolean_says_what_it_gives() -> None:
+    for expression, kind in (("1 + 1", "int"), (f'device.attributes["{DRIVER}"].model', "str")):
+        selector = Selector(expression)
+        assert selector.test(DEVICE) is None
+        assert selector.problem == f"gives {kind}, not a boolean"

@@ -8,7 +8,7 @@ from typing import Any
 
 from tessera.claims.devices import DRIVER, resource_slice
 from tessera.model.clusterspec import make_cards
-from tessera.view.claim_wait import Ask, Constraint, claim_asks, explain
+from tessera.view.claim_wait import Ask, Constraint, Toleration, claim_asks, explain
 from tessera.view.gpumap import build_map
 
 CARDS = make_cards("n1", 2, "A100")  # 40,960 MiB each, 16 slots
@@ -343,3 +343,136 @@ def test_a_tolerated_taint_counts_the_card_in_service() -> None:
     )
     line = _lines(_pod({"name": "gpu", "resourceClaimName": "t"}), [tolerant], cordoned)[1]
     assert "room on 2 card(s) of 1 node(s)" in line, line
+
+
+def test_a_toleration_reads_its_key_effect_and_operator() -> None:
+    """As the allocator's ToleratesTaint: no key with Exists tolerates every taint; an
+    effect other than the taint's tolerates nothing; an empty operator means Equal."""
+    cordoned = [replace(c, cordoned=True) for c in CARDS]
+
+    def line(*tolerations: dict[str, str]) -> str:
+        claim = _claim("t", "1Gi", tolerations=list(tolerations))
+        return _lines(_pod({"name": "gpu", "resourceClaimName": "t"}), [claim], cordoned)[1]
+
+    assert "room on 2 card(s)" in line({"operator": "Exists"})
+    other_effect = {"key": f"{DRIVER}/cordoned", "operator": "Exists", "effect": "NoExecute"}
+    assert line(other_effect).endswith("no card of the claims path is in service")
+    key, value = f"{DRIVER}/cordoned", "true"
+    assert Toleration(key, "", value).tolerates(key, value, "NoSchedule")
+    assert not Toleration(key, "", "false").tolerates(key, value, "NoSchedule")
+
+
+def test_a_card_with_one_free_slot_has_room() -> None:
+    held = _allocated("held", "gpu-0", "1Gi")
+    two_slots = [replace(CARDS[0], slots=2), CARDS[1]]
+    line = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [held, _claim("c", "1Gi")],
+                  two_slots)[1]  # fmt: skip
+    assert "room on 2 card(s) of 1 node(s)" in line, line
+
+
+def test_a_compute_that_is_not_a_quantity_is_refused_naming_the_field() -> None:
+    lines = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [_claim("c", "1Gi", "half")])
+    assert lines == [
+        "  claim gpu (team/c): spec.devices.requests[0].exactly.capacity.requests.compute: "
+        "must be a Kubernetes quantity such as 500m, 2, 1.5, 512Mi, 1G or 1e3 (got 'half')"
+    ]
+
+
+def test_which_requests_a_constraint_binds() -> None:
+    """A constraint binds the requests it names (an alternative through its request's
+    name or its own), or every request when it names none; it is weighed across
+    requests only when it binds another."""
+    island = f"{DRIVER}/nvlinkIsland"
+    gpu = {"name": "gpu", "exactly": {"deviceClassName": DRIVER}}
+    nic = {"name": "nic", "exactly": {"deviceClassName": "nic.example.com"}}
+    alternatives = {"name": "gpu", "firstAvailable": [{"name": "small", "deviceClassName": DRIVER}]}
+
+    def asks(requests: list[Any], *constraints: dict[str, Any]) -> list[Ask]:
+        claim = _claim("c")
+        claim["spec"]["devices"] = {"requests": requests, "constraints": list(constraints)}
+        return claim_asks(claim)
+
+    named = {"requests": ["gpu"], "matchAttribute": island}
+    only_nic = {"requests": ["nic"], "distinctAttribute": island}
+    assert asks([gpu, nic], only_nic, named)[0].constraints == (Constraint(island),)
+    assert asks([gpu, nic], {"matchAttribute": island})[0].constraints == (
+        Constraint(island, across=True),
+    )
+    assert asks([alternatives], named)[0].constraints == (Constraint(island),)
+    by_own_name = {"requests": ["gpu/small"], "matchAttribute": island}
+    assert asks([alternatives], by_own_name)[0].constraints == (Constraint(island),)
+
+
+def _slice_of(driver: str, **spec: Any) -> dict[str, Any]:
+    obj = resource_slice("n0", make_cards("n0", 1, "A100"), generation=1)
+    obj["spec"].update(driver=driver, **spec)
+    return obj
+
+
+def test_a_slice_of_another_driver_a_malformed_one_or_a_card_not_mapped_is_passed_over() -> None:
+    claim = _claim("c", "1Gi")
+    ours = resource_slice("n1", CARDS, generation=1)
+    malformed = _slice_of(DRIVER, nodeName="", pool={})
+    slices = [_slice_of("nic.example.com"), malformed, ours]
+    mapped = [resource_slice("n1", CARDS[1:], generation=1)]  # the map read card 1 alone
+    gmap = build_map([], [], slices=mapped, claims=[claim])
+    pod = _pod({"name": "gpu", "resourceClaimName": "c"})
+    line = explain(pod, {"c": claim}, slices, gmap, CLASSES)[1]
+    assert line.endswith("room on 1 card(s) of 1 node(s) now (most free: 40960 MiB on n1 card 1)")
+
+
+def test_all_names_every_node_blocked_and_the_node_with_most_cards() -> None:
+    a = make_cards("a", 3, "A100")
+    b = make_cards("b", 2, "A100")
+    slices = [resource_slice("a", a, generation=1), resource_slice("b", b, generation=1)]
+    assert _all([], slices).endswith("room on 2 node(s) now, all of their matching cards "
+                                     "(most: 3 on a)")  # fmt: skip
+    out = [resource_slice("a", [replace(a[0], cordoned=True), *a[1:]], generation=1),
+           resource_slice("b", [replace(b[0], healthy=False), *b[1:]], generation=1)]  # fmt: skip
+    assert _all([], out).endswith("no node has every matching card free now (2 with one out "
+                                  "of service)")  # fmt: skip
+    full = [_allocated("held", "gpu-0", "40Gi")]  # pool n1, card 0
+    mixed = [resource_slice("n1", CARDS, generation=1), out[0]]
+    assert _all(full, mixed).endswith("no node has every matching card free now (1 with one "
+                                      "out of service, 1 with one without room)")  # fmt: skip
+    on_b = _allocated("held-b", "gpu-0", "40Gi")
+    on_b["status"]["allocation"]["devices"]["results"][0]["pool"] = "b"
+    both = [resource_slice("n1", CARDS, generation=1), slices[1]]
+    assert _all([*full, on_b], both).endswith("(2 with one without room)")
+
+
+def test_all_refuses_a_node_whose_cards_lack_a_constrained_attribute() -> None:
+    claim = _claim("want")
+    claim["spec"]["devices"]["requests"][0]["exactly"].update(
+        {"allocationMode": "All", "capacity": {"requests": {"memory": "1Gi"}}}
+    )
+    claim["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/rack"}]
+    slices = [resource_slice("n1", CARDS, generation=1),
+              resource_slice("n2", make_cards("n2", 2, "A100"), generation=1)]  # fmt: skip
+    gmap = build_map([], [], slices=slices, claims=[claim])
+    line = explain(_pod({"name": "gpu", "resourceClaimName": "want"}), {"want": claim}, slices,
+                   gmap, CLASSES)[1]  # fmt: skip
+    assert line.endswith("(2 with one against a constraint)"), line
+
+
+def test_only_the_first_selector_problem_is_quoted() -> None:
+    first, second = 'isIP("10.0.0.1")', 'isCIDR("10.0.0.0/8")'
+    claim = _claim("c", "1Gi", selectors=[{"cel": {"expression": e}} for e in (first, second)])
+    line = _lines(_pod({"name": "gpu", "resourceClaimName": "c"}), [claim])[1]
+    assert "; 2 selector(s) or constraint(s) not weighed; " in line, line
+    assert f"`{first}`: " in line and f"`{second}`" not in line, line
+
+
+def test_every_claim_of_the_pod_gets_its_line() -> None:
+    two = _allocated("two", "gpu-0", "1Gi")
+    results = two["status"]["allocation"]["devices"]["results"]
+    results.append({**results[0], "device": "gpu-1"})
+    foreign = _claim("nic")
+    foreign["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nic.example.com"
+    refs = [{"name": n, "resourceClaimName": n} for n in ("two", "bad", "nic", "ok")]
+    lines = _lines(_pod(*refs), [two, _claim("bad", "lots"), foreign, _claim("ok", "1Gi")])
+    assert [line.split(":")[0] for line in lines] == [
+        "  claim two (team/two)", "  claim bad (team/bad)", "  claim nic (team/nic)",
+        "  claim ok (team/ok)", "    request gpu"]  # fmt: skip
+    assert lines[0] == "  claim two (team/two): allocated (n1 gpu-0, n1 gpu-1)"
+    assert lines[2] == f"  claim nic (team/nic): not allocated; it asks no class of {DRIVER}"
