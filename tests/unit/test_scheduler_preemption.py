@@ -721,12 +721,14 @@ def test_a_refused_preemption_waits_its_retry_and_is_dropped_once_its_pod_is_gon
     world: World,
 ) -> None:
     w = world
-    p = w.app.preemptor
-    p.retry_s = 30.0
+    w.app.preemptor.retry_s = 30.0
     budget = budget_refusal()
     w.kube.fail_next("evict", budget)
     assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
     eventually(lambda: evictions(w) == ["default/low-1"])
+    # The thread tried; from here only the test steps (two steps at once could each
+    # find the retry due, a thing the one thread never does).
+    p = stepped_by_hand(w.app)
     p.step()
     assert evictions(w) == ["default/low-1"]  # not before its retry is due
     w.kube.delete(PODS, "urgent", "default")
@@ -767,7 +769,7 @@ def test_a_leader_that_stands_by_drops_its_holds_and_takes_them_back_when_it_lea
     # so it drops them and takes them over from tessera.io/preempting, as a new leader.
     w = world
     held_for_urgent(w)
-    p = w.app.preemptor
+    p = stepped_by_hand(w.app)
     leads = True
     p.leading = lambda: leads
     leads = False
