@@ -13,7 +13,7 @@ def _card(i: int, model: str = "A100", held_mib: int = 0, healthy: bool = True,
           cordoned: bool = False) -> CardView:  # fmt: skip
     holders = ()
     if held_mib:
-        holders = (Holder("ns", f"p{i}", "main", held_mib, 25, "fixed-share", False, "Running"),)
+        holders = (Holder("ns", f"p{i}", "main", held_mib, 25, "fixed-share", False),)
     return CardView(f"GPU-{model}-{i}", i, model, MIB, healthy, 16, holders, cordoned)
 
 

@@ -129,10 +129,11 @@ def test_cards_on_the_claims_path_are_drawn_with_their_claims() -> None:
     a0, a1 = m.nodes[0].cards
     assert (a0.uuid, [h.pod_key for h in a0.holders]) == (A[0].uuid, ["team/p0"])
     assert a1.uuid == A[1].uuid
-    holders = [(h.claim, h.pod, h.memory_mib, h.cores_percent, h.phase) for h in a1.holders]
+    holders = [(h.claim, h.pod, h.container, h.memory_mib, h.cores_percent, h.policy)
+               for h in a1.holders]  # fmt: skip
     assert holders == [
-        ("idle", "", 2048, 0, "Allocated"),
-        ("shared", "p1,p2", 8192, 30, "Reserved"),
+        ("idle", "", "", 2048, 0, "fixed-share"),
+        ("shared", "p1,p2", "", 8192, 30, "fixed-share"),
     ]
     assert a1.allocated_mib == 10240
     [whole] = m.nodes[1].cards[0].holders

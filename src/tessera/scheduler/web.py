@@ -49,11 +49,11 @@ def gpu_map(state: SchedulerState, claims: ClaimsBook | None = None) -> GpuMap:
         held_for: dict[str, list[str]] = {}  # node -> the preempting pods it is held for
         for hold in state.holds:
             held_for.setdefault(hold.node, []).append(_held_for(state, hold))
-    held: dict[str, tuple[Assignment, str]] = {}
+    held: dict[str, Assignment] = {}
     pending, problems = [], []
     for p in pods:
         if p.node_name and p.key in observed:
-            held[p.key] = (observed[p.key].assignment, "")
+            held[p.key] = observed[p.key].assignment
         elif p.node_name and p.request is not None:
             undecoded = p.assignment_digest is not None  # an annotation, not read
             problems.append((p.key, unassigned(p.node_name, undecoded=undecoded)))

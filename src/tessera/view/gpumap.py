@@ -55,7 +55,6 @@ class Holder:
     cores_percent: int
     policy: str
     exclusive: bool
-    phase: str
     claim: str = ""
 
     @property
@@ -156,7 +155,7 @@ def unassigned(node: str, *, undecoded: bool = False) -> str:
 
 def assemble(
     inventories: Iterable[NodeInventory],
-    held: Mapping[str, tuple[Assignment, str]],
+    held: Mapping[str, Assignment],
     *,
     node_problems: Mapping[str, str] | None = None,
     pending: Iterable[Pending] = (),
@@ -166,7 +165,7 @@ def assemble(
     held_nodes: Mapping[str, str] | None = None,
 ) -> GpuMap:
     """The map from decoded parts: each node's cards, and per pod key the assignment it
-    holds with its phase; with ``slices`` and ``claims``, the claims path's cards beside
+    holds; with ``slices`` and ``claims``, the claims path's cards beside
     the node's and each allocated claim a holder of its slice; ``held_nodes``: node ->
     for whom the scheduler holds it. A pod whose assignment names cards its node does not
     have is kept as a problem, not drawn."""
@@ -188,7 +187,7 @@ def assemble(
     problems = list(pod_problems)
     holders: dict[str, list[Holder]] = {u: list(hs) for u, hs in claim_holders.items()}
     kept: dict[str, Assignment] = {}
-    for key, (a, phase) in held.items():
+    for key, a in held.items():
         foreign = sorted(
             {s.uuid for ca in a.containers for s in ca.slices if card_node.get(s.uuid) != a.node}
         )
@@ -208,7 +207,6 @@ def assemble(
                         s.cores_percent,
                         str(ca.policy),
                         ca.exclusive,
-                        phase,
                     )
                 )
     names = sorted(invs.keys() | node_problems.keys())
@@ -281,7 +279,6 @@ def claims_path(
                         sl.cores_percent,
                         str(a.policy),
                         a.exclusive,
-                        "Reserved" if reserved else "Allocated",
                         claim=name,
                     )
                 )
@@ -315,7 +312,7 @@ def build_map(
         except FormatError as exc:
             node_problems[name] = str(exc)
 
-    held: dict[str, tuple[Assignment, str]] = {}
+    held: dict[str, Assignment] = {}
     pending: list[Pending] = []
     problems: list[tuple[str, str]] = []
     for obj in pods:
@@ -344,7 +341,7 @@ def build_map(
         if a.node != node:
             problems.append((key, f"assignment names node {a.node}, the pod is bound to {node}"))
             continue
-        held[key] = (a, phase)
+        held[key] = a
     return assemble(
         inventories,
         held,
