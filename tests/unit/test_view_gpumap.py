@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from tessera.claims.devices import DRIVER, resource_slice
 from tessera.model.annotations import ASSIGNMENT, INVENTORY, encode_assignment
 from tessera.model.clusterspec import make_cards
+from tessera.model.names import ResourceNames
+from tessera.model.podspec import Compat
 from tessera.model.types import Assignment, CardSlice, ComputePolicy, ContainerAssignment
-from tessera.view.gpumap import build_map
+from tessera.view.gpumap import build_map, map_json, unassigned
 from tests.unit._scheduler_world import node_obj, pod_obj
 
 A = make_cards("a", 2, "A100")
@@ -142,3 +146,120 @@ def test_cards_on_the_claims_path_are_drawn_with_their_claims() -> None:
     assert set(problems) == {"ResourceSlice gpu.tessera.io-e", "ResourceClaim team/lost"}
     assert "attributes.uuid: is missing" in problems["ResourceSlice gpu.tessera.io-e"]
     assert "must be a card this node offers (gpu-1)" in problems["ResourceClaim team/lost"]
+
+
+def _shape(value: Any) -> Any:
+    """Keys in order and value types, the first item standing for a list's."""
+    if isinstance(value, dict):
+        return [(k, _shape(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def _documented_map() -> Any:
+    text = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+    section = text.split("## The GPU map", 1)[1]
+    return json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+
+
+def test_the_map_json_is_the_documented_document() -> None:
+    """`/gpus.json` and `kubectl tessera top -o json` read these keys: compared with the
+    example in docs/protocol.md, key by key and in order, and one card value by value."""
+    [card] = make_cards("gpu-000", 1, "A100")
+    train = bound("train", "gpu-000", [(card.uuid, 12000, 30)], ns="view")
+    a = Assignment("gpu-000", (ContainerAssignment(
+        "main", (CardSlice(card.uuid, 12000, 30),), ComputePolicy.FIXED_SHARE),))  # fmt: skip
+    train["metadata"]["annotations"][ASSIGNMENT] = encode_assignment(a)
+    waits = pod_obj("waits", gpu=1, memory=8000, cores=10, ns="view")
+    stray = pod_obj("stray", gpu=1, memory=1000, ns="ns")
+    stray["spec"]["nodeName"] = "gpu-000"
+    broken = resource_slice("gpu-001", make_cards("gpu-001", 1, "T4"), generation=1)
+    del broken["spec"]["devices"][0]["attributes"]["uuid"]
+    m = build_map([node_obj("gpu-000", 1)], [train, waits, stray], slices=[broken])
+    out = map_json(m)
+    assert _shape(out) == _shape(_documented_map())
+    assert out["nodes"][0]["cards"] == [{
+        "node": "gpu-000", "index": 0, "uuid": card.uuid, "model": "A100", "healthy": True,
+        "cordoned": False, "memoryMiB": card.memory_mib, "allocatedMiB": 12000,
+        "allocatedCoresPercent": 30, "slots": card.slots,
+        "holders": [{"namespace": "view", "pod": "train", "container": "main",
+                     "memoryMiB": 12000, "coresPercent": 30, "policy": "fixed-share",
+                     "exclusive": False, "claim": ""}]}]  # fmt: skip
+    assert out["pending"] == [{"namespace": "view", "pod": "waits",
+                               "asks": "main: 1 card 8000 MiB 10%"}]  # fmt: skip
+    assert out["podProblems"] == [{"pod": "ns/stray", "problem": unassigned("gpu-000")}]
+    [claim_problem] = out["claimProblems"]
+    assert claim_problem["object"] == f"ResourceSlice {broken['metadata']['name']}"
+    assert unassigned("n1", undecoded=True) == (
+        "bound to n1, its tessera.io/assignment annotation does not decode (the scheduler's "
+        "log says why): its cards are not known"
+    )
+
+
+def test_what_a_pod_asks_names_each_gpu_container() -> None:
+    asks = pod_obj("asks")
+    limits = {"a": {"tessera.io/gpu": "2", "tessera.io/gpu-memory": "1000",
+                    "tessera.io/gpu-cores": "10"},
+              "b": {"tessera.io/gpu": "1", "tessera.io/gpu-memory-percent": "25",
+                    "tessera.io/gpu-cores": "20"},
+              "c": {"tessera.io/gpu": "1"}}  # fmt: skip
+    asks["spec"]["containers"] = [{"name": "side", "image": "x"}] + [
+        {"name": n, "image": "x", "resources": {"limits": lim}} for n, lim in limits.items()
+    ]
+    [pending] = build_map([node_obj("a")], [asks]).pending
+    assert pending.summary == "a: 2 cards 1000 MiB 10%, b: 1 card memory share 20%, c: 1 card whole"
+
+
+def test_the_map_reads_past_what_is_not_a_gpu_node_or_does_not_decode() -> None:
+    nameless = node_obj("x")
+    del nameless["metadata"]["name"]
+    numbered = node_obj("n")
+    numbered["metadata"]["annotations"][INVENTORY] = 5  # not text: not an inventory
+    broken = node_obj("c")
+    broken["metadata"]["annotations"][INVENTORY] = '{"v": 9}'
+    m = build_map([{"metadata": {"name": "cpu-only"}}, nameless, numbered, node_obj("a", 1),
+                   broken], [])  # fmt: skip
+    assert [(n.name, n.problem) for n in m.nodes] == [
+        ("a", ""),
+        ("c", "inventory refused: node c: annotation tessera.io/inventory: unknown version 9; "
+              "this Tessera reads v1"),
+    ]  # fmt: skip
+    garbled = pod_obj("garbled", annotations={ASSIGNMENT: "{oops"})
+    garbled["spec"]["nodeName"] = "a"
+    [(_, why)] = build_map([node_obj("a")], [garbled]).problems
+    assert why.startswith("pod default/garbled: annotation tessera.io/assignment: not valid JSON")
+
+
+def test_claims_path_slices_add_up_and_a_bad_slice_or_pool_does_not_hide_the_rest() -> None:
+    d = make_cards("d", 2, "H100")
+    broken = resource_slice("e", make_cards("e", 1, "T4"), generation=1)
+    del broken["spec"]["devices"][0]["attributes"]["uuid"]
+    # Node d publishes its cards in two slices; the broken one comes first.
+    slices = [broken, resource_slice("d", d[:1], generation=1),
+              resource_slice("d", d[1:], generation=1)]  # fmt: skip
+    # A claim allocated on two pools: one whose slice is gone ("b" sorts first), and d.
+    split = _claim("split", "d", "gpu-1", memory="1Gi")
+    results = split["status"]["allocation"]["devices"]["results"]
+    results.insert(0, {**results[0], "pool": "b", "device": "gpu-0"})
+    m = build_map([], [], slices=slices, claims=[split])
+    [node] = m.nodes
+    assert [c.uuid for c in node.cards] == [d[0].uuid, d[1].uuid]
+    assert [h.claim for h in node.cards[1].holders] == ["split"]
+    assert {key for key, _ in m.claim_problems} == {
+        f"ResourceSlice {broken['metadata']['name']}", "ResourceClaim team/split"}  # fmt: skip
+
+
+def test_a_pending_pod_is_read_with_the_schedulers_names_and_compat() -> None:
+    names = ResourceNames(gpu="example.com/gpu", memory="example.com/gpu-memory",
+                          memory_percent="example.com/gpu-memory-percent",
+                          cores="example.com/gpu-cores")  # fmt: skip
+    renamed = pod_obj("renamed")
+    renamed["spec"]["containers"][0]["resources"]["limits"] = {
+        "example.com/gpu": "1", "example.com/gpu-memory": "1000"}  # fmt: skip
+    hami = pod_obj("hami")
+    hami["spec"]["containers"][0]["resources"]["limits"] = {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}  # fmt: skip
+    m = build_map([node_obj("a")], [renamed, hami], names=names, compat=Compat(hami=True))
+    assert [(p.pod, p.summary) for p in m.pending] == [
+        ("hami", "main: 1 card 2000 MiB 0%"), ("renamed", "main: 1 card 1000 MiB 0%")]  # fmt: skip
