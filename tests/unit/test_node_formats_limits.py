@@ -207,3 +207,59 @@ def test_a_limits_file_is_parsed_again_only_when_it_changes(tmp_path: Path) -> N
     path.write_text(encode_limits(corrected))
     os.utime(path, ns=(1, 2_000))
     assert files.read(path) == corrected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty: missing 'version'"),
+        (EXPECTED.replace("cores_percent=30", "cores_percent=101"),
+         "card.0.cores_percent: 101 is outside 0..100"),
+        (EXPECTED.replace("=fixed-share", "=hard"),
+         "card.0.policy: 'hard' is not one of fixed-share, burst-share, best-effort"),
+        (EXPECTED.replace("allowance=/var/run/tessera/allowance/allowance\n", ""),
+         "missing key 'allowance' (a card is burst-share)"),
+        (EXPECTED.replace("=8192", f"={(1 << 40) + 1}"),
+         "card.0.memory_mib: 1099511627777 is outside 1..1099511627776"),
+        (EXPECTED.replace("region=/var/run/tessera/usage/region", "region=/r\ncontext_mib=-1"),
+         "context_mib: not a decimal integer: '-1'"),
+        (EXPECTED.replace("allowance=/var", "allowance=var"),
+         "allowance: must be an absolute path on one line"),
+    ],
+)  # fmt: skip
+def test_a_refusal_is_the_file_the_key_and_the_rule(text: str, message: str) -> None:
+    with pytest.raises(FormatError) as info:
+        decode_limits(text)
+    assert str(info.value) == f"limits file: {message}"
+
+
+def test_the_encoder_refuses_with_the_whole_message() -> None:
+    def refusal(limits: Limits) -> str:
+        with pytest.raises(FormatError) as info:
+            encode_limits(limits)
+        return str(info.value)
+
+    one = CardLimit(0, U0, 1, 10, ComputePolicy.FIXED_SHARE)
+    assert refusal(Limits(cards=())) == "limits file: cards: need 1..16 cards, got 0"
+    assert refusal(Limits(cards=(CardLimit(1, U0, 1, 10, ComputePolicy.FIXED_SHARE),))) == (
+        "limits file: card.0: ordinal 1 out of order; cards run 0..n-1")  # fmt: skip
+    assert refusal(Limits(cards=(CardLimit(0, U0, 0, 10, ComputePolicy.FIXED_SHARE),))) == (
+        "limits file: card.0.memory_mib: must be >= 1, got 0")  # fmt: skip
+    assert refusal(Limits(cards=(CardLimit(0, U0, 1, 101, ComputePolicy.FIXED_SHARE),))) == (
+        "limits file: card.0.cores_percent: must be 0..100, got 101")  # fmt: skip
+    assert refusal(Limits(cards=(one,), context_mib=-1)).startswith(
+        "limits file: context_mib: must be 0.."
+    )
+    assert refusal(Limits(cards=(one,), allowance="/a\n/b")) == (
+        "limits file: allowance: must be an absolute path on one line")  # fmt: skip
+
+
+def test_a_value_may_hold_an_equals_sign() -> None:
+    odd = Limits(TWO.cards, region="/run/a=b/region", allowance=TWO.allowance)
+    assert decode_limits(encode_limits(odd)).region == "/run/a=b/region"
+
+
+def test_an_exclusive_container_gets_whole_compute_uncapped_whatever_its_policy() -> None:
+    burst = ContainerAssignment("x", (CardSlice(U0, 81920, 30),), ComputePolicy.BURST_SHARE,
+                                exclusive=True)  # fmt: skip
+    assert limits_for(burst).cards == (CardLimit(0, U0, 81920, 100, ComputePolicy.FIXED_SHARE),)
