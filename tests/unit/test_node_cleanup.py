@@ -98,11 +98,16 @@ def test_a_folder_without_a_record_goes_once_old_and_unused_libraries_go(
     for orphan, age in (("half-old", 100), ("half-edge", GRACE), ("half-new", 1)):
         layout.alloc_dir(orphan).mkdir(parents=True)
         os.utime(layout.alloc_dir(orphan), (NOW - age, NOW - age))
+    # A record the agent could not read (another version's): its container may run.
+    unread = layout.alloc_dir("unread")
+    unread.mkdir(parents=True)
+    (unread / "meta.json").write_text('{"v": 2}')
+    os.utime(unread, (NOW - 100, NOW - 100))
     for version in ("v0", "v1", "v2", "claims-v"):
         layout.lib_dir(version).mkdir(parents=True)
     removed = cleanup(NODE, ledger, layout, Pods([pod("live")]), Kubelet(), "v2", NOW, GRACE,
                       keep_libs=frozenset({"claims-v"}))  # fmt: skip
     assert sorted(removed) == ["half-edge", "half-old"]
-    assert layout.alloc_ids() == ["a1", "half-new"]
+    assert layout.alloc_ids() == ["a1", "half-new", "unread"]
     # v1: a live allocation's; v2: the agent's own; claims-v: a prepared claim's.
     assert sorted(layout.lib_versions()) == ["claims-v", "v1", "v2"]

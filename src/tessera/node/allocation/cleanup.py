@@ -54,8 +54,8 @@ def cleanup(
     ledger.expire_reservations(now, grace_s)
     known = {r.alloc_id for r in ledger.records()}
     for alloc_id in layout.alloc_ids():
-        if alloc_id in known:
-            continue
+        if alloc_id in known or layout.has_record(alloc_id):
+            continue  # a record the agent could not read: logged at start, kept
         try:
             age = now - layout.alloc_dir(alloc_id).stat().st_mtime
         except OSError:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from tessera.errors import FormatError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ALLOWANCE_IN_FOLDER",
@@ -123,8 +126,13 @@ class AllocRecord:
     def from_json(what: str, text: str) -> AllocRecord:
         try:
             o: Any = json.loads(text)
-            if o.get("v") != META_VERSION:
-                raise FormatError(what, f"unknown version {o.get('v')!r}")
+            version = o.get("v")
+            if version != META_VERSION:
+                raise FormatError(
+                    what,
+                    f"unknown version {version!r}; this Tessera reads v{META_VERSION}",
+                    "unknown_version",
+                )
             return AllocRecord(
                 alloc_id=str(o["allocId"]),
                 slots=tuple(o["slots"]),
@@ -137,6 +145,8 @@ class AllocRecord:
                 lib_version=str(o["lib"]),
                 created=float(o["created"]),
             )
+        except FormatError:
+            raise  # already says what is wrong (a FormatError is a ValueError)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FormatError(what, f"not a valid allocation record: {exc}") from exc
 
@@ -211,6 +221,10 @@ class Layout:
         _write_folder(self.alloc_dir(record.alloc_id), limits_text, record.to_json())
 
     def read_allocs(self) -> list[AllocRecord]:
+        """The allocations' records. A folder without one (the agent died in Allocate,
+        which writes the record last) is passed over: cleanup removes it. A record that
+        does not read (another version's agent, a damaged disk) is passed over and
+        logged: its container may still run, so cleanup keeps its folder."""
         out: list[AllocRecord] = []
         if not self.containers.exists():
             return out
@@ -218,9 +232,15 @@ class Layout:
             meta = d / "meta.json"
             try:
                 out.append(AllocRecord.from_json(str(meta), meta.read_text()))
-            except (OSError, FormatError):
-                continue  # half-made folder (agent died in Allocate): cleanup removes it
+            except FileNotFoundError:
+                continue
+            except (OSError, FormatError) as exc:
+                log.warning("%s; its folder is kept: remove it once its container is gone", exc)
         return out
+
+    def has_record(self, alloc_id: str) -> bool:
+        """Whether the allocation's folder holds a record, readable or not."""
+        return (self.alloc_dir(alloc_id) / "meta.json").exists()
 
     def alloc_ids(self) -> list[str]:
         if not self.containers.exists():
