@@ -267,10 +267,11 @@ GOOD: list[tuple[str, dict[str, Any], Compat, PodRequest]] = [
     (
         "pod overhead is added",
         pod(
-            ctr(limits={G: "1"}, requests={"cpu": "1"}), overhead={"cpu": "250m", "memory": "64Mi"}
+            ctr(limits={G: "1"}, requests={"cpu": "1", "memory": "1Gi"}),
+            overhead={"cpu": "250m", "memory": "64Mi"},
         ),
         Compat.off(),
-        want(gpu(count=1, exclusive=True), cpu=1250, mem=64),
+        want(gpu(count=1, exclusive=True), cpu=1250, mem=1088),
     ),
     (
         "HAMi: nvidia.com/gpu alone is whole cards",
@@ -441,6 +442,25 @@ GOOD: list[tuple[str, dict[str, Any], Compat, PodRequest]] = [
         ),
         Compat.off(),
         want(plain("log"), plain("mesh"), gpu(count=1, exclusive=True), cpu=1750),
+    ),
+    (
+        "an init container after two sidecars runs beside both",
+        pod(
+            ctr("main", limits={G: "1"}, requests={"cpu": "100m"}),
+            init=(
+                ctr("log", requests={"cpu": "500m"}, restartPolicy="Always"),
+                ctr("mesh", requests={"cpu": "250m"}, restartPolicy="Always"),
+                ctr("migrate", requests={"cpu": "2"}),
+            ),
+        ),
+        Compat.off(),
+        want(
+            plain("log"),
+            plain("mesh"),
+            plain("migrate", init=True),
+            gpu(count=1, exclusive=True),
+            cpu=2750,
+        ),
     ),
     (
         "HAMi's annotations are not read without its compatibility",
@@ -670,6 +690,34 @@ BAD: list[tuple[str, Any, Compat, str, str]] = [
         f"{R0}[tessera.io/gpu-mem]",
         "is not a Tessera resource (tessera.io/gpu, tessera.io/gpu-memory, "
         "tessera.io/gpu-memory-percent, tessera.io/gpu-cores)",
+    ),
+    (
+        "requests not an object",
+        pod(ctr(limits={G: "1"}, requests=["a"])),
+        Compat.off(),
+        "spec.containers[0].resources.requests",
+        "must be an object",
+    ),
+    (
+        "a request that is no quantity",
+        pod(ctr(limits={G: "1"}, requests={G: "one"})),
+        Compat.off(),
+        f"{R0}[{G}]",
+        "must be a Kubernetes quantity such as 500m, 2, 1.5, 512Mi, 1G or 1e3",
+    ),
+    (
+        "a list where a quantity goes",
+        pod(ctr(limits={G: ["1"]})),
+        Compat.off(),
+        f"{L0}[{G}]",
+        "must be a Kubernetes quantity such as 500m, 2, 1.5, 512Mi, 1G or 1e3",
+    ),
+    (
+        "HAMi: gpumem with a binary suffix",
+        pod(ctr(limits={"nvidia.com/gpumem": "1Gi"})),
+        HAMI,
+        f"{L0}[nvidia.com/gpumem]",
+        "counts MiB: write a plain number (e.g. 8192), not Ki/Mi/Gi",
     ),
     (
         "metadata not an object",
@@ -998,6 +1046,8 @@ SHOWN: dict[str, object] = {
     "metadata not an object": "list", "annotations not an object": "list",
     "overhead not an object": "1", "malformed cpu overhead": "x",
     "malformed memory overhead": "x",
+    "requests not an object": "list", "a request that is no quantity": "one",
+    "a list where a quantity goes": ["1"], "HAMi: gpumem with a binary suffix": "1Gi",
 }  # fmt: skip
 
 
@@ -1058,6 +1108,18 @@ def test_custom_resource_names() -> None:
     got = parse_pod(pod(ctr(limits={"example.com/card-mib": "64"})), names=names)
     assert got == want(gpu(count=1, memory_mib=64, policy=BEST))
     assert parse_pod(pod(ctr(limits={G: "1"})), names=names) is None
+    # The same pod read with other names is read afresh, not answered from the memo.
+    both = pod(ctr(limits={G: "1", MEM: "64"}))
+    assert parse_pod(both) == want(gpu(count=1, memory_mib=64, policy=BEST))
+    renamed = ResourceNames(memory="tessera.io/gpu-mib")
+    with pytest.raises(SpecError, match=r"\[tessera\.io/gpu-memory\]: is not a Tessera resource"):
+        parse_pod(both, names=renamed)
+
+
+def test_whole_cards_from_gpu_manager_are_counted_in_whole_numbers() -> None:
+    got = parse_pod(pod(ctr(limits={"tencent.com/vcuda-core": "200"})), compat=GM)
+    assert got is not None and got.containers[0].gpu is not None
+    assert type(got.containers[0].gpu.count) is int and got.containers[0].gpu.count == 2
 
 
 def test_missing_metadata_gives_empty_identity() -> None:

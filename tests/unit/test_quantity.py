@@ -80,12 +80,15 @@ def test_malformed(raw: object) -> None:
         parse_quantity(raw, "spec.x")
     assert exc.value.field == "spec.x"
     assert "must be a Kubernetes quantity" in str(exc.value)
+    assert exc.value.value is raw  # shown as written
 
 
 def test_huge_exponent_refused_cheaply() -> None:
     for raw in ("1e999999999", "1e31", "1e-31"):
-        with pytest.raises(SpecError, match="exponent must be within"):
+        with pytest.raises(SpecError) as exc:
             parse_quantity(raw, "f")
+        assert (exc.value.field, exc.value.rule, exc.value.value) == (
+            "f", "exponent must be within ±30", raw)  # fmt: skip
 
 
 def test_integer_flag() -> None:
@@ -143,6 +146,7 @@ def test_negative_refused_with_field(convert: Callable[[object, str], int]) -> N
         convert("-1", "spec.containers[0].resources.requests[cpu]")
     assert exc.value.field == "spec.containers[0].resources.requests[cpu]"
     assert exc.value.rule == "must not be negative"
+    assert exc.value.value == "-1"
 
 
 @given(
