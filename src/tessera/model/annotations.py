@@ -133,7 +133,8 @@ def _field(what: str, obj: Mapping[str, Any], key: str, kind: type | tuple[type,
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {int: "an integer", str: "a string", bool: "true or false", list: "a list"}
+    names = {int: "an integer", str: "a string", bool: "true or false", list: "a list",
+             dict: "an object"}  # fmt: skip
     if isinstance(kind, tuple):
         return " or ".join(names.get(k, k.__name__) for k in kind)
     return names.get(kind, kind.__name__)
