@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tessera.errors import FormatError
@@ -116,6 +118,12 @@ def test_inventory_takes_the_smallest_values_its_rules_allow() -> None:
     assert (card.memory_mib, card.sm_count, card.numa_node, card.slots) == (1, 0, -1, 1)
 
 
+def _container(**fields: object) -> str:
+    container = {"name": "c", "init": False, "policy": "best-effort", "exclusive": False,
+                 "cards": [], **fields}  # fmt: skip
+    return json.dumps({"v": 1, "node": "n", "containers": [container]})
+
+
 def _one_container(cards: str) -> str:
     return ('{"v":1,"node":"n","containers":[{"name":"c","init":false,"policy":"best-effort",'
             f'"exclusive":false,"cards":{cards}}}]}}')  # fmt: skip
@@ -152,6 +160,25 @@ def _one_container(cards: str) -> str:
             '{"v":1,"node":"n","containers":[{"name":"c","init":1,"policy":"best-effort",'
             '"exclusive":false,"cards":[]}]}',
             "containers[0]: field 'init' must be true or false, got 1",
+        ),
+        (_container(policy=1), "containers[0]: field 'policy' must be a string, got 1"),
+        (_container(cards={}), "containers[0]: field 'cards' must be a list, got {}"),
+        (_container(name=2), "containers[0]: field 'name' must be a string, got 2"),
+        (
+            _container(exclusive="no"),
+            "containers[0]: field 'exclusive' must be true or false, got 'no'",
+        ),
+        (
+            _one_container('[{"uuid":"u","memoryMiB":1,"cores":"1"}]'),
+            "containers[0]: cards[0]: field 'cores' must be an integer, got '1'",
+        ),
+        (
+            _one_container('[{"uuid":"u","memoryMiB":-1,"cores":1}]'),
+            "containers[0]: cards[0]: field 'memoryMiB' must be >= 0, got -1",
+        ),
+        (
+            _one_container('[{"uuid":"u","memoryMiB":"1","cores":1}]'),
+            "containers[0]: cards[0]: field 'memoryMiB' must be an integer, got '1'",
         ),
     ],
 )
@@ -228,6 +255,7 @@ _PLACED = '"containers":[],"node":"a1"'
             "field 'victims' must list pods as namespace/name",
         ),
         ('{"node":"a1","v":2,"victims":["ns/a"]}', "unknown version 2; this Tessera reads v1"),
+        ('{"node":"a1","v":1,"victims":"ns/a"}', "field 'victims' must be a list, got 'ns/a'"),
         ("[]", "must be a JSON object"),
     ],
 )
