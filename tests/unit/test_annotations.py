@@ -58,6 +58,14 @@ def test_assignment_round_trip() -> None:
     assert decode_assignment("ns/p", encode_assignment(a)) == a
 
 
+_CARD = {"uuid": "x", "index": 0, "model": "T4", "memoryMiB": 1, "smCount": 1, "numa": 0,
+         "nvlink": [], "healthy": True}  # fmt: skip
+
+
+def _inventory(*cards: object) -> str:
+    return json.dumps({"v": 1, "cards": list(cards)})
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
@@ -101,6 +109,28 @@ def test_assignment_round_trip() -> None:
             '"numa":-2,"nvlink":[],"healthy":true}]}',
             "cards[0]: field 'numa' must be >= -1, got -2",
         ),
+        (_inventory("c"), "cards[0]: must be a JSON object"),
+        (_inventory({**_CARD, "uuid": ""}), "cards[0]: field 'uuid' must not be empty"),
+        (_inventory(_CARD, {**_CARD, "index": 1}), "cards[1]: duplicate uuid 'x'"),
+        (_inventory(_CARD, {**_CARD, "uuid": "y"}), "cards[1]: duplicate index 0"),
+        (_inventory({**_CARD, "index": -1}), "cards[0]: field 'index' must be >= 0, got -1"),
+        (_inventory({**_CARD, "smCount": -1}), "cards[0]: field 'smCount' must be >= 0, got -1"),
+        (_inventory({**_CARD, "model": 1}), "cards[0]: field 'model' must be a string, got 1"),
+        (
+            _inventory({**_CARD, "healthy": "yes"}),
+            "cards[0]: field 'healthy' must be true or false, got 'yes'",
+        ),
+        (_inventory({**_CARD, "uuid": 1}), "cards[0]: field 'uuid' must be a string, got 1"),
+        (
+            _inventory({**_CARD, "memoryMiB": "1"}),
+            "cards[0]: field 'memoryMiB' must be an integer, got '1'",
+        ),
+        (_inventory({**_CARD, "numa": "0"}), "cards[0]: field 'numa' must be an integer, got '0'"),
+        (
+            _inventory({**_CARD, "smCount": 1.5}),
+            "cards[0]: field 'smCount' must be an integer, got 1.5",
+        ),
+        (_inventory({**_CARD, "nvlink": {}}), "cards[0]: field 'nvlink' must be a list, got {}"),
     ],
 )
 def test_inventory_refuses_malformed(text: str, fragment: str) -> None:
