@@ -154,11 +154,6 @@ def _container(**fields: object) -> str:
     return json.dumps({"v": 1, "node": "n", "containers": [container]})
 
 
-def _one_container(cards: str) -> str:
-    return ('{"v":1,"node":"n","containers":[{"name":"c","init":false,"policy":"best-effort",'
-            f'"exclusive":false,"cards":{cards}}}]}}')  # fmt: skip
-
-
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
@@ -177,13 +172,13 @@ def _one_container(cards: str) -> str:
         ('{"v":1,"node":1,"containers":[]}', "field 'node' must be a string, got 1"),
         ('{"v":1,"node":"n","containers":["c"]}', "containers[0]: must be a JSON object"),
         ('{"v":1,"node":"n","containers":{}}', "field 'containers' must be a list, got {}"),
-        (_one_container('["u"]'), "containers[0]: cards[0]: must be a JSON object"),
+        (_container(cards=["u"]), "containers[0]: cards[0]: must be a JSON object"),
         (
-            _one_container('[{"uuid":"u","memoryMiB":1,"cores":-1}]'),
+            _container(cards=[{"uuid": "u", "memoryMiB": 1, "cores": -1}]),
             "containers[0]: cards[0]: field 'cores' must be >= 0, got -1",
         ),
         (
-            _one_container('[{"uuid":7,"memoryMiB":1,"cores":1}]'),
+            _container(cards=[{"uuid": 7, "memoryMiB": 1, "cores": 1}]),
             "containers[0]: cards[0]: field 'uuid' must be a string, got 7",
         ),
         (
@@ -199,15 +194,15 @@ def _one_container(cards: str) -> str:
             "containers[0]: field 'exclusive' must be true or false, got 'no'",
         ),
         (
-            _one_container('[{"uuid":"u","memoryMiB":1,"cores":"1"}]'),
+            _container(cards=[{"uuid": "u", "memoryMiB": 1, "cores": "1"}]),
             "containers[0]: cards[0]: field 'cores' must be an integer, got '1'",
         ),
         (
-            _one_container('[{"uuid":"u","memoryMiB":-1,"cores":1}]'),
+            _container(cards=[{"uuid": "u", "memoryMiB": -1, "cores": 1}]),
             "containers[0]: cards[0]: field 'memoryMiB' must be >= 0, got -1",
         ),
         (
-            _one_container('[{"uuid":"u","memoryMiB":"1","cores":1}]'),
+            _container(cards=[{"uuid": "u", "memoryMiB": "1", "cores": 1}]),
             "containers[0]: cards[0]: field 'memoryMiB' must be an integer, got '1'",
         ),
     ],
