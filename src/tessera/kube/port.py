@@ -20,13 +20,13 @@ The contract, shared by both:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from tessera.kube.kinds import Kind
 
-__all__ = ["KubeApi", "ListResult", "Obj", "WatchEvent", "resource_version"]
+__all__ = ["KubeApi", "ListResult", "Obj", "WatchEvent", "object_name", "resource_version"]
 
 Obj = dict[str, Any]
 
@@ -34,6 +34,11 @@ Obj = dict[str, Any]
 def resource_version(obj: Obj | None) -> str:
     """The object's ``metadata.resourceVersion``, "" when it has none."""
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def object_name(obj: Mapping[str, Any] | None) -> str:
+    """The object's ``metadata.name``, "" when it has none."""
+    return str(((obj or {}).get("metadata") or {}).get("name") or "")
 
 
 @dataclass(frozen=True, slots=True)

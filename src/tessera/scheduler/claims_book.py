@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from tessera.claims.allocation import allocated_pools
 from tessera.claims.devices import DRIVER, slice_devices
 from tessera.errors import SpecError
-from tessera.kube.port import Obj, WatchEvent
+from tessera.kube.port import Obj, WatchEvent, object_name
 from tessera.model.types import Card
 from tessera.quota.claims import claim_holding, claim_key
 from tessera.quota.usage import Usage, why_over
@@ -57,7 +57,7 @@ class _ParsedSlice:
 
 
 def _parse_slice(obj: Obj) -> _ParsedSlice:
-    name = str((obj.get("metadata") or {}).get("name") or "")
+    name = object_name(obj)
     try:
         pool, cards = slice_devices(obj)
     except SpecError as exc:
@@ -178,7 +178,7 @@ class ClaimsBook:
             self._recount_unread()
 
     def _apply_slice(self, event: WatchEvent) -> None:
-        name = str((event.object.get("metadata") or {}).get("name") or "")
+        name = object_name(event.object)
         gone = event.type == "DELETED" or (event.object.get("spec") or {}).get("driver") != DRIVER
         parsed = None if gone else _parse_slice(event.object)
         with self._s.lock:

@@ -27,7 +27,7 @@ from tessera.claims.devices import DRIVER, slice_cards, slice_name
 from tessera.errors import FormatError, SpecError
 from tessera.kube.errors import ApiError, Conflict, NotFound
 from tessera.kube.kinds import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
-from tessera.kube.port import KubeApi, Obj
+from tessera.kube.port import KubeApi, Obj, object_name
 from tessera.model import annotations as keys
 from tessera.model.podspec import TERMINAL_PHASES
 from tessera.model.types import Card
@@ -62,14 +62,10 @@ class CordonChange:
     dropped: tuple[str, ...] = ()
 
 
-def _name(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
-
-
 def _cards(node: Obj, slice_obj: Obj | None) -> tuple[Card, ...]:
     """The node's cards on both paths: the extender's (its inventory annotation) and the
     claims path's (its ResourceSlice)."""
-    name = _name(node)
+    name = object_name(node)
     text = ((node.get("metadata") or {}).get("annotations") or {}).get(keys.INVENTORY)
     cards: list[Card] = []
     if isinstance(text, str):
@@ -81,7 +77,9 @@ def _cards(node: Obj, slice_obj: Obj | None) -> tuple[Card, ...]:
         try:
             cards += slice_cards(slice_obj)[1]
         except SpecError as exc:
-            raise CordonError(f"node {name}: ResourceSlice {_name(slice_obj)}: {exc}") from None
+            raise CordonError(
+                f"node {name}: ResourceSlice {object_name(slice_obj)}: {exc}"
+            ) from None
     if not isinstance(text, str) and slice_obj is None:
         raise CordonError(
             f"node {name} has no {keys.INVENTORY} annotation and no {DRIVER} ResourceSlice: "
@@ -101,7 +99,7 @@ def resolve_cards(
     node: Obj, named: Sequence[str], slice_obj: Obj | None = None
 ) -> tuple[Card, ...]:
     """The node's cards that ``named`` gives, by UUID or by index; every name must match."""
-    return _pick(_name(node), _cards(node, slice_obj), named)
+    return _pick(object_name(node), _cards(node, slice_obj), named)
 
 
 def _pick(node_name: str, cards: tuple[Card, ...], named: Sequence[str]) -> tuple[Card, ...]:

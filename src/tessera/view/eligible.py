@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tessera.kube.port import object_name
 from tessera.kube.selectors import selects
 
 __all__ = ["ineligible", "placed_form"]
@@ -46,7 +47,7 @@ def ineligible(
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or []
     nodes = list(nodes)
-    labels_of = {_name(n): (n.get("metadata") or {}).get("labels") or {} for n in nodes}
+    labels_of = {object_name(n): (n.get("metadata") or {}).get("labels") or {} for n in nodes}
     me = _uid(pod)
     others = [p for p in placed if _bound(p) in labels_of and _uid(p) != me]
     on_node: dict[str, list[Obj]] = {}
@@ -56,7 +57,7 @@ def ineligible(
     spread = _spread_rule(pod, nodes, others)
     out = {}
     for node in nodes:
-        name = _name(node)
+        name = object_name(node)
         why = (
             _why_not(spec, tolerations, node, name)
             or _port_taken(spec, on_node.get(name, []))
@@ -89,10 +90,6 @@ def placed_form(pod: Obj) -> Obj | None:
     if anti:
         out_spec["affinity"] = {"podAntiAffinity": anti}
     return {"metadata": kept, "spec": out_spec}
-
-
-def _name(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
 
 
 def _uid(obj: Obj) -> str:
@@ -252,8 +249,8 @@ def _spread_rule(pod: Obj, nodes: list[Obj], others: list[Obj]) -> Callable[[str
     own = meta.get("labels") or {}
     tolerations = spec.get("tolerations") or []
     keys = [str(c.get("topologyKey", "")) for c in constraints]
-    labels_of = {_name(n): (n.get("metadata") or {}).get("labels") or {} for n in nodes}
-    complete = [n for n in nodes if all(k in labels_of[_name(n)] for k in keys)]
+    labels_of = {object_name(n): (n.get("metadata") or {}).get("labels") or {} for n in nodes}
+    complete = [n for n in nodes if all(k in labels_of[object_name(n)] for k in keys)]
     rules = []
     for c, key in zip(constraints, keys, strict=True):
         selector = dict(c.get("labelSelector") or {})
@@ -265,9 +262,12 @@ def _spread_rule(pod: Obj, nodes: list[Obj], others: list[Obj]) -> Callable[[str
         honour_taints = c.get("nodeTaintsPolicy") == "Honor"
         ignore_affinity = c.get("nodeAffinityPolicy") == "Ignore"
         counted = {
-            _name(n)
+            object_name(n)
             for n in complete
-            if (ignore_affinity or not _affinity_why(spec, labels_of[_name(n)], _name(n)))
+            if (
+                ignore_affinity
+                or not _affinity_why(spec, labels_of[object_name(n)], object_name(n))
+            )
             and (not honour_taints or not _taint_why(n, tolerations))
         }
         counts = {labels_of[n][key]: 0 for n in counted}
