@@ -460,7 +460,8 @@ def test_bad_allocations_are_refused_naming_the_field(claim: dict[str, Any], mes
 def test_cdi_spec_carries_the_device_plugin_paths_edits(tmp_path: Path) -> None:
     grant = claim_grant(_claim([_result("gpu-2", memory="8Gi", compute="30")]), "n1", BY_NAME)
     edits = container_edits(grant.assignment, tmp_path / "claim", tmp_path / "lib",
-                            Isolation.HOOK, Visibility.ENV, alloc_id="claim-uid-1")  # fmt: skip
+                            Isolation.HOOK, Visibility.ENV, tmp_path / "mps",
+                            alloc_id="claim-uid-1")  # fmt: skip
     spec = json.loads(cdi_spec("uid-1", edits))
     assert cdi_device_id("uid-1") == "gpu.tessera.io/claim=uid-1"
     assert spec["kind"] == "gpu.tessera.io/claim" and spec["cdiVersion"] == "0.6.0"
@@ -480,7 +481,8 @@ def test_the_cdi_spec_is_written_as_docs_protocol_md_shows_it(tmp_path: Path) ->
     nosuid and nodev, and only the usage folder writable."""
     grant = claim_grant(_claim([_result("gpu-2", memory="8Gi", compute="30")]), "n1", BY_NAME)
     edits = container_edits(grant.assignment, tmp_path / "claim", tmp_path / "lib",
-                            Isolation.HOOK, Visibility.ENV, alloc_id="claim-uid-1")  # fmt: skip
+                            Isolation.HOOK, Visibility.ENV, tmp_path / "mps",
+                            alloc_id="claim-uid-1")  # fmt: skip
     text = cdi_spec("uid-1", edits)
     spec = json.loads(text)
     assert text == json.dumps(spec, indent=2, sort_keys=True) + "\n"

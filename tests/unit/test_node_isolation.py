@@ -36,13 +36,13 @@ def test_hook_backend_mounts_library_preload_and_limits_read_only() -> None:
 
 
 def test_cdi_visibility_names_devices_instead_of_the_env() -> None:
-    e = container_edits(CA, ALLOC, LIB, Isolation.HOOK, Visibility.CDI, PIPE)
+    e = container_edits(CA, ALLOC, LIB, Isolation.HOOK, Visibility.CDI, PIPE, "")
     assert e.cdi_devices == ("nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b")
-    assert "NVIDIA_VISIBLE_DEVICES" not in e.envs
+    assert e.envs == {}  # no NVIDIA_VISIBLE_DEVICES, and no allocation named
 
 
 def test_mps_backend_sets_per_client_limits_and_mounts_the_pipe() -> None:
-    e = container_edits(CA, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE)
+    e = container_edits(CA, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE, "x")
     assert e.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
     assert e.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M,1=4096M"
     assert e.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
@@ -52,12 +52,19 @@ def test_mps_backend_sets_per_client_limits_and_mounts_the_pipe() -> None:
 
 def test_mps_compute_share_is_the_whole_card_when_exclusive_and_unset_when_best_effort() -> None:
     whole = ContainerAssignment("c", (CardSlice("GPU-a", 40960, 100),), exclusive=True)
-    e = container_edits(whole, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE)
+    e = container_edits(whole, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE, "x")
     assert e.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
     best = ContainerAssignment("c", (CardSlice("GPU-a", 2048, 0),), ComputePolicy.BEST_EFFORT)
-    e = container_edits(best, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE)
+    e = container_edits(best, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE, "x")
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in e.envs  # MPS's default: no cap
     assert e.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2048M"
+    # exclusive wins over the slice's own share; a share of 1 % is still a cap
+    lent = ContainerAssignment("c", (CardSlice("GPU-a", 40960, 50),), exclusive=True)
+    e = container_edits(lent, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE, "x")
+    assert e.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+    thin = ContainerAssignment("c", (CardSlice("GPU-a", 1024, 1),))
+    e = container_edits(thin, ALLOC, LIB, Isolation.MPS, Visibility.ENV, PIPE, "x")
+    assert e.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "1"
 
 
 # A stand-in for NVIDIA's control program: `-d` starts the daemon (a file), otherwise
@@ -69,27 +76,34 @@ if [ "$1" = "-d" ]; then touch "$CUDA_MPS_PIPE_DIRECTORY/control"; exit 0; fi
 [ -e "$CUDA_MPS_PIPE_DIRECTORY/control" ] || exit 1
 read -r cmd
 echo "stdin $cmd" >> "$CALLS"
+[ "$cmd" = get_server_list ] && echo 4242
 [ "$cmd" = quit ] && rm "$CUDA_MPS_PIPE_DIRECTORY/control"
 exit 0
 """
 
 
-def test_the_mps_daemon_is_started_asked_and_stopped_through_its_pipe(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     control = tmp_path / "bin" / "mps-control"
     control.parent.mkdir()
     control.write_text(FAKE_CONTROL)
     control.chmod(0o755)
     calls = tmp_path / "calls"
     monkeypatch.setenv("CALLS", str(calls))
-    daemon = MpsDaemon(tmp_path / "pipe", tmp_path / "log", binary=str(control))
+    return control, calls
+
+
+def test_the_mps_daemon_is_started_asked_and_stopped_through_its_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    control, calls = _control(tmp_path, monkeypatch)
+    # under a state folder not made yet, as on a node's first start
+    pipe, log = tmp_path / "state" / "mps" / "pipe", tmp_path / "state" / "mps" / "log"
+    daemon = MpsDaemon(pipe, log, binary=str(control))
     assert not daemon.running()  # its folders are not made yet: nothing answers
     daemon.start()
     assert daemon.running()
     daemon.stop()
     assert not daemon.running()
-    pipe, log = tmp_path / "pipe", tmp_path / "log"
     assert calls.read_text().splitlines() == [
         f" pipe={pipe} log={log}",
         f"-d pipe={pipe} log={log}",
@@ -99,6 +113,27 @@ def test_the_mps_daemon_is_started_asked_and_stopped_through_its_pipe(
         "stdin quit",
         f" pipe={pipe} log={log}",
     ]
+    assert capfd.readouterr().out == ""  # the server list asked every tick stays off the log
+
+
+def test_a_stopped_mps_daemon_starts_again_and_stopping_one_that_is_gone_is_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control, _ = _control(tmp_path, monkeypatch)
+    daemon = MpsDaemon(tmp_path / "pipe", tmp_path / "log", binary=str(control))
+    daemon.start()
+    daemon.stop()
+    daemon.stop()  # nothing answers now: the control program fails, and stop lets it
+    daemon.start()  # its folders are there from the first start
+    assert daemon.running()
+
+
+def test_the_mps_daemon_is_nvidias_control_program_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"^nvidia-cuda-mps-control not found on PATH"):
+        MpsDaemon(tmp_path / "pipe", tmp_path / "log").start()
 
 
 def test_an_mps_daemon_that_is_not_installed_is_named(tmp_path: Path) -> None:
@@ -115,3 +150,5 @@ def test_mps_supervisor_starts_and_restarts_the_daemon() -> None:
     assert not sup.check()
     mps.crash()
     assert sup.check() and mps.starts == 2 and sup.restarts == 1
+    mps.crash()
+    assert sup.check() and mps.starts == 3 and sup.restarts == 2

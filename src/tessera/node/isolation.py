@@ -72,10 +72,12 @@ def container_edits(
     lib_dir: Path,
     isolation: Isolation,
     visibility: Visibility,
-    mps_pipe: Path | None = None,
-    alloc_id: str = "",
+    mps_pipe: Path,
+    alloc_id: str,
 ) -> ContainerEdits:
-    """The Allocate answer for one container (pure: paths in, edits out)."""
+    """The Allocate answer for one container (pure: paths in, edits out). ``mps_pipe``
+    is the host's MPS pipe folder (used by the mps backend); ``alloc_id`` names the
+    allocation in the container's environment, for logs ("" leaves it out)."""
     uuids = [s.uuid for s in assignment.slices]
     envs: dict[str, str] = {}
     cdi: tuple[str, ...] = ()
@@ -94,8 +96,7 @@ def container_edits(
             Mount(L.LD_SO_PRELOAD, str(lib_dir / "ld.so.preload"), True),
         ]
     else:
-        pipe = mps_pipe if mps_pipe is not None else Path("/var/lib/tessera/mps/pipe")
-        mounts.append(Mount(CONTAINER_MPS_PIPE, str(pipe), False))
+        mounts.append(Mount(CONTAINER_MPS_PIPE, str(mps_pipe), False))
         envs["CUDA_MPS_PIPE_DIRECTORY"] = CONTAINER_MPS_PIPE
         cores = 100 if assignment.exclusive else max(s.cores_percent for s in assignment.slices)
         if cores > 0:
