@@ -56,18 +56,64 @@ def test_gpu_containers_in_kubelet_order_and_a_usable_assignment() -> None:
 
 
 def test_problems_name_the_pod_and_the_rule() -> None:
-    assert "has no tessera.io/assignment" in pod_info(pod(None), RES, CARDS).problem
-    assert "not valid JSON" in pod_info(pod("{"), RES, CARDS).problem
-    stale = pod_info(pod(assignment(node="n2")), RES, CARDS).problem
-    assert "stale" in stale and "n2" in stale
-    gone = pod_info(pod(assignment(main=(A, "GPU-c"))), RES, CARDS).problem
-    assert "GPU-c" in gone and "not on this node" in gone
-    short = pod_info(pod(assignment(main=(A,))), RES, CARDS).problem
-    assert "1 card(s), but it asks for 2" in short
+    assert pod_info(pod(None), RES, CARDS).problem == (
+        "pod ns/p asks for tessera.io/gpu but has no tessera.io/assignment annotation: "
+        "it was not placed by the Tessera scheduler"
+    )
+    assert pod_info(pod("{"), RES, CARDS).problem.startswith(
+        "pod ns/p: annotation tessera.io/assignment: not valid JSON: "
+    )
+    what = "pod ns/p: annotation tessera.io/assignment"
+    assert pod_info(pod(assignment(node="n2")), RES, CARDS).problem == (
+        f"{what} is stale: it places the pod on node n2, but it is bound to n1"
+    )
+    assert pod_info(pod(assignment(main=(A, "GPU-c"))), RES, CARDS).problem == (
+        f"{what} is stale: container 'main' is assigned card(s) ['GPU-c'] that are not on this node"
+    )
+    assert pod_info(pod(assignment(main=(A,))), RES, CARDS).problem == (
+        f"{what} gives container 'main' 1 card(s), but it asks for 2"
+    )
+
+
+def test_a_pod_asking_no_card_and_carrying_no_assignment_has_no_problem() -> None:
+    obj = pod(None)
+    obj["spec"]["initContainers"] = []
+    obj["spec"]["containers"] = [{"name": "cpu-only", "resources": {"limits": {"cpu": "1"}}}]
+    info = pod_info(obj, RES, CARDS)
+    assert (info.containers, info.assignment, info.problem) == ((), None, "")
+
+
+def test_what_the_pod_says_of_itself_is_kept_and_what_it_leaves_out_reads_as_empty() -> None:
+    info = pod_info(pod(assignment()), RES, CARDS)
+    assert (info.uid, info.created, info.node) == ("u1", "2026-11-21T10:00:00Z", "n1")
+    bare = pod_info({"spec": {"containers": [{"resources": {"limits": {RES: "1"}}}]}}, RES, CARDS)
+    assert (bare.uid, bare.namespace, bare.name, bare.node, bare.created) == (
+        "", "default", "", "", ""
+    )  # fmt: skip
+    assert bare.containers == (GpuContainer("", False, 1),)
+    assert bare.problem.startswith("pod default/ asks for tessera.io/gpu but has no ")
+
+
+def test_an_unbound_pod_is_not_called_stale_for_its_node() -> None:
+    info = pod_info(pod(assignment(node="n2"), node=""), RES, CARDS)
+    assert (info.node, info.problem) == ("", "")
+
+
+def test_a_card_count_in_requests_alone_counts_and_one_that_is_not_a_number_does_not() -> None:
+    obj = pod(None)
+    obj["spec"]["initContainers"] = []
+    obj["spec"]["containers"] = [
+        {"name": "asks", "resources": {"requests": {RES: "3"}}},
+        {"name": "garbled", "resources": {"limits": {RES: "one"}}},
+        {"name": "half", "resources": {"limits": {RES: "1.5"}}},
+    ]
+    assert pod_info(obj, RES, CARDS).containers == (GpuContainer("asks", False, 3),)
 
 
 def test_terminal_pods_are_marked() -> None:
     assert pod_info(pod(assignment(), phase="Succeeded"), RES, CARDS).terminal
+    assert pod_info(pod(assignment(), phase="Failed"), RES, CARDS).terminal
+    assert not pod_info(pod(assignment(), phase="Running"), RES, CARDS).terminal
 
 
 def test_the_claims_each_container_uses_are_resolved_to_resource_claim_names() -> None:
@@ -89,6 +135,8 @@ def test_the_claims_each_container_uses_are_resolved_to_resource_claim_names() -
         ("cpu-only", ("p-gpu-7x", "team-gpu")),
     )
     assert pod_info(pod(None), RES, CARDS).container_claims == ()
+    del obj["spec"]["initContainers"][0]["name"]
+    assert pod_info(obj, RES, CARDS).container_claims[0] == ("", ("team-gpu",))
 
 
 def test_a_container_without_resources_is_not_a_gpu_container() -> None:
