@@ -6,6 +6,7 @@ What placement, the extender's state, the claims path's slice, the agent's watch
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -154,7 +155,10 @@ def test_the_slice_taints_a_cordoned_card_and_reads_it_back() -> None:
     assert [(c.healthy, c.cordoned) for c in back] == [(True, False), (True, True), (False, True)]
 
 
-def test_the_agent_follows_its_node_and_says_when_the_set_changes() -> None:
+def test_the_agent_follows_its_node_and_says_when_the_set_changes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="tessera.node.cards.cordons")
     kube = FakeKube()
     kube.create(NODES, node_obj("n1", 2))
     kube.create(NODES, node_obj("n2", 2))
@@ -174,6 +178,8 @@ def test_the_agent_follows_its_node_and_says_when_the_set_changes() -> None:
         eventually(lambda: calls == [frozenset({"GPU-x"}), frozenset()])
     finally:
         reflector.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.cards.cordons"]
+    assert said == ["node n1: cordoned cards now ['GPU-x']", "node n1: cordoned cards now none"]
 
 
 class _Racing(FakeKube):

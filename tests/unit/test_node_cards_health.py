@@ -64,3 +64,29 @@ def test_unknown_cards_are_ignored() -> None:
     h = HealthTracker([A])
     assert not h.on_xid("GPU-zzz", 79, now=0)
     assert not h.healthy("GPU-zzz")
+    assert h.reason("GPU-zzz") == ""
+
+
+def test_a_card_a_probe_took_out_waits_its_quiet_period_from_that_probe() -> None:
+    h = HealthTracker([A], recovery_s=10)
+    assert h.tick(100, lambda _: False) == {A}
+    assert h.tick(109, ok) == set() and not h.healthy(A)
+    assert h.tick(110, ok) == {A}
+
+
+def test_every_card_is_probed_whatever_the_cards_before_it_did() -> None:
+    h = HealthTracker([A, B], recovery_s=10)
+    assert h.tick(0, lambda u: u != B) == {B}  # A healthy and answering, then B
+    h.on_xid(A, 79, now=0)
+    assert h.tick(5, lambda u: u != B) == set()  # A still out, B still failing
+    assert h.tick(10, ok) == {A}  # A quiet for 10 s; B failed at 5, so not yet
+    assert h.tick(15, ok) == {B}
+    h.on_xid(A, 79, now=20)
+    assert h.tick(21, lambda _: False) == {B}  # A out and still failing, then B
+
+
+def test_the_quiet_period_is_thirty_seconds_unless_told_otherwise() -> None:
+    h = HealthTracker([A])
+    h.on_xid(A, 79, now=0)
+    assert h.tick(29.9, ok) == set()
+    assert h.tick(30, ok) == {A}

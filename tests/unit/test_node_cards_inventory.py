@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,8 @@ from tessera.node.kube_source import KubeNode
 CARDS = make_cards("n1", 2, "T4")
 
 
-def test_patches_only_when_the_inventory_changes() -> None:
+def test_patches_only_when_the_inventory_changes(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tessera.node.cards.inventory")
     node = MemoryNode()
     pub = InventoryPublisher("n1", node)
     assert pub.publish(CARDS)
@@ -24,6 +26,7 @@ def test_patches_only_when_the_inventory_changes() -> None:
     assert pub.publish(out)
     assert [c.healthy for c in decode_inventory("n1", node.text or "", 0, 0).cards] == [False, True]
     assert len(node.patches) == 2
+    assert [r.getMessage() for r in caplog.records] == ["inventory of n1 patched (2 cards)"] * 2
 
 
 def test_a_restart_that_finds_the_same_inventory_writes_nothing() -> None:
