@@ -3,6 +3,7 @@ taint's ``timeAdded`` as the real API server does."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import replace
 from typing import Any
@@ -22,7 +23,7 @@ OLD = "2026-01-02T03:04:05Z"
 def _world() -> tuple[FakeKube, SlicePublisher]:
     kube = FakeKube()
     kube.create(NODES, {"metadata": {"name": "n1"}})
-    return kube, SlicePublisher(kube, "n1")
+    return kube, SlicePublisher(kube, "n1", "")
 
 
 def _taints(kube: FakeKube) -> dict[str, list[dict[str, str]]]:
@@ -82,9 +83,19 @@ def test_an_agent_restarted_with_the_same_cards_writes_nothing() -> None:
     assert pub.publish(cards)
     stored = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]["devices"][0]["capacity"]
     assert stored["memory"]["value"] == f"{cards[0].memory_mib // 1024}Gi"
-    again = SlicePublisher(kube, "n1")
+    again = SlicePublisher(kube, "n1", "")
     assert not again.publish(cards)
     assert again.writes == 0
+
+
+def test_an_agent_restarted_with_a_card_changed_writes_once() -> None:
+    kube, pub = _world()
+    cards = list(make_cards("n1", 2, "A100"))
+    assert pub.publish(cards)
+    cards[0] = replace(cards[0], cordoned=True)  # cordoned while the agent was down
+    again = SlicePublisher(kube, "n1", "")
+    assert again.publish(cards) and not again.publish(cards)
+    assert again.writes == 1 and _pool_generation(kube) == 2
 
 
 def test_a_taint_removed_by_hand_is_written_back() -> None:
@@ -102,6 +113,30 @@ def test_a_taint_removed_by_hand_is_written_back() -> None:
         pub.forget()
         assert pub.publish(cards), edit
         assert [t["key"] for t in next(iter(_taints(kube).values()))] == [UNHEALTHY_TAINT]
+
+
+def test_the_node_owns_its_slice_and_each_is_read_once_not_every_tick(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="tessera.node.dra.slices")
+    kube, pub = _world()
+    uid = kube.get(NODES, "n1")["metadata"]["uid"]
+    kube.calls.clear()
+    cards = list(make_cards("n1", 2, "A100"))
+    assert pub.publish(cards)
+    cards[1] = replace(cards[1], cordoned=True)
+    assert pub.publish(cards)
+    for _ in range(5):  # health ticks
+        assert not pub.publish(cards)
+    reads = [what for verb, what in kube.calls if verb == "get"]
+    assert reads == [f"resourceslices/{slice_name('n1')}", "nodes/n1"]
+    meta = kube.get(RESOURCE_SLICES, slice_name("n1"))["metadata"]
+    # a deleted node takes its slice with it
+    assert meta["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": uid}
+    ]  # fmt: skip
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [("INFO", "ResourceSlice n1-gpu.tessera.io written (2 devices)")] * 2
 
 
 def test_the_driver_version_the_agent_read_is_in_every_device() -> None:
@@ -141,7 +176,7 @@ def test_a_field_the_server_adds_does_not_make_the_agent_write_every_tick(
 ) -> None:
     kube = _ServerThatAddsAField()
     kube.create(NODES, {"metadata": {"name": "n1"}})
-    pub = SlicePublisher(kube, "n1")
+    pub = SlicePublisher(kube, "n1", "")
     cards = list(make_cards("n1", 2, "A100"))
     assert pub.publish(cards)
     for _ in range(5):
@@ -157,6 +192,11 @@ def test_a_field_the_server_adds_does_not_make_the_agent_write_every_tick(
     pub._seen(edited, edited["metadata"]["resourceVersion"])  # as the watch delivers it
     assert pub.publish(cards) and not pub.publish(cards)
     assert pub.writes == 3
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        "the API server changes ResourceSlice n1-gpu.tessera.io beyond what the agent "
+        "compares; the slice as stored counts as written"
+    ]  # said once, not at every write
 
 
 class _ServerWithoutDeviceTaints(FakeKube):
@@ -190,12 +230,14 @@ def test_where_the_server_drops_taints_a_card_out_of_service_leaves_the_slice(
     keeps doing so without asking again."""
     kube = _ServerWithoutDeviceTaints()
     kube.create(NODES, {"metadata": {"name": "n1"}})
-    pub = SlicePublisher(kube, "n1")
+    pub = SlicePublisher(kube, "n1", "")
     cards = list(make_cards("n1", 3, "A100"))
     assert pub.publish(cards) and pub.taints_served is None  # no taint written yet
     cards[0] = replace(cards[0], healthy=False)
     assert pub.publish(cards)
-    assert pub.taints_served is False and "drops device taints" in caplog.text
+    assert pub.taints_served is False
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == ["the API server drops device taints: sick cards leave the slice"]
     stored = kube.get(RESOURCE_SLICES, slice_name("n1"))["spec"]
     assert [d["attributes"]["index"]["int"] for d in stored["devices"]] == [1, 2]
     assert stored["pool"]["generation"] == 3  # the taint's write, then the one without it
@@ -259,7 +301,7 @@ def test_a_list_from_before_the_first_write_does_not_make_the_agent_create_again
     # made the next tick create the slice again: AlreadyExists, an error in the log).
     kube = _SlowWatch()
     kube.create(NODES, {"metadata": {"name": "n1"}})
-    pub = SlicePublisher(kube, "n1")
+    pub = SlicePublisher(kube, "n1", "")
     cards = make_cards("n1", 2, "A100")
     reflector = pub.watch()
     try:

@@ -22,7 +22,6 @@ and, if the taints are gone, leaves the sick cards out of the slice instead.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Iterable
@@ -108,7 +107,7 @@ def _older(version: str, than: Obj | None) -> bool:
 
 
 class SlicePublisher:
-    def __init__(self, api: KubeApi, node: str, driver_version: str = "") -> None:
+    def __init__(self, api: KubeApi, node: str, driver_version: str) -> None:
         self.api = api
         self.node = node
         self.driver_version = driver_version
@@ -207,10 +206,3 @@ class SlicePublisher:
         """Read the slice again before the next publish (after a failed or raced write)."""
         with self._mu:
             self._loaded = False
-
-    def remove(self) -> None:
-        """Delete the slice (the node offers no cards to claims any more)."""
-        with contextlib.suppress(NotFound):
-            self.api.delete(RESOURCE_SLICES, self.name)
-        with self._mu:
-            self._current, self._loaded = None, True
