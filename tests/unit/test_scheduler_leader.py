@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import re
+
 import pytest
 
 from tessera.kube import LEASES, ApiError, FakeKube
+from tessera.kube.errors import NotFound
 from tessera.scheduler.leader import LeaderElector
+from tests.unit._wait import eventually
+
+UNAVAILABLE = ApiError(0, "Unavailable", "connection refused")
 
 
 def _pair(kube: FakeKube, now: list[float]) -> tuple[LeaderElector, LeaderElector]:
@@ -61,7 +68,7 @@ def test_renewals_keep_the_acquire_time_and_only_a_new_holder_counts_a_transitio
 
 def test_timings_out_of_order_are_refused() -> None:
     for lease, renew, retry in ((15, 10, 10), (10, 10, 2), (15, 20, 2)):
-        with pytest.raises(ValueError, match="need retry_s < renew_deadline_s < lease_s"):
+        with pytest.raises(ValueError, match=r"^need retry_s < renew_deadline_s < lease_s$"):
             LeaderElector(FakeKube(), "ns", "tessera", "a", lease_s=lease,
                           renew_deadline_s=renew, retry_s=retry)  # fmt: skip
 
@@ -133,3 +140,118 @@ def test_a_lease_without_a_duration_is_read_with_the_readers_own() -> None:
     now[0] = 15.5
     assert b.try_acquire_or_renew()
     assert kube.get(LEASES, "tessera", "ns")["spec"]["holderIdentity"] == "b"
+
+
+def test_of_two_replicas_creating_the_lease_at_once_the_second_stands_by() -> None:
+    kube, now = FakeKube(), [0.0]
+    a, b = _pair(kube, now)
+    assert (a.holder, b.holder) == ("", "")
+    assert a.try_acquire_or_renew() and a.holder == "a"
+    kube.fail_next("get", NotFound(404, "NotFound", 'leases "tessera" not found'))  # b's read
+    assert not b.try_acquire_or_renew()  # its create meets a's Lease: 409, not an error
+    assert not b.is_leader()
+    lease = kube.get(LEASES, "tessera", "ns")
+    assert (lease["apiVersion"], lease["kind"]) == ("coordination.k8s.io/v1", "Lease")
+    assert lease["metadata"]["namespace"] == "ns" and lease["spec"]["holderIdentity"] == "a"
+    stamp = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"  # a MicroTime, in UTC
+    assert re.match(stamp, lease["spec"]["renewTime"])
+    assert re.match(stamp, lease["spec"]["acquireTime"])
+
+
+def test_the_lead_ends_at_the_renew_deadline_and_the_lease_at_its_duration() -> None:
+    kube, now = FakeKube(), [0.0]
+    a, b = _pair(kube, now)
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    now[0] = 9.999
+    assert a.is_leader()
+    now[0] = 10.0  # renew_deadline_s since the last renewal
+    assert not a.is_leader()
+    now[0] = 15.0  # lease_s since b saw the record change: expired, as in client-go
+    assert b.try_acquire_or_renew() and b.holder == "b"
+
+
+def test_a_takeover_counts_on_from_the_transitions_the_lease_has() -> None:
+    kube, now = FakeKube(), [0.0]
+    held = {"holderIdentity": "old", "leaseDurationSeconds": 15, "leaseTransitions": 3}
+    kube.create(LEASES, {"metadata": {"name": "tessera"}, "spec": held}, "ns")
+    _, b = _pair(kube, now)
+    assert not b.try_acquire_or_renew()
+    now[0] = 16.0
+    assert b.try_acquire_or_renew()
+    assert kube.get(LEASES, "tessera", "ns")["spec"]["leaseTransitions"] == 4
+
+
+def test_leading_and_standing_by_are_said_once_each_time_they_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="tessera.scheduler.leader")
+    kube, now = FakeKube(), [0.0]
+    told: dict[str, list[bool]] = {"a": [], "b": []}
+
+    def make(identity: str) -> LeaderElector:
+        return LeaderElector(kube, "ns", "tessera", identity, lease_s=15, renew_deadline_s=10,
+                             retry_s=2, clock=lambda: now[0],
+                             on_change=told[identity].append)  # fmt: skip
+
+    a, b = make("a"), make("b")
+    assert a.try_acquire_or_renew() and a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    now[0] = 16.0  # a is gone quiet; b takes over, and a, back, finds b holding
+    assert b.try_acquire_or_renew()
+    assert not a.try_acquire_or_renew()
+    assert told == {"a": [True, False], "b": [True]}  # a standby from the start is no change
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease ns/tessera: leading",
+        "lease ns/tessera: leading",
+        "lease ns/tessera: standing by (holder 'b')",
+    ]
+
+
+def test_each_failed_call_on_the_lease_is_logged_with_its_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="tessera.scheduler.leader")
+    kube, now = FakeKube(), [0.0]
+    a, _ = _pair(kube, now)
+    kube.fail_next("create", UNAVAILABLE)
+    a.try_acquire_or_renew()
+    assert a.try_acquire_or_renew()
+    kube.fail_next("get", UNAVAILABLE)
+    a.try_acquire_or_renew()
+    kube.fail_next("replace", UNAVAILABLE)
+    a.try_acquire_or_renew()
+    kube.fail_next("replace", UNAVAILABLE)
+    a.stop()
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "lease tessera: not created (0 Unavailable: connection refused)"),
+        ("INFO", "lease ns/tessera: leading"),
+        ("WARNING", "lease tessera: cannot read (0 Unavailable: connection refused)"),
+        ("INFO", "lease tessera: not renewed this round (0 Unavailable: connection refused)"),
+        ("INFO", "lease tessera: not released (0 Unavailable: connection refused)"),
+        ("INFO", "lease ns/tessera: standing by (holder 'a')"),
+    ]
+    assert not a.is_leader()
+
+
+def test_the_election_thread_leads_and_a_plain_stop_hands_the_lease_over() -> None:
+    kube = FakeKube()
+    a = LeaderElector(kube, "ns", "tessera", "a", lease_s=3, renew_deadline_s=2, retry_s=0.05)
+    thread = a.start()
+    assert (thread.name, thread.daemon) == ("leader-election", True)
+    eventually(a.is_leader)
+    renewed = kube.get(LEASES, "tessera", "ns")["spec"]["renewTime"]
+    eventually(lambda: kube.get(LEASES, "tessera", "ns")["spec"]["renewTime"] != renewed)
+    a.stop()
+    thread.join(5)
+    assert not thread.is_alive() and not a.is_leader()
+    assert kube.get(LEASES, "tessera", "ns")["spec"]["holderIdentity"] == ""
+
+
+def test_a_stop_without_release_leaves_the_lease_to_expire() -> None:
+    kube, now = FakeKube(), [0.0]
+    a, b = _pair(kube, now)
+    assert a.try_acquire_or_renew()
+    a.stop(release=False)
+    assert not a.is_leader()
+    assert kube.get(LEASES, "tessera", "ns")["spec"]["holderIdentity"] == "a"
+    assert not b.try_acquire_or_renew()

@@ -44,9 +44,9 @@ class LeaderElector:
         name: str,
         identity: str,
         *,
-        lease_s: float = 15.0,
-        renew_deadline_s: float = 10.0,
-        retry_s: float = 2.0,
+        lease_s: float,
+        renew_deadline_s: float,
+        retry_s: float,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[bool], None] | None = None,
     ) -> None:
