@@ -6,6 +6,8 @@ import contextlib
 import gzip
 import http.client
 import json
+import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -170,6 +172,80 @@ def test_real_socket_keeps_alive_and_answers_400(world: World) -> None:
         conn.close()
     finally:
         server.stop()
+
+
+def test_the_server_listens_on_the_port_it_is_given_and_logs_no_line_per_request(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aiohttp.access")
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = serve(world.app, "127.0.0.1", port)
+    try:
+        assert server.port == port
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b"ok"
+        conn.close()
+    finally:
+        server.stop()
+    assert [r for r in caplog.records if r.name == "aiohttp.access"] == []
+
+
+def test_the_certificate_is_checked_again_and_again_and_a_failed_check_is_logged(
+    world: World, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_server, "RECHECK_S", 0.02)
+    checks: list[int] = []
+
+    def recheck() -> None:
+        checks.append(1)
+        if len(checks) == 1:
+            raise OSError("tls.crt: no such file")
+
+    server = serve(world.app, "127.0.0.1", 0, recheck_tls=recheck)
+    try:
+        eventually(lambda: len(checks) >= 3)  # the failure did not end the checks
+    finally:
+        server.stop()
+    [failed] = [r for r in caplog.records if r.name == "tessera.scheduler.http"]
+    assert failed.getMessage() == "checking the serving certificate for a change"
+    assert failed.exc_info is not None and str(failed.exc_info[1]) == "tls.crt: no such file"
+
+
+def test_stop_does_not_wait_for_a_map_being_built() -> None:
+    w = World([node_obj("n1", 2)], web=True)
+    building, release, threads = threading.Event(), threading.Event(), []
+
+    def slow_build() -> MapBody:
+        threads.append(threading.current_thread().name)
+        building.set()
+        release.wait(30)
+        return MapBody(gzip.compress(b'{"nodes": []}'))
+
+    w.app._map._build = slow_build
+    server = http_server.Server(w.app, "127.0.0.1", 0, shutdown_timeout_s=0.2)
+    server.start()
+
+    def load_map() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn.request("GET", "/gpus.json")
+            conn.getresponse().read()
+        conn.close()
+
+    reader = threading.Thread(target=load_map)
+    try:
+        reader.start()
+        assert building.wait(5)
+        server.stop()
+        assert not release.is_set()  # stop came back with the build still running
+        assert threads == ["tessera-offload_0"]  # on the server's own thread, not the loop's
+    finally:
+        release.set()
+        reader.join(10)
+        w.close()
 
 
 def test_a_body_over_the_limit_is_refused_not_read(world: World) -> None:
@@ -618,6 +694,7 @@ def test_the_server_sends_the_map_unpacked_in_pieces_to_a_client_without_gzip() 
         resp = conn.getresponse()
         got = resp.read()
         assert resp.status == 200 and resp.getheader("Content-Encoding") is None
+        assert resp.getheader("Content-Type") == "application/json"
         assert resp.getheader("Content-Length") == str(len(text)) and got == text.encode()
         conn.request("GET", "/healthz")  # the connection is still good after it
         assert conn.getresponse().read() == b"ok"
