@@ -8,6 +8,7 @@ PreStartContainer, pod-resources List, restart).
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import tempfile
@@ -520,6 +521,21 @@ def test_xid_takes_a_card_out_and_it_comes_back_when_quiet(env: Env) -> None:
     assert k.wait(lambda: k.health_of(U0) == {"Healthy"}, timeout=3)
     inv = decode_inventory(NODE, env.node.text or "", 0, 0)
     assert all(c.healthy for c in inv.cards)
+
+
+def test_an_xid_alone_takes_a_card_out_for_its_quiet_period(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The probe answers throughout: only the XID can take the card out, and the quiet
+    # period (recovery_s) with a good probe brings it back.
+    caplog.set_level(logging.WARNING, logger="tessera.node.agent")
+    k = env.kubelet
+    env.discovery.inject_xid(U0, 79)
+    assert k.wait(lambda: k.health_of(U0) == {"Unhealthy"}, timeout=3)
+    assert k.health_of(U1) == {"Healthy"}
+    assert k.wait(lambda: k.health_of(U0) == {"Healthy"}, timeout=3)
+    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
+    assert said == [f"card {U0} is Unhealthy (XID 79)", f"card {U0} is Healthy again"]
 
 
 # --- MPS backend --------------------------------------------------------------------
