@@ -844,9 +844,6 @@ def test_a_long_running_agent_keeps_bounded_records(env: Env) -> None:
         stub.Allocate(again, timeout=10)
     assert env.agent.plugin is not None
     assert len(env.agent.plugin.allocate_seconds) == RECENT
-    for _ in range(RECENT + 200):  # a card flapping: every change is recorded
-        env.agent._apply_health({U1})
-    assert len(env.agent.health_changes) == RECENT
 
 
 def test_the_agents_context_charge_reaches_every_limits_file(env: Env) -> None:

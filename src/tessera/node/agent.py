@@ -21,7 +21,6 @@ import logging
 import subprocess
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +48,7 @@ from tessera.node.exporter import AgentMetrics, NodeView
 from tessera.node.formats.layout import Layout
 from tessera.node.isolation import Isolation, MpsSupervisor, Visibility
 from tessera.node.kube_source import KubeClaims
-from tessera.node.kubelet.plugin import RECENT, DevicePluginServer
+from tessera.node.kubelet.plugin import DevicePluginServer
 from tessera.node.ports import (
     Discovery,
     EventSink,
@@ -148,7 +147,6 @@ class Agent:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         # (monotonic, uuid, healthy), the recent ones only: a flapping card must not grow it.
-        self.health_changes: deque[tuple[float, str, bool]] = deque(maxlen=RECENT)
 
     # --- state -----------------------------------------------------------------------
 
@@ -392,10 +390,8 @@ class Agent:
         assert self.tracker is not None and self.plugin is not None
         if not changed:
             return
-        now = time.monotonic()
         for uuid in sorted(changed):
             ok = self.tracker.healthy(uuid)
-            self.health_changes.append((now, uuid, ok))
             log.warning(
                 "card %s is %s%s",
                 uuid,
