@@ -146,7 +146,6 @@ class Agent:
         self._metrics_server: WSGIServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        # (monotonic, uuid, healthy), the recent ones only: a flapping card must not grow it.
 
     # --- state -----------------------------------------------------------------------
 
