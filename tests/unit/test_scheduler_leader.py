@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -15,12 +16,16 @@ from tests.unit._wait import eventually
 UNAVAILABLE = ApiError(0, "Unavailable", "connection refused")
 
 
-def _pair(kube: FakeKube, now: list[float]) -> tuple[LeaderElector, LeaderElector]:
-    def make(identity: str) -> LeaderElector:
-        return LeaderElector(kube, "ns", "tessera", identity, lease_s=15, renew_deadline_s=10,
-                             retry_s=2, clock=lambda: now[0])  # fmt: skip
+def _elector(
+    kube: FakeKube, now: list[float], identity: str,
+    on_change: Callable[[bool], None] | None = None,
+) -> LeaderElector:  # fmt: skip
+    return LeaderElector(kube, "ns", "tessera", identity, lease_s=15, renew_deadline_s=10,
+                         retry_s=2, clock=lambda: now[0], on_change=on_change)  # fmt: skip
 
-    return make("a"), make("b")
+
+def _pair(kube: FakeKube, now: list[float]) -> tuple[LeaderElector, LeaderElector]:
+    return _elector(kube, now, "a"), _elector(kube, now, "b")
 
 
 def test_one_leader_and_takeover_after_expiry() -> None:
@@ -89,8 +94,7 @@ def test_a_round_that_cannot_reach_the_lease_does_not_end_the_lead_before_its_de
     # What the round answers feeds tessera_scheduler_leader (on_change); it must agree
     # with is_leader(), which gates the writes, and not drop to 0 at one failed read.
     kube, now, told = FakeKube(), [0.0], []
-    a = LeaderElector(kube, "ns", "tessera", "a", lease_s=15, renew_deadline_s=10, retry_s=2,
-                      clock=lambda: now[0], on_change=told.append)  # fmt: skip
+    a = _elector(kube, now, "a", on_change=told.append)
     assert a.try_acquire_or_renew() and told == [True]
     now[0] = 4.0
     kube.fail_next("get", ApiError(0, "Unavailable", "connection refused"))
@@ -187,13 +191,8 @@ def test_leading_and_standing_by_are_said_once_each_time_they_change(
     caplog.set_level(logging.INFO, logger="tessera.scheduler.leader")
     kube, now = FakeKube(), [0.0]
     told: dict[str, list[bool]] = {"a": [], "b": []}
-
-    def make(identity: str) -> LeaderElector:
-        return LeaderElector(kube, "ns", "tessera", identity, lease_s=15, renew_deadline_s=10,
-                             retry_s=2, clock=lambda: now[0],
-                             on_change=told[identity].append)  # fmt: skip
-
-    a, b = make("a"), make("b")
+    a = _elector(kube, now, "a", on_change=told["a"].append)
+    b = _elector(kube, now, "b", on_change=told["b"].append)
     assert a.try_acquire_or_renew() and a.try_acquire_or_renew()
     assert not b.try_acquire_or_renew() and not b.try_acquire_or_renew()
     now[0] = 16.0  # a is gone quiet; b takes over, and a, back, finds b holding
