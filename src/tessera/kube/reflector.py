@@ -96,17 +96,16 @@ class Reflector:
         self._absent_ok = absent_ok
         self.absent = False
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.synced = threading.Event()
         self.resource_version = ""
         self.lists = 0  # how many times it listed (1 + re-lists)
 
     def start(self) -> threading.Thread:
-        self._thread = threading.Thread(
+        thread = threading.Thread(
             target=self.run, name=f"reflector-{self._kind.plural}", daemon=True
         )
-        self._thread.start()
-        return self._thread
+        thread.start()
+        return thread
 
     def stop(self) -> None:
         self._stop.set()
