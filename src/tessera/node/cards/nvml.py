@@ -5,8 +5,9 @@ translation from NVML's answers to ``Card``s is tested on a machine without a GP
 stub of that module's functions (tests/unit/test_node_cards_nvml.py). Real NVML is a
 GPU check owed (docs/node-agent.md).
 
-What is read, per card: UUID, index, name (model), total memory, multiprocessor count,
-NUMA node, NVLink peers, MIG mode; per node: driver and CUDA versions. Calls that a
+What is read, per card: UUID, name (model), total memory, multiprocessor count, NUMA
+node, NVLink peers, MIG mode; per node: driver and CUDA versions. A card's index is its
+place in NVML's enumeration (what ``nvmlDeviceGetIndex`` would answer for it). Calls that a
 driver or card does not support (``NVML_ERROR_NOT_SUPPORTED``, an old driver without the
 function) degrade to "unknown" (0, -1, no peers) instead of failing discovery; anything
 else is a ``DiscoveryError`` naming the call and the card.
@@ -83,7 +84,7 @@ class NvmlDiscovery:
         except self._nvml.NVMLError as exc:
             raise DiscoveryError(f"{what}: {exc}") from exc
 
-    def _optional(self, fn_name: str, default: Any, *args: Any) -> Any:
+    def _optional(self, fn_name: str, default: Any, *args: Any, where: str = "") -> Any:
         fn = getattr(self._nvml, fn_name, None)
         if fn is None:
             return default
@@ -92,24 +93,24 @@ class NvmlDiscovery:
         except self._nvml.NVMLError as exc:
             if self._unsupported(exc):
                 return default
-            raise DiscoveryError(f"{fn_name}: {exc}") from exc
+            of = f" ({where})" if where else ""
+            raise DiscoveryError(f"{fn_name}{of}: {exc}") from exc
 
     # --- facts ---------------------------------------------------------------------
 
     def _numa(self, handle: Any, where: str) -> int:
-        node = self._optional("nvmlDeviceGetNumaNodeId", None, handle)
+        node = self._optional("nvmlDeviceGetNumaNodeId", None, handle, where=where)
         if node is not None and node >= 0:
             return int(node)
         # Older drivers: the PCI device's numa_node in sysfs (-1 on single-socket hosts).
-        pci = self._optional("nvmlDeviceGetPciInfo", None, handle)
+        pci = self._optional("nvmlDeviceGetPciInfo", None, handle, where=where)
         if pci is None:
             return -1
         path = self._sysfs / "bus/pci/devices" / sysfs_pci_address(_text(pci.busId)) / "numa_node"
         try:
-            value = int(path.read_text().strip())
+            return int(path.read_text().strip())
         except (OSError, ValueError):
             return -1
-        return value if value >= 0 else -1
 
     def facts(self) -> NodeFacts:
         n = self._nvml
@@ -121,20 +122,19 @@ class NvmlDiscovery:
             where = f"card at NVML index {i}"
             h = self._call(f"nvmlDeviceGetHandleByIndex({i})", n.nvmlDeviceGetHandleByIndex, i)
             uuid = _text(self._call(f"nvmlDeviceGetUUID ({where})", n.nvmlDeviceGetUUID, h))
-            index = self._optional("nvmlDeviceGetIndex", i, h)
             name = _text(self._call(f"nvmlDeviceGetName ({where})", n.nvmlDeviceGetName, h))
             mem = self._call(f"nvmlDeviceGetMemoryInfo ({where})", n.nvmlDeviceGetMemoryInfo, h)
-            attrs = self._optional("nvmlDeviceGetAttributes", None, h)
-            sm = int(getattr(attrs, "multiprocessorCount", 0)) if attrs is not None else 0
-            mode = self._optional("nvmlDeviceGetMigMode", None, h)
+            attrs = self._optional("nvmlDeviceGetAttributes", None, h, where=where)
+            sm = int(attrs.multiprocessorCount) if attrs is not None else 0
+            mode = self._optional("nvmlDeviceGetMigMode", None, h, where=where)
             if mode is not None and mode[0] == n.NVML_DEVICE_MIG_ENABLE:
                 mig.add(uuid)
-            handles.append((index, h))
+            handles.append((i, h))
             self._handles[uuid] = h
             cards.append(
                 Card(
                     uuid=uuid,
-                    index=int(index),
+                    index=i,
                     model=model_name(name),
                     memory_mib=int(mem.total) // _MIB,
                     sm_count=sm,
@@ -154,7 +154,7 @@ class NvmlDiscovery:
             )
             for c in cards
         ]
-        driver = _text(self._optional("nvmlSystemGetDriverVersion", "") or "")
+        driver = _text(self._optional("nvmlSystemGetDriverVersion", ""))
         cuda = self._optional("nvmlSystemGetCudaDriverVersion", 0)
         return NodeFacts(
             cards=tuple(sorted(cards, key=lambda c: c.index)),
@@ -261,8 +261,9 @@ class NvmlDiscovery:
 
     def close(self) -> None:
         n = self._nvml
-        with contextlib.suppress(n.NVMLError):
-            if self._events is not None:
+        if self._events is not None:
+            with contextlib.suppress(n.NVMLError):
                 n.nvmlEventSetFree(self._events)
+            self._events = None
+        with contextlib.suppress(n.NVMLError):  # shut down already, or the driver gone
             n.nvmlShutdown()
-        self._events = None
