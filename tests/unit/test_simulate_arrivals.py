@@ -53,5 +53,6 @@ def test_no_gpu_tasks_never_loop() -> None:
 
 
 def test_arrival_must_be_positive() -> None:
-    with pytest.raises(SpecError, match="arrival: must be > 0"):
-        arrival_stream([X], 1000, 0, seed=1)
+    with pytest.raises(SpecError) as caught:
+        arrival_stream([X], 1000, -0.5, seed=1)
+    assert str(caught.value) == "arrival: must be > 0 (got -0.5)"

@@ -222,5 +222,121 @@ def test_copies_and_variant_copies_arrive_and_run_as_their_original() -> None:
     stream, own = departures_stream(tasks, {"a": Lifetime(7, 19)}, 1000, 3.0, seed=1)
     assert len(stream) == 6 and any("-copy-" in t.name for t in stream)
     assert set(own.values()) == {Lifetime(7, 19)}
-    with pytest.raises(SpecError, match="no creation time for task 'b'"):
+    with pytest.raises(SpecError) as caught:
         departures_stream([task("b", 500)], {"a": Lifetime(0)}, 1000, 1.0, seed=1)
+    assert str(caught.value) == "lifetimes: no creation time for task 'b'"
+
+
+def test_the_refusals_name_the_field_the_rule_and_the_value() -> None:
+    def refused(**kwargs: object) -> str:
+        args: dict[str, object] = {
+            "nodes": ONE_CARD,
+            "tasks": [task("a", 500)],
+            "lifetimes": {"a": Lifetime(0)},
+            "policy": "binpack",
+        }
+        with pytest.raises(SpecError) as caught:
+            replay_departures(**{**args, **kwargs})  # type: ignore[arg-type]
+        return str(caught.value)
+
+    assert refused(speedup=0) == "speedup: must be > 0 (got 0)"
+    assert refused(tasks=[]) == "tasks: must hold at least one task"
+    many = [task(f"t{k}", 100) for k in range(7)]
+    assert refused(tasks=many, lifetimes={"t3": Lifetime(0)}) == (
+        "lifetimes: no creation time for task(s) ['t0', 't1', 't2', 't4', 't5']"
+    )
+
+
+def test_a_lifetimes_row_without_a_name_or_with_a_name_seen_before_is_refused() -> None:
+    header = "name,creation_time,deletion_time\n"
+    with pytest.raises(SpecError) as caught:
+        parse_lifetimes([header, "a,0,10\n", "a,3,\n"])
+    assert str(caught.value) == "tasks line 3: column name: duplicate task name (got 'a')"
+    with pytest.raises(SpecError) as caught:
+        parse_lifetimes([header, " ,0,10\n"], "t.csv")
+    assert str(caught.value) == "t.csv line 2: column name: must not be empty"
+    with pytest.raises(SpecError) as caught:
+        parse_lifetimes([header, "a,3,later\n"], "t.csv")
+    assert (
+        str(caught.value) == "t.csv line 2: column deletion_time: must be an integer (got 'later')"
+    )
+
+
+def test_tasks_running_together_add_up_and_so_do_tasks_waiting_together() -> None:
+    # Two halves share the card from 0; c and d (whole cards) both wait from 1 and 2.
+    tasks = [task("a", 500), task("b", 500), task("c", 1000), task("d", 1000), task("e", 100)]
+    lifetimes = {
+        "a": Lifetime(0, 10), "b": Lifetime(0, 10), "c": Lifetime(1, 20),
+        "d": Lifetime(2, 30), "e": Lifetime(4, 30),
+    }  # fmt: skip
+    r = replay_departures(ONE_CARD, tasks, lifetimes, "binpack")
+    assert r.window == (0, 4)  # e fits beside nothing until 10, and waits too
+    assert r.allocated_milli_seconds == 1000 * 4  # a and b together, the whole window
+    # Waiting milli-GPU: c's 1000 over [1, 4], d's 1000 over [2, 4].
+    assert r.demand_milli_seconds == 1000 * 4 + 1000 * 3 + 1000 * 2
+    assert r.allocation_curve[-1] == 1.0 and r.peak_waiting == 3
+
+
+def test_an_experiment_draws_its_copies_and_node_order_from_its_seed() -> None:
+    from tessera.simulate.departures import departures_stream, replay_with_departures
+    from tessera.simulate.metrics import gpu_capacity_milli
+    from tessera.simulate.replay import node_order
+
+    # Unlike nodes and long lifetimes: the cluster contends, and where the first tasks
+    # land (the node order breaks binpack's ties) changes who waits.
+    nodes = [
+        NodeInventory(f"n{k}", make_cards(f"n{k}", cards, "A100"), cpu, 262_144)
+        for k, (cards, cpu) in enumerate([(1, 4000), (2, 16_000), (4, 64_000), (1, 64_000)])
+    ]
+    tasks = [
+        TraceTask(f"t{k}", [1000, 3000][k % 2], 1024, 2 if k % 7 == 0 else 1,
+                  [300, 500, 1000, 700][k % 4])
+        for k in range(30)
+    ]  # fmt: skip
+    life = {t.name: Lifetime(k, k + 20 + (k * 7) % 13) for k, t in enumerate(tasks)}
+    told: list[tuple[int, int]] = []
+    for seed in range(3):
+        r = replay_with_departures(
+            nodes, tasks, life, "binpack", seed, 2.0, 1.0, lambda d, k: told.append((d, k))
+        )
+        stream, own = departures_stream(tasks, life, gpu_capacity_milli(nodes), 2.0, seed)
+        want = replay_departures(node_order(nodes, seed), stream, own, "binpack", seed, 1.0)
+        other = replay_departures(node_order(nodes, 99), stream, own, "binpack", seed, 1.0)
+        assert r.waits == want.waits != other.waits  # the order is this seed's, and it matters
+        assert (r.seed, r.arrival, r.speedup, r.tasks) == (seed, 2.0, 1.0, len(stream))
+    # Progress: every event counted, the last call of each experiment at (all, all).
+    assert told and all(d <= k for d, k in told)
+    assert sum(1 for d, k in told if d == k and d > 0) >= 3
+
+
+def test_a_random_policy_takes_the_seed_it_is_given() -> None:
+    nodes = [NodeInventory(f"n{k}", make_cards(f"n{k}", 1, "A100"), 64_000, 262_144)
+             for k in range(2)]  # fmt: skip
+    # b lands beside a or on the other card; only beside a leaves room for c.
+    tasks = [task("a", 500), task("b", 500), task("c", 1000)]
+    life = {"a": Lifetime(0), "b": Lifetime(1), "c": Lifetime(2)}
+    placed = {replay_departures(nodes, tasks, life, "random", seed).placed_tasks
+              for seed in range(12)}  # fmt: skip
+    assert placed == {2, 3}
+
+
+def test_copies_of_a_task_whose_own_name_has_dashes_run_as_it_did() -> None:
+    from dataclasses import replace
+
+    from tessera.simulate.departures import departures_stream
+
+    a = task("openb-pod-0017", 500)
+    tasks = [a, replace(a, name="openb-pod-0017-shared-0")]
+    life = {"openb-pod-0017": Lifetime(7, 19), "openb-pod": Lifetime(1, 2)}
+    stream, own = departures_stream(tasks, life, 1000, 3.0, seed=1)
+    assert len(stream) == 6 and set(own.values()) == {Lifetime(7, 19)}
+
+
+def test_an_experiment_reports_its_own_duration() -> None:
+    import time
+
+    began, began_cpu = time.perf_counter(), time.process_time()
+    r = replay_departures(ONE_CARD, [task("a", 500)], {"a": Lifetime(0)}, "binpack")
+    took, took_cpu = time.perf_counter() - began, time.process_time() - began_cpu
+    assert 0 < r.seconds <= took and 0 < r.cpu_seconds <= took_cpu
+    assert r.arrival == 0.0  # the task list as given

@@ -168,3 +168,11 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     path = tmp_path / "plot.png"
     plot_allocation(path, RUNS, "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_spread_of_three_is_the_sample_deviation_and_at_100_reads_that_point() -> None:
+    assert Spread.of([1.0, 2.0, 3.0]) == Spread(2.0, 1.0, 3)  # sum of squares 2, over n - 1
+    bent = tuple(0.5 if k == 101 else 0.9 for k in range(130))  # differs just past 100
+    (s,) = summarize([result("binpack", 42, 9_000, bent)])
+    assert s.allocation_at_100 == Spread(0.9, 0.0, 1)
+    assert (s.seconds, s.cpu_seconds) == (Spread(1.5, 0.0, 1), Spread(0.0, 0.0, 1))

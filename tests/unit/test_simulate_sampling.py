@@ -157,3 +157,9 @@ def test_sampling_changes_nothing_below_100_nodes_and_is_recorded() -> None:
 @pytest.mark.parametrize(("cycles", "wait"), [(1, 0), (2, 1), (3, 3), (5, 15), (7, 35)])
 def test_backoff_doubles_from_1_s_to_at_most_10_s_per_retry(cycles: int, wait: float) -> None:
     assert backoff_wait_s(cycles) == wait
+
+
+def test_a_node_with_just_the_pods_memory_free_is_feasible() -> None:
+    full = to_pod_request(TraceTask("p", 1000, 65536, 1, 500))  # each node's whole memory
+    snap = cluster(200).snapshot()
+    assert NodeSearch(50).window(snap, full) == (names(range(0, 100)), 100)

@@ -94,6 +94,8 @@ def parse_lifetimes(lines: Iterable[str], source: str = "tasks") -> dict[str, Li
     out: dict[str, Lifetime] = {}
     for where, row in rows(lines, source, ("name", "creation_time", "deletion_time")):
         name = (row.get("name") or "").strip()
+        if not name:
+            raise SpecError(f"{where}: column name", "must not be empty")
         created = int_column(row, "creation_time", where, 0)
         raw = (row.get("deletion_time") or "").strip()
         deleted = int_column(row, "deletion_time", where, 0) if raw else None

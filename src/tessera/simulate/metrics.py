@@ -120,7 +120,6 @@ class PolicySummary:
     failed_tasks: Spread
     failed_by_reason: dict[str, float]  # mean count per run
     failed_by_class: dict[str, float]
-    arrived_tasks: Spread
     seconds: Spread
     cpu_seconds: Spread
 
@@ -157,7 +156,6 @@ def summarize(results: Iterable[ReplayResult]) -> list[PolicySummary]:
                 failed_tasks=Spread.of([r.failed_tasks for r in runs]),
                 failed_by_reason=_mean_counts([r.failed_by_reason for r in runs]),
                 failed_by_class=_mean_counts([r.failed_by_class for r in runs]),
-                arrived_tasks=Spread.of([r.arrived_tasks for r in runs]),
                 seconds=Spread.of([r.seconds for r in runs]),
                 cpu_seconds=Spread.of([r.cpu_seconds for r in runs]),
             )
