@@ -214,12 +214,13 @@ class StubNvml:
 
 def _failing(stub: StubNvml, name: str) -> None:
     """``stub.name`` fails with an unknown error: for the card at index 1 when it takes
-    a card or an index, always when it takes neither."""
+    a card (a handle or an index) first, always when it does not."""
     real = getattr(stub, name)
 
     def call(*args: Any) -> Any:
         first = args[0] if args else None
-        if first is None or first == 1 or getattr(first, "i", None) == 1:
+        card = first.i if isinstance(first, StubNvml.Handle) else first
+        if not isinstance(card, int) or card == 1:
             raise stub.NVMLError(stub.NVML_ERROR_UNKNOWN)
         return real(*args)
 
@@ -464,15 +465,7 @@ def test_an_event_call_that_fails_is_named(call: str, message: str) -> None:
     stub = StubNvml()
     d = NvmlDiscovery(stub)
     d.facts()
-    real = getattr(stub, call)
-
-    def fails(*args: Any) -> Any:
-        # The register call fails for card 1 only; the others whatever they are given.
-        if call != "nvmlDeviceRegisterEvents" or args[0].i == 1:
-            raise stub.NVMLError(stub.NVML_ERROR_UNKNOWN)
-        return real(*args)
-
-    setattr(stub, call, fails)
+    _failing(stub, call)
     with pytest.raises(DiscoveryError) as caught:
         d.wait_events(0.1)
     assert str(caught.value) == message
