@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -12,6 +14,17 @@ import pytest
 from tessera.kube import LEASES, NODES, ApiError, FakeKube, Reflector, WatchEvent
 from tessera.kube.reflector import follow_one, let_go
 from tests.unit._wait import eventually as _eventually
+
+
+@contextmanager
+def running(r: Reflector, kube: FakeKube) -> Iterator[None]:
+    """The reflector running for the block; stopped, and the API closed, after it."""
+    r.start()
+    try:
+        yield
+    finally:
+        r.stop()
+        kube.close()
 
 
 class View:
@@ -40,8 +53,7 @@ def test_list_then_watch_then_relist_on_gone(caplog: pytest.LogCaptureFixture) -
     kube.create(NODES, {"metadata": {"name": "n0"}})
     view = View()
     r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         assert view.names == {"n0"}
         kube.create(NODES, {"metadata": {"name": "n1"}})
@@ -55,9 +67,6 @@ def test_list_then_watch_then_relist_on_gone(caplog: pytest.LogCaptureFixture) -
         assert view.replaces >= 2
         assert r.lists >= 2
         assert "nodes: watch expired (410); listing again" in caplog.messages
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_a_watch_that_ends_is_resumed_from_its_version_not_listed_again() -> None:
@@ -66,16 +75,12 @@ def test_a_watch_that_ends_is_resumed_from_its_version_not_listed_again() -> Non
     kube = FakeKube()
     view = View()
     r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         time.sleep(1.5)  # the first watch has ended and a second one runs
         kube.create(NODES, {"metadata": {"name": "n1"}})
         _eventually(lambda: view.names == {"n1"})
         assert r.lists == 1 and view.replaces == 1
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_api_errors_back_off_and_recover() -> None:
@@ -83,14 +88,10 @@ def test_api_errors_back_off_and_recover() -> None:
     kube.fail_next("list", ApiError(500, "InternalError", "boom"))
     view = View()
     r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         kube.create(NODES, {"metadata": {"name": "n1"}})
         _eventually(lambda: view.names == {"n1"})
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_a_resource_not_served_counts_as_empty_until_it_is() -> None:
@@ -101,8 +102,7 @@ def test_a_resource_not_served_counts_as_empty_until_it_is() -> None:
     view = View()
     view.names = {"stale"}
     r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05), absent_ok=True)
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         assert r.absent and view.names == set()
         time.sleep(0.2)  # several tries while still absent: the view is emptied once
@@ -111,9 +111,6 @@ def test_a_resource_not_served_counts_as_empty_until_it_is() -> None:
         kube.create(NODES, {"metadata": {"name": "n1"}})
         _eventually(lambda: view.names == {"n1"})
         assert not r.absent and r.lists == 1
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_a_resource_not_served_is_retried_not_taken_as_empty_without_absent_ok() -> None:
@@ -121,15 +118,11 @@ def test_a_resource_not_served_is_retried_not_taken_as_empty_without_absent_ok()
     kube.unserved = {NODES.plural}
     view = View()
     r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
-    r.start()
-    try:
+    with running(r, kube):
         assert not r.synced.wait(0.3)  # nodes every extender needs: never synced on a 404
         assert view.replaces == 0
         kube.unserved = set()
         assert r.synced.wait(5)
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_after_a_list_the_objects_are_let_go_a_step_at_a_time() -> None:
@@ -148,14 +141,10 @@ def test_after_a_list_the_objects_are_let_go_a_step_at_a_time() -> None:
             kept.append(items[7])
 
     r = Reflector(kube, NODES, Keeper(), watch_timeout_s=1)
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         _eventually(lambda: given and given[0] == [])
         assert kept[0]["metadata"]["name"] == "n7"  # what the handler kept stays whole
-    finally:
-        r.stop()
-        kube.close()
     sizes: list[int] = []
 
     class Steps(list[int]):
@@ -201,17 +190,13 @@ def test_a_paged_handler_gets_the_list_a_page_at_a_time() -> None:
         kube.create(NODES, {"metadata": {"name": f"n{i}"}})
     view = PagedView()
     r = Reflector(kube, NODES, view, watch_timeout_s=1)
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         assert view.sizes == [500, 500, 234] and view.emptied == [True, True]
         assert view.names == {f"n{i}" for i in range(1234)}
         assert r.resource_version == kube.list(NODES).resource_version
         kube.create(NODES, {"metadata": {"name": "late"}})  # then it watches from there
         _eventually(lambda: "late" in view.names)
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_a_list_whose_version_expires_between_pages_is_listed_again() -> None:
@@ -220,15 +205,11 @@ def test_a_list_whose_version_expires_between_pages_is_listed_again() -> None:
         kube.create(NODES, {"metadata": {"name": f"n{i}"}})
     view = PagedView(kube, expire_once=True)
     r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         assert view.sizes == [500, 500, 200]  # the first list's second page was Gone
         assert view.replaces == 1 and r.lists == 1
         assert view.names == {f"n{i}" for i in range(700)}
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_listed_reads_the_next_page_only_when_it_is_reached() -> None:
@@ -268,13 +249,9 @@ def test_a_resource_not_served_is_logged_once_with_its_kind_and_the_servers_answ
     kube = FakeKube()
     kube.unserved = {NODES.plural}
     r = Reflector(kube, NODES, View(), watch_timeout_s=1, backoff_s=(0.01, 0.05), absent_ok=True)
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         time.sleep(0.2)  # several tries while absent
-    finally:
-        r.stop()
-        kube.close()
     assert [rec.getMessage() for rec in caplog.records] == [
         "nodes: not served by the API server "
         "(404 NotFound: the server could not find the requested resource)"
@@ -351,8 +328,7 @@ def test_the_version_follows_each_event_and_a_bookmark_moves_it_without_the_hand
             super().apply(event)
 
     r = Reflector(kube, NODES, Recording(), watch_timeout_s=1)
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         created = kube.create(NODES, {"metadata": {"name": "n1"}})
         _eventually(lambda: r.resource_version == created["metadata"]["resourceVersion"])
@@ -365,9 +341,6 @@ def test_the_version_follows_each_event_and_a_bookmark_moves_it_without_the_hand
         _eventually(lambda: r.resource_version == n2["metadata"]["resourceVersion"])
         assert applied == ["ADDED", "ADDED"]  # the bookmark went to no handler
         assert {w["timeout_s"] for w in kube.watched} == {1}  # the server ends each
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_watch_failures_back_off_doubling_to_the_cap_and_the_third_in_a_row_lists_again(
@@ -381,15 +354,11 @@ def test_watch_failures_back_off_doubling_to_the_cap_and_the_third_in_a_row_list
     kube.outcomes = [boom, boom, boom, None, boom, boom]
     view = View()
     r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.1, 0.4))
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         _eventually(lambda: len(caplog.records) == 5, timeout=10)
         time.sleep(0.6)  # past the longest wait: a list that should not come would
         assert r.lists == 2
-    finally:
-        r.stop()
-        kube.close()
     said = "nodes: 500 InternalError: boom; retrying in %s"
     assert [rec.getMessage() for rec in caplog.records] == [
         said % "0.1s", said % "0.2s", said % "0.4s", said % "0.1s", said % "0.2s"
@@ -412,15 +381,11 @@ def test_a_handler_that_fails_is_logged_and_the_view_listed_again(
 
     view = FailsOnce()
     r = Reflector(kube, NODES, view, watch_timeout_s=1, backoff_s=(0.01, 0.05))
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         kube.create(NODES, {"metadata": {"name": "n1"}})
         _eventually(lambda: view.names == {"n1"})
         assert r.lists == 2 and view.replaces == 2  # from a list, not a replayed event
-    finally:
-        r.stop()
-        kube.close()
     (record,) = [rec for rec in caplog.records if rec.levelno == logging.ERROR]
     assert record.getMessage() == "nodes: handler failed; listing again"
     assert record.exc_info is not None and record.exc_info[1] is not None
@@ -446,16 +411,12 @@ def test_after_list_runs_after_the_handler_inside_while_listing_at_each_list() -
 
     r = Reflector(kube, NODES, Ordered(), watch_timeout_s=1, backoff_s=(0.01, 0.05),
                   after_list=lambda: order.append("after"), while_listing=Listing)  # fmt: skip
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         kube.expire_history()
         kube.create(NODES, {"metadata": {"name": "n1"}})  # the watch is Gone: a list
         _eventually(lambda: len(order) == 8)
         assert order == ["enter", "replace", "after", "exit"] * 2
-    finally:
-        r.stop()
-        kube.close()
 
 
 def test_a_namespace_and_a_label_selector_bound_the_list_and_the_watch() -> None:
@@ -471,8 +432,7 @@ def test_a_namespace_and_a_label_selector_bound_the_list_and_the_watch() -> None
     view = PagedView()
     r = Reflector(kube, LEASES, view, namespace="a", label_selector="app=x", page_size=2,
                   watch_timeout_s=1)  # fmt: skip
-    r.start()
-    try:
+    with running(r, kube):
         assert r.synced.wait(5)
         assert view.sizes == [2, 2, 1]
         assert view.names == {f"x{i}" for i in range(5)}
@@ -481,9 +441,6 @@ def test_a_namespace_and_a_label_selector_bound_the_list_and_the_watch() -> None
         lease("a", "late-x", "x")
         _eventually(lambda: "late-x" in view.names)
         assert view.names == {f"x{i}" for i in range(5)} | {"late-x"}
-    finally:
-        r.stop()
-        kube.close()
 
 
 @pytest.mark.handler_fails
@@ -497,11 +454,7 @@ def test_a_paged_handler_that_takes_no_page_is_an_error_named_for_the_kind(
             pass
 
     r = Reflector(kube, NODES, TakesNothing(), watch_timeout_s=1, backoff_s=(0.01, 0.05))
-    r.start()
-    try:
+    with running(r, kube):
         assert not r.synced.wait(0.3)  # a view that took nothing is not synced
-    finally:
-        r.stop()
-        kube.close()
     errors = [rec.exc_info[1] for rec in caplog.records if rec.exc_info]
     assert errors and {str(e) for e in errors} == {"nodes: the handler took no page of the list"}
