@@ -58,7 +58,7 @@ def test_binpack_on_a_hand_worked_trace() -> None:
     assert r.curve[30] == 2100 / 7000
     assert r.curve[31:88] == (6100 / 7000,) * 57
     assert r.curve[88] == 6600 / 7000
-    assert len(r.curve) == 131
+    assert len(r.curve) == 131 and r.curve[0] == 0.0
     assert 0.0 <= r.fragmentation_rate <= 1.0
 
 
@@ -97,6 +97,9 @@ def test_reason_categories() -> None:
     assert reason_category("fewer than 2 cards of an allowed model") == "gpu"
     assert reason_category("model T4 not in A10") == "model"
     assert reason_category("no GPU on node") == "no-gpu"
+    assert reason_category("no healthy card") == "no-gpu"
+    assert reason_category("no card with an allowed UUID") == "model"
+    assert reason_category("cards cannot hold all GPU containers together") == "gpu"
     err = PlacementError("x", {"a": "insufficient cpu", "b": "no free whole card", "c": "no card"})
     assert failure_reason(err) == "gpu"
     assert failure_reason(PlacementError("x")) == "no nodes"
@@ -113,3 +116,38 @@ def test_openb_one_seed_end_to_end(openb_dir: Path) -> None:
     assert all("-copy-" not in str(k) for k in r.failed_by_class)
     assert r.gpu_allocation_ratio > 0.29
     assert 2000 < r.arrived_tasks < 3000
+
+
+def test_replay_hands_its_seed_mix_arrival_and_progress_on() -> None:
+    import time
+
+    from tessera.placement import WorkloadMix, make_policy
+
+    made: list[tuple[str, int, WorkloadMix]] = []
+
+    def make(name: str, seed: int, mix: WorkloadMix) -> object:
+        made.append((name, seed, mix))
+        return make_policy(name, seed=seed, mix=mix)
+
+    told: list[tuple[int, int]] = []
+    began, began_cpu = time.perf_counter(), time.process_time()
+    r = replay(NODES, STREAM, "binpack", 5, 1.1, lambda d, k: told.append((d, k)), make=make)  # type: ignore[arg-type]
+    took, took_cpu = time.perf_counter() - began, time.process_time() - began_cpu
+    ((name, seed, mix),) = made
+    assert (name, seed, r.seed, r.arrival) == ("binpack", 5, 5, 1.1)
+    assert mix.seen == r.arrived_tasks  # the mix the policy reads is the one observed
+    assert told[-1] == (r.arrived_tasks, r.arrived_tasks)
+    assert 0 < r.seconds <= took and 0 < r.cpu_seconds <= took_cpu
+
+
+def test_a_random_policy_takes_the_replays_seed_and_failures_add_up_by_class() -> None:
+    order = [node("n0", 1, 8000, 32768), node("n1", 1, 8000, 32768)]
+    # b lands beside a or on the other card; only beside a leaves room for c.
+    stream = [TraceTask("a", 1000, 1024, 1, 500), TraceTask("b", 1000, 1024, 1, 500),
+              TraceTask("c", 1000, 1024, 1, 1000)]  # fmt: skip
+    placed = {replay_stream(order, stream, "random", seed, 1.0).placed_tasks
+              for seed in range(12)}  # fmt: skip
+    assert placed == {2, 3}
+    big = [TraceTask(f"x{k}", 1000, 1024, 1, 1000) for k in range(4)]
+    r = replay_stream(order, big, "binpack", 0, 2.0)
+    assert r.failed_by_class == {"1-gpu": 2}
