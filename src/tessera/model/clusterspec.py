@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.errors import SpecError
-from tessera.model.csvrows import int_column, rows
+from tessera.model.csvrows import int_column, rows, text_column
 from tessera.model.types import Card, NodeInventory
 
 __all__ = [
@@ -127,9 +127,7 @@ def parse_nodes_csv(lines: Iterable[str], source: str = "nodes") -> list[NodeInv
     nodes: list[NodeInventory] = []
     seen: set[str] = set()
     for where, row in rows(lines, source, REQUIRED_COLUMNS):
-        name = (row.get("sn") or "").strip()
-        if not name:
-            raise SpecError(f"{where}: column sn", "must not be empty")
+        name = text_column(row, "sn", where)
         if name in seen:
             raise SpecError(f"{where}: column sn", "duplicate node name", name)
         seen.add(name)

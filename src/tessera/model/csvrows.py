@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 
 from tessera.errors import SpecError
 
-__all__ = ["int_column", "rows"]
+__all__ = ["int_column", "rows", "text_column"]
 
 
 def rows(
@@ -37,4 +37,12 @@ def int_column(
         raise SpecError(f"{where}: column {column}", f"must be >= {minimum}", value)
     if maximum is not None and value > maximum:
         raise SpecError(f"{where}: column {column}", f"must be <= {maximum}", value)
+    return value
+
+
+def text_column(row: dict[str, str], column: str, where: str) -> str:
+    """The text in ``column``, stripped; refused when that leaves nothing."""
+    value = (row.get(column) or "").strip()
+    if not value:
+        raise SpecError(f"{where}: column {column}", "must not be empty")
     return value

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tessera.cluster import ClusterState
 from tessera.errors import PlacementError, SpecError
-from tessera.model.csvrows import int_column, rows
+from tessera.model.csvrows import int_column, rows, text_column
 from tessera.model.types import NodeInventory, PodRequest
 from tessera.simulate.arrivals import arrival_stream
 from tessera.simulate.metrics import gpu_capacity_milli
@@ -93,9 +93,7 @@ def parse_lifetimes(lines: Iterable[str], source: str = "tasks") -> dict[str, Li
     columns (deletion may be empty); errors name the source, line and column."""
     out: dict[str, Lifetime] = {}
     for where, row in rows(lines, source, ("name", "creation_time", "deletion_time")):
-        name = (row.get("name") or "").strip()
-        if not name:
-            raise SpecError(f"{where}: column name", "must not be empty")
+        name = text_column(row, "name", where)
         created = int_column(row, "creation_time", where, 0)
         raw = (row.get("deletion_time") or "").strip()
         deleted = int_column(row, "deletion_time", where, 0) if raw else None

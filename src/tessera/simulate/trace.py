@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.errors import SpecError
-from tessera.model.csvrows import int_column, rows
+from tessera.model.csvrows import int_column, rows, text_column
 from tessera.model.types import ContainerRequest, GpuRequest, PodRequest
 
 __all__ = [
@@ -55,9 +55,7 @@ class TraceTask:
 
 
 def _task(row: dict[str, str], where: str) -> TraceTask:
-    name = (row.get("name") or "").strip()
-    if not name:
-        raise SpecError(f"{where}: column name", "must not be empty")
+    name = text_column(row, "name", where)
     num_gpu = int_column(row, "num_gpu", where, 0)
     gpu_milli = int_column(row, "gpu_milli", where, 0, MILLI_PER_CARD)
     column = f"{where}: column gpu_milli"
