@@ -397,15 +397,12 @@ def _departures(
 def _window_line(nodes: int, percentage: int, results: list[ReplayResult]) -> str:
     """What kube-scheduler's window was, and the tasks each policy placed only on a later
     window (mean per experiment)."""
-    from tessera.simulate.metrics import retry_summary
+    from tessera.simulate.metrics import by_policy, retry_summary
     from tessera.simulate.sampling import backoff_wait_s, nodes_to_find
 
     setting = "adaptive" if percentage == 0 else f"{percentage} %"
-    by_policy: dict[str, list[ReplayResult]] = {}
-    for r in results:
-        by_policy.setdefault(r.policy, []).append(r)
     parts = []
-    for policy, runs in by_policy.items():
+    for policy, runs in by_policy(results).items():
         mean, most = retry_summary(runs)
         parts.append(f"{policy} {mean:.0f} (longest backoff {backoff_wait_s(most):.0f} s)")
     return (

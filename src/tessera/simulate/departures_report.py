@@ -12,10 +12,13 @@ from rich import box
 from rich.table import Table
 
 from tessera.simulate.departures import DeparturesResult
-from tessera.simulate.metrics import Spread
+from tessera.simulate.metrics import Spread, by_policy
+from tessera.simulate.report import over_seeds, pyplot
 
 __all__ = [
     "DeparturesSummary",
+    "PolicyCurves",
+    "departures_curves",
     "departures_json",
     "departures_table",
     "plot_departures",
@@ -42,9 +45,6 @@ class DeparturesSummary:
 
 def summarize_departures(results: Iterable[DeparturesResult]) -> list[DeparturesSummary]:
     """One summary per policy, in the order the policies first appear."""
-    by_policy: dict[str, list[DeparturesResult]] = {}
-    for r in results:
-        by_policy.setdefault(r.policy, []).append(r)
     return [
         DeparturesSummary(
             policy=policy,
@@ -58,7 +58,7 @@ def summarize_departures(results: Iterable[DeparturesResult]) -> list[Departures
             never_placed=Spread.of([r.never_placed for r in runs]),
             cpu_seconds=Spread.of([r.cpu_seconds for r in runs]),
         )
-        for policy, runs in by_policy.items()
+        for policy, runs in by_policy(results).items()
     ]
 
 
@@ -66,12 +66,12 @@ def departures_table(
     summaries: Sequence[DeparturesSummary], arrival: float, speedup: float
 ) -> Table:
     """Per policy: time-weighted allocation and demand, waiting tasks, waits."""
-    n = len(summaries[0].seeds) if summaries else 0
     table = Table(
         box=box.SIMPLE_HEAD,
         title=(
             f"With departures: arrivals {speedup:g}x the trace's pace, {100 * arrival:g}% of "
-            f"capacity requested in all; mean ±std over {n} seed{'s' * (n > 1)}"
+            "capacity requested in all; mean ±std over "
+            f"{over_seeds(len(s.seeds) for s in summaries)}"
         ),
         caption="GPU %: allocated, time-weighted over the window from the 1st to the 99th "
         "percentile arrival; demand %: allocated + waiting, the same way; queue: tasks "
@@ -132,31 +132,41 @@ def write_departures_json(
     path.write_text(json.dumps(departures_json(results, meta), indent=1) + "\n")
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyCurves:
+    """What the plot draws of one policy: means over its seeds at each curve point."""
+
+    label: str  # with the time-weighted allocation
+    hours: tuple[float, ...]  # from the window's start (the seeds' mean span)
+    allocated_pct: tuple[float, ...]
+    waiting: tuple[float, ...]
+
+
+def departures_curves(results: Sequence[DeparturesResult]) -> dict[str, PolicyCurves]:
+    """Per policy, the curves ``plot_departures`` draws."""
+    curves = {}
+    for policy, runs in by_policy(results).items():
+        points = len(runs[0].allocation_curve)
+        hours = sum(r.span for r in runs) / len(runs) / 3600
+        mean = 100 * sum(r.time_weighted_allocation for r in runs) / len(runs)
+        curves[policy] = PolicyCurves(
+            label=f"{policy} ({mean:.2f}% time-weighted)",
+            hours=tuple(hours * k / (points - 1) for k in range(points)),
+            allocated_pct=tuple(
+                100 * sum(r.allocation_curve[k] for r in runs) / len(runs) for k in range(points)
+            ),
+            waiting=tuple(sum(r.waiting_curve[k] for r in runs) / len(runs) for k in range(points)),
+        )
+    return curves
+
+
 def plot_departures(path: Path, results: Sequence[DeparturesResult], title: str) -> None:
     """Allocation and waiting tasks across the window, mean over seeds per policy."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise SystemExit(
-            "--plot needs matplotlib, an optional dependency: pip install 'tessera[plot]'"
-        ) from None
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_policy: dict[str, list[DeparturesResult]] = {}
-    for r in results:
-        by_policy.setdefault(r.policy, []).append(r)
+    plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), dpi=120, sharex=True)
-    for policy, runs in by_policy.items():
-        points = len(runs[0].allocation_curve)
-        hours = [r.span / 3600 for r in runs]
-        xs = [sum(hours) / len(hours) * k / (points - 1) for k in range(points)]
-        alloc = [100 * sum(r.allocation_curve[k] for r in runs) / len(runs) for k in range(points)]
-        waiting = [sum(r.waiting_curve[k] for r in runs) / len(runs) for k in range(points)]
-        mean = 100 * sum(r.time_weighted_allocation for r in runs) / len(runs)
-        top.plot(xs, alloc, lw=1.4, label=f"{policy} ({mean:.2f}% time-weighted)")
-        bottom.plot(xs, waiting, lw=1.4, label=policy)
+    for policy, c in departures_curves(results).items():
+        top.plot(c.hours, c.allocated_pct, lw=1.4, label=c.label)
+        bottom.plot(c.hours, c.waiting, lw=1.4, label=policy)
     top.set_ylabel("GPU allocated (% of capacity)")
     top.set_ylim(0, 102)
     top.set_title(title)

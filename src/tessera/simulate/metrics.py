@@ -12,6 +12,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from tessera.model.types import NodeInventory
 from tessera.simulate.trace import MILLI_PER_CARD
@@ -22,6 +23,7 @@ __all__ = [
     "PolicySummary",
     "ReplayResult",
     "Spread",
+    "by_policy",
     "gpu_capacity_milli",
     "retry_summary",
     "summarize",
@@ -138,13 +140,26 @@ def retry_summary(runs: Sequence[ReplayResult]) -> tuple[float, int]:
     return mean, max((c for r in runs for c in r.retried_cycles), default=1)
 
 
+class _OfPolicy(Protocol):
+    @property
+    def policy(self) -> str: ...
+
+
+_R = TypeVar("_R", bound=_OfPolicy)
+
+
+def by_policy(results: Iterable[_R]) -> dict[str, list[_R]]:
+    """The runs of each policy, policies in the order they first appear."""
+    grouped: dict[str, list[_R]] = {}
+    for r in results:
+        grouped.setdefault(r.policy, []).append(r)
+    return grouped
+
+
 def summarize(results: Iterable[ReplayResult]) -> list[PolicySummary]:
     """One summary per policy, in the order the policies first appear."""
-    by_policy: dict[str, list[ReplayResult]] = {}
-    for r in results:
-        by_policy.setdefault(r.policy, []).append(r)
     out = []
-    for policy, runs in by_policy.items():
+    for policy, runs in by_policy(results).items():
         at_100 = [a for r in runs if (a := r.allocation_at(100)) is not None]
         out.append(
             PolicySummary(

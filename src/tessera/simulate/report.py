@@ -6,14 +6,50 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from rich import box
 from rich.table import Table
 
-from tessera.simulate.metrics import PUBLISHED_FGD, PolicySummary, ReplayResult, Spread
+from tessera.simulate.metrics import (
+    PUBLISHED_FGD,
+    PolicySummary,
+    ReplayResult,
+    Spread,
+    by_policy,
+)
 
-__all__ = ["failures_table", "plot_allocation", "results_json", "summary_table", "write_json"]
+__all__ = [
+    "failures_table",
+    "over_seeds",
+    "plot_allocation",
+    "pyplot",
+    "results_json",
+    "summary_table",
+    "write_json",
+]
+
+
+def over_seeds(seed_counts: Iterable[int]) -> str:
+    """ "2 seeds", "1 seed", or "seeds" when policies ran over unequal counts."""
+    counts = set(seed_counts)
+    n = counts.pop() if len(counts) == 1 else 0
+    return f"{n} seed{'s' * (n > 1)}" if n else "seeds"
+
+
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot drawing to files, or a one-line exit naming the extra."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit(
+            "--plot needs matplotlib, an optional dependency: pip install 'tessera[plot]'"
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _pct(s: Spread) -> str:
@@ -34,9 +70,7 @@ def summary_table(summaries: Sequence[PolicySummary], arrival: float) -> Table:
     target = f"{100 * arrival:g}%"
     fgd_target = PUBLISHED_FGD.get(round(arrival, 6))
     fgd_100 = PUBLISHED_FGD[1.0]
-    counts = {len(s.seeds) for s in summaries}
-    n = counts.pop() if len(counts) == 1 else 0
-    seeds = f"{n} seed{'s' * (n > 1)}" if n else "seeds"
+    seeds = over_seeds(len(s.seeds) for s in summaries)
     table = Table(
         box=box.SIMPLE_HEAD,
         title=f"GPU allocation (%), arrivals to {target} of capacity, mean ±std over {seeds}",
@@ -138,23 +172,11 @@ def write_json(path: Path, results: Sequence[ReplayResult], meta: Mapping[str, A
 def plot_allocation(path: Path, results: Sequence[ReplayResult], title: str) -> None:
     """Allocation ratio vs arrived workload, mean over seeds per policy, with FGD's
     published points and the ideal (everything that arrives is placed)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise SystemExit(
-            "--plot needs matplotlib, an optional dependency: pip install 'tessera[plot]'"
-        ) from None
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_policy: dict[str, list[ReplayResult]] = {}
-    for r in results:
-        by_policy.setdefault(r.policy, []).append(r)
+    plt = pyplot()
     # Per policy, the mean curve over seeds at each whole percent every seed reached,
     # then the mean end of the stream (just under the arrival target).
     means: dict[str, tuple[list[float], list[float]]] = {}
-    for policy, runs in by_policy.items():
+    for policy, runs in by_policy(results).items():
         n = min(len(r.curve) for r in runs)
         xs = [float(k) for k in range(n)] + [100 * sum(r.arrived_ratio for r in runs) / len(runs)]
         ys = [100 * sum(r.curve[k] for r in runs) / len(runs) for k in range(n)]
