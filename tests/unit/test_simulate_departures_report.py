@@ -105,8 +105,15 @@ def test_the_table_shows_each_figure_in_its_column() -> None:
     assert binpack.split() == ["binpack", "80.00", "±3.54", "92.2", "3", "8", "15", "45", "2"]
     spread = next(line for line in lines if line.split()[:1] == ["spread"])
     assert spread.split() == ["spread", "50.00", "±0.00", "91.0", "2", "6", "10", "50", "2"]
-    assert "unplaced: still waiting at the end." in words
-    assert "from the 1st to the 99th percentile arrival" in words
+    assert words.endswith(
+        "GPU %: allocated, time-weighted over the window from the 1st to the 99th percentile "
+        "arrival; demand %: allocated + waiting, the same way; queue: tasks waiting, "
+        "time-weighted mean, and peak; wait: seconds from arrival to placement; unplaced: "
+        "still waiting at the end."
+    )
+    # Figures are right-aligned under their headers.
+    for name, figure in [("demand %", "92.2"), ("peak", "8"), ("p50", "15"), ("unplaced", "2")]:
+        assert binpack.index(f" {figure} ") + len(figure) + 1 == header.index(name) + len(name)
 
 
 def _words(results: list[DeparturesResult], arrival: float = 3.0) -> str:
@@ -159,8 +166,17 @@ def test_json_rounds_what_a_reader_needs_no_more_of_and_a_run_that_placed_nothin
     assert (record["mean_wait_seconds"], record["wait_p50_seconds"]) == (0.0, 0.0)
 
 
+def test_p99_is_the_nearest_rank_not_the_longest_wait() -> None:
+    """200 waits of 1..200 s: p50 is the 100th, p99 the 198th (not the longest, 200)."""
+    many = replace(FIRST, waits=tuple(float(k) for k in range(200, 0, -1)))
+    (summary,) = summarize_departures([many])
+    assert (summary.wait_p50.mean, summary.wait_p99.mean) == (100.0, 198.0)
+    (record,) = departures_json([many], {})["results"]
+    assert (record["wait_p50_seconds"], record["wait_p99_seconds"]) == (100.0, 198.0)
+
+
 def test_the_json_file_is_written_indented_with_its_folder(tmp_path: Path) -> None:
-    path = tmp_path / "out" / "dep.json"
+    path = tmp_path / "out" / "departures" / "dep.json"
     write_departures_json(path, [FIRST], {"mode": "departures"})
     text = path.read_text()
     assert text.endswith("}\n") and text.startswith('{\n "results": [\n  {\n   "policy"')

@@ -17,7 +17,13 @@ from tessera.simulate.metrics import (
     retry_summary,
     summarize,
 )
-from tessera.simulate.report import failures_table, plot_allocation, summary_table, write_json
+from tessera.simulate.report import (
+    failures_table,
+    plot_allocation,
+    results_json,
+    summary_table,
+    write_json,
+)
 
 
 def result(policy: str, seed: int, allocated: int, curve: tuple[float, ...]) -> ReplayResult:
@@ -176,3 +182,79 @@ def test_the_spread_of_three_is_the_sample_deviation_and_at_100_reads_that_point
     (s,) = summarize([result("binpack", 42, 9_000, bent)])
     assert s.allocation_at_100 == Spread(0.9, 0.0, 1)
     assert (s.seconds, s.cpu_seconds) == (Spread(1.5, 0.0, 1), Spread(0.0, 0.0, 1))
+
+
+def _table_words(*tables: object, width: int = 100) -> tuple[list[str], str]:
+    console = Console(width=width, record=True)
+    for t in tables:
+        console.print(t)
+    lines = console.export_text().splitlines()
+    return lines, " ".join(" ".join(lines).split())
+
+
+def test_the_caption_names_each_published_figure_at_its_own_arrival() -> None:
+    _, words = _table_words(summary_table(summarize(RUNS), 1.3))
+    assert words.endswith("(Weng et al., ATC'23), 95.39% at 130% and 95.23% at 100%")
+    # An arrival computed as 13/10 of something reads the same figure.
+    _, near = _table_words(summary_table(summarize(RUNS), 1.3000004))
+    assert near.endswith("95.39% at 130% and 95.23% at 100%")
+    # At 100 % the one figure is named once, not as 130 %'s.
+    _, words = _table_words(summary_table(summarize(RUNS), 1.0))
+    assert words.endswith("(Weng et al., ATC'23), 95.23% at 100%") and "and" not in words[-40:]
+    row = words.split(" binpack ")[1].split()
+    assert row[:3] == ["92.00", "±2.83", f"{0.92 / 0.9523:.4f}"]  # the target's ratio: 100 %'s
+
+
+def test_the_failures_table_has_a_row_per_policy_and_zero_where_a_reason_is_missing() -> None:
+    other = replace(
+        result("spread", 42, 5_000, CURVE),
+        failed_by_reason={"insufficient cpu": 4, "no card model": 1},
+        failed_by_class={"whole": 5},
+    )
+    lines, _ = _table_words(failures_table(summarize([*RUNS, other])), width=140)
+    header = next(line for line in lines if line.split()[:2] == ["policy", "failed"])
+    # Policy means summed, most first: reasons cpu 1 + 4, gpu 2, no card model 1; then
+    # classes whole 5, shared 3.
+    assert " ".join(header.split()) == (
+        "policy failed insufficient cpu insufficient gpu no card model whole shared"
+    )
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.split()[:1]
+            in (["binpack"], ["spread"])}  # fmt: skip
+    assert rows == {"binpack": ["3", "1", "2", "0", "0", "3"],
+                    "spread": ["3", "4", "0", "1", "5", "0"]}  # fmt: skip
+    _, words = _table_words(failures_table(summarize(RUNS)))
+    assert words.startswith("Failed tasks per run (mean): by reason, then by request class")
+
+
+def test_json_record_names_every_figure() -> None:
+    waited = replace(RUNS[0], retried_cycles={2: 3}, nodes_to_score=50, seconds=2.0)
+    (record,) = results_json([waited], {"arrival": 1.3})["results"]
+    assert record == {
+        "policy": "binpack",
+        "seed": 42,
+        "arrival": 1.3,
+        "gpu_allocation_ratio": 0.9,
+        "gpu_allocation_ratio_at_100": 0.9,
+        "arrived_ratio": 1.29,
+        "fragmentation_rate": 0.25,
+        "arrived_tasks": 20,
+        "placed_tasks": 17,
+        "failed_tasks": 3,
+        "failed_by_reason": {"insufficient gpu": 2, "insufficient cpu": 1},
+        "failed_by_class": {"shared": 3},
+        "nodes_to_score": 50,
+        "retried_tasks": 3,
+        "retried_cycles": {"2": 3},
+        "capacity_milli": 10_000,
+        "allocated_milli": 9_000,
+        "arrived_milli": 12_900,
+        "seconds": 2.0,
+        "cpu_seconds": 0.0,
+        "allocation_curve": [round(x, 6) for x in CURVE],
+    }
+
+
+def test_the_json_file_makes_its_folders_and_is_indented_by_one(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "sim.json"
+    write_json(path, RUNS[:1], {})
+    assert path.read_text().startswith('{\n "results": [\n  {\n   "policy": "binpack",\n')
