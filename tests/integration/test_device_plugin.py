@@ -613,7 +613,8 @@ def test_app_container_reusing_init_slots_on_other_cards_is_refused(env: Env) ->
     assert env.events.for_pod("default/bad-init")
 
 
-def test_inventory_patch_that_failed_is_retried(env: Env) -> None:
+def test_inventory_patch_that_failed_is_retried(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="tessera.node.agent")
     calls = {"n": 0}
     real = env.node.set_inventory
 
@@ -632,6 +633,8 @@ def test_inventory_patch_that_failed_is_retried(env: Env) -> None:
         time.sleep(0.01)
     inv = decode_inventory(NODE, env.node.text or "", 0, 0)
     assert [c.healthy for c in inv.cards] == [True, False]
+    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
+    assert said == [f"could not patch the inventory of {NODE}; will retry"]
 
 
 def test_agent_restart_between_preferred_and_allocate(env: Env) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import logging
 import shutil
 import subprocess
 import tempfile
@@ -267,6 +268,22 @@ def test_a_sick_card_is_tainted_in_the_slice_and_comes_back(env: Env) -> None:
         time.sleep(0.05)
     assert "taints" not in env.slice()["spec"]["devices"][0]
     assert env.slice()["spec"]["pool"]["generation"] == gen + 2
+
+
+def test_a_slice_write_the_api_server_refuses_is_retried_on_the_next_tick(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="tessera.node.agent")
+    gen = env.slice()["spec"]["pool"]["generation"]
+    env.kube.fail_next("replace", Unavailable(503, "ServiceUnavailable", "etcd is away"))
+    env.discovery.set_probe(U1, False)
+    deadline = time.monotonic() + 5
+    while "taints" not in env.slice()["spec"]["devices"][0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert env.slice()["spec"]["devices"][0]["taints"][0]["key"] == UNHEALTHY_TAINT
+    assert env.slice()["spec"]["pool"]["generation"] == gen + 1  # the refused write is no step
+    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
+    assert said == [f"could not write the ResourceSlice of {NODE}; will retry"]
 
 
 def test_a_slice_edited_or_deleted_by_hand_is_written_back(env: Env) -> None:

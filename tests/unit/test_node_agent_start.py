@@ -4,6 +4,7 @@ that is not whole."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import tempfile
@@ -171,3 +172,21 @@ def test_a_claims_label_it_cannot_read_is_a_start_error(root: Path) -> None:
         assert agent.claim_cards == frozenset()
     finally:
         agent.stop()
+
+
+def test_a_card_in_mig_mode_is_named_and_not_served(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tessera.node.agent")
+    facts = NodeFacts(cards=CARDS, driver_version="550.54", mig_enabled=frozenset({CARDS[1].uuid}))
+    agent = _agent(root, slots_per_card=6)
+    try:
+        agent.start(facts)
+        # The other card is served, with the slots the flag advertises.
+        assert [(c.uuid, c.slots) for c in agent.cards()] == [(CARDS[0].uuid, 6)]
+        assert agent.allocator is not None and agent.plugin is not None
+        assert [c.uuid for c in agent.plugin.cards] == [CARDS[0].uuid]
+    finally:
+        agent.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
+    assert said[0] == f"cards in MIG mode are not shared by Tessera yet: ['{CARDS[1].uuid}']"

@@ -150,17 +150,12 @@ class Agent:
     # --- state -----------------------------------------------------------------------
 
     def cards(self) -> tuple[Card, ...]:
-        """The node's cards with their current health and the slots each is advertised as
-        (what the inventory says: placement puts at most that many containers on a card)."""
+        """The node's cards with their current health and cordons (their slots are the
+        advertised ones since ``start``)."""
         assert self.facts is not None and self.tracker is not None
         cordoned = self.cordons.current() if self.cordons is not None else frozenset()
         return tuple(
-            replace(
-                c,
-                healthy=self.tracker.healthy(c.uuid),
-                slots=self.cfg.slots_per_card,
-                cordoned=c.uuid in cordoned,
-            )
+            replace(c, healthy=self.tracker.healthy(c.uuid), cordoned=c.uuid in cordoned)
             for c in self.facts.cards
         )
 
