@@ -935,4 +935,5 @@ def test_exporter_shows_cards_containers_and_calls_and_survives_a_bad_region(
     assert one(m, "tessera_agent_calls_total", call="Allocate", result="ok") == 3
     assert one(m, "tessera_agent_calls_total", call="Allocate", result="INVALID_ARGUMENT") == 1
     assert one(m, "tessera_agent_call_seconds_count", call="Allocate") == 4
-    assert one(m, "tessera_agent_info", node=NODE, library=env.agent.allocator.lib_version) == 1
+    assert one(m, "tessera_agent_info", node=NODE, library=env.agent.allocator.lib_version,
+               driver_version="fake-0.0", cuda_version="12.4") == 1  # fmt: skip

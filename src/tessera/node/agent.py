@@ -191,12 +191,7 @@ class Agent:
             for c in self.facts.cards
             if c.uuid not in self.facts.mig_enabled
         )
-        self.facts = NodeFacts(
-            cards=cards,
-            driver_version=self.facts.driver_version,
-            cuda_version=self.facts.cuda_version,
-            mig_enabled=self.facts.mig_enabled,
-        )
+        self.facts = replace(self.facts, cards=cards)
         self.tracker = HealthTracker(
             (c.uuid for c in cards), recovery_s=cfg.recovery_s, ignored_xids=cfg.ignored_xids
         )
@@ -335,6 +330,7 @@ class Agent:
         allocator = self.allocator
         info = {
             "driver_version": self.facts.driver_version or "unknown",
+            "cuda_version": self.facts.cuda_version or "unknown",
             "isolation": str(self.cfg.isolation),
             "library": lib_version,
         }

@@ -32,7 +32,8 @@ tessera_claim_*{claim,card}, tessera_claim_*{claim}    the same nine series for 
 tessera_agent_call_seconds{node,call}                  device-plugin calls, histogram
 tessera_agent_calls_total{node,call,result}            and their results
 tessera_agent_match_corrections_total{node}            Allocate matches corrected at PreStart
-tessera_agent_info{driver_version,isolation,library}   1
+tessera_agent_info{node,...}                           1; labels cuda_version, driver_version,
+                                                       isolation, library
 =====================================================  ========================================
 
 ``card`` is ``node, uuid, index, model``; ``ctr`` is ``node, namespace, pod, container``
