@@ -448,6 +448,28 @@ def test_cleanup_removes_folders_of_gone_containers_only(env: Env) -> None:
     assert Path(sb.mount(CONTAINER_ETC_DIR).host_path).exists()
 
 
+def test_the_cleanup_loop_removes_a_gone_containers_folder_on_its_own(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The loop, not a test's call: every cleanup_interval_s, with cleanup_grace_s."""
+    caplog.set_level(logging.INFO, logger="tessera.node.agent")
+    env.agent.stop()
+    env.new_agent(cleanup_interval_s=0.05, cleanup_grace_s=0.0).start()
+    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
+    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    a = pod_obj("l0", [("main", [(U0, 1000, 10)])], created=0)
+    env.pods.put(a[0])
+    folder = Path(env.kubelet.run(a[1])[0].mount(CONTAINER_ETC_DIR).host_path)
+    env.pods.delete(a[1].uid)
+    env.kubelet.remove(a[1])
+    deadline = time.monotonic() + 5
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not folder.exists()
+    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
+    assert "removed the folders of 1 gone container(s)" in said
+
+
 # --- bad input ----------------------------------------------------------------------
 
 

@@ -440,6 +440,27 @@ def test_claims_kubelet_never_unprepares_are_swept_once_the_api_lets_them_go(env
     assert not spec_of("used").exists() and spec_of("kept").exists()
 
 
+def test_the_cleanup_loop_sweeps_claims_on_its_own(env: Env) -> None:
+    """The loop, not a test's call: every cleanup_interval_s, with cleanup_grace_s."""
+    env.agent.stop()
+    env.agent.cfg.cleanup_interval_s, env.agent.cfg.cleanup_grace_s = 0.05, 0.0
+    env.agent.start()
+    gone = _claim(env.kube, "gone", "gpu-1", memory="2Gi", compute="10")
+    used = _claim(env.kube, "used", "gpu-1", memory="2Gi", compute="10")
+    out = env.stub().NodePrepareResources(
+        pb.NodePrepareResourcesRequest(claims=[_ref(gone), _ref(used)]), timeout=5
+    )
+    assert all(a.error == "" for a in out.claims.values())
+    env.agent.pods.put(_pod_using("p-used", "used"))
+    env.kube.delete(RESOURCE_CLAIMS, "gone", "team")
+    env.kube.delete(RESOURCE_CLAIMS, "used", "team")
+    claims_dir = env.root / "state" / "claims"
+    deadline = time.monotonic() + 5
+    while (claims_dir / gone["metadata"]["uid"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p.name for p in claims_dir.iterdir()] == [used["metadata"]["uid"]]
+
+
 def test_a_prepare_that_never_finished_is_swept_but_a_spec_keeps_its_folder(env: Env) -> None:
     # The agent died between the folder and meta.json: kubelet's retry would write it
     # again, but the pod went meanwhile and none comes. A folder whose meta.json no longer

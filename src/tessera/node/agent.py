@@ -22,7 +22,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
@@ -39,7 +39,7 @@ from tessera.node.allocation.allocator import Allocator
 from tessera.node.backstop import Backstop, BackstopMode
 from tessera.node.burst.tenants import AllocationTenants, CoordinatorHost
 from tessera.node.cards.cordons import NodeCordons
-from tessera.node.cards.health import APPLICATION_XIDS, HealthTracker
+from tessera.node.cards.health import HealthTracker
 from tessera.node.cards.inventory import InventoryPublisher
 from tessera.node.dra.prepare import ClaimPreparer
 from tessera.node.dra.server import DraPluginServer
@@ -90,7 +90,6 @@ class AgentConfig:
     visibility: Visibility = Visibility.ENV
     libvgpu: Path | None = None
     recovery_s: float = 30.0
-    ignored_xids: frozenset[int] = field(default=APPLICATION_XIDS)
     health_interval_s: float = 1.0
     coordinator_period_s: float = 0.1  # burst-share ticks (hook backend only); 0: off
     cleanup_interval_s: float = 30.0
@@ -192,9 +191,7 @@ class Agent:
             if c.uuid not in self.facts.mig_enabled
         )
         self.facts = replace(self.facts, cards=cards)
-        self.tracker = HealthTracker(
-            (c.uuid for c in cards), recovery_s=cfg.recovery_s, ignored_xids=cfg.ignored_xids
-        )
+        self.tracker = HealthTracker((c.uuid for c in cards), recovery_s=cfg.recovery_s)
         with _step(f"installing libvgpu {cfg.libvgpu} into {self.layout.lib_root}"):
             lib_version = self.layout.install_library(cfg.libvgpu)
         if self.mps is not None:
