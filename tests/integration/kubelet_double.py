@@ -274,7 +274,9 @@ class KubeletDouble:
 
     def _allocate_pod(self, pod: KPod) -> None:
         ep = self.endpoint
-        if ep is None:
+        # kubelet keys plugins by resource name: one registered under another name does
+        # not serve the pods that ask for this one.
+        if ep is None or ep.resource != self.resource:
             raise AdmissionError(f"cannot allocate unregistered device {self.resource}")
         reusable: set[str] = set()
         ordered = [c for c in pod.containers if c.init] + [c for c in pod.containers if not c.init]

@@ -34,7 +34,7 @@ from tessera.node.formats.allowance import decode_allowance
 from tessera.node.formats.layout import CONTAINER_ETC_DIR, LD_SO_PRELOAD, Layout
 from tessera.node.formats.limits import decode_limits, limits_for
 from tessera.node.formats.usage import CardTotals, encode_region
-from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor
+from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor, Visibility
 from tessera.node.kubelet.podresources import PodResourcesClient
 from tessera.node.ports import PodResourcesView
 from tests.integration.agent_metrics import one, scrape
@@ -448,13 +448,38 @@ def test_cleanup_removes_folders_of_gone_containers_only(env: Env) -> None:
     assert Path(sb.mount(CONTAINER_ETC_DIR).host_path).exists()
 
 
+def test_the_resource_endpoint_and_visibility_flags_reach_kubelet_and_the_container(
+    env: Env,
+) -> None:
+    env.agent.stop()
+    env.new_agent(endpoint="vgpu.sock", visibility=Visibility.CDI).start()
+    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
+    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    assert (env.root / "dp" / "vgpu.sock").exists() and not (
+        env.root / "dp" / "tessera.sock"
+    ).exists()
+    obj, kpod, _ = pod_obj("vis", [("main", [(U1, 1000, 10)])], created=0)
+    env.pods.put(obj)
+    (s,) = env.kubelet.run(kpod)
+    assert [d.name for d in s.response.cdi_devices] == [f"nvidia.com/gpu={U1}"]
+    assert "NVIDIA_VISIBLE_DEVICES" not in s.envs
+    # Registered under another resource name, it does not serve pods asking for ours.
+    env.agent.stop()
+    env.new_agent(resource="example.com/vgpu").start()
+    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 3, timeout=5)
+    obj, kpod, _ = pod_obj("other", [("main", [(U0, 1000, 10)])], created=1)
+    env.pods.put(obj)
+    with pytest.raises(AdmissionError, match=f"cannot allocate unregistered device {RES}"):
+        env.kubelet.run(kpod)
+
+
 def test_the_cleanup_loop_removes_a_gone_containers_folder_on_its_own(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The loop, not a test's call: every cleanup_interval_s, with cleanup_grace_s."""
+    """The loop, not a test's call: every cleanup_interval_s, past cleanup_grace_s."""
     caplog.set_level(logging.INFO, logger="tessera.node.agent")
     env.agent.stop()
-    env.new_agent(cleanup_interval_s=0.05, cleanup_grace_s=0.0).start()
+    env.new_agent(cleanup_interval_s=0.05, cleanup_grace_s=0.5).start()
     env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
     env.kubelet.wait_devices(len(CARDS) * SLOTS)
     a = pod_obj("l0", [("main", [(U0, 1000, 10)])], created=0)

@@ -120,6 +120,11 @@ def test_a_node_that_can_host_it_starts(root: Path) -> None:
         agent.start()
         assert (root / "dp" / "tessera.sock").exists()
         assert agent.metrics_port is not None and agent.metrics_port > 0
+        socket.create_connection(("127.0.0.1", agent.metrics_port), timeout=5).close()
+        # Served on the address asked for only (an operator keeps /metrics off the node's
+        # other addresses this way).
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", agent.metrics_port), timeout=5).close()
     finally:
         agent.stop()
 
