@@ -9,6 +9,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +19,11 @@ from tessera.kube import NODES, FakeKube
 from tessera.kube.errors import Unavailable
 from tessera.model.clusterspec import make_cards
 from tessera.node.agent import Agent, AgentConfig
-from tessera.node.backstop import BackstopMode
+from tessera.node.backstop import Backstop, BackstopMode
 from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
 from tessera.node.isolation import Isolation, MpsDaemon
-from tessera.node.ports import MpsControl, NodeFacts, StartError
+from tessera.node.ports import MpsControl, NodeFacts, StartError, XidEvent
 
 NODE = "node-a"
 RES = "tessera.io/gpu"
@@ -195,3 +196,44 @@ def test_a_card_in_mig_mode_is_named_and_not_served(
         agent.stop()
     said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
     assert said[0] == f"cards in MIG mode are not shared by Tessera yet: ['{CARDS[1].uuid}']"
+
+
+class FailingOnce(FakeDiscovery):
+    """Cards whose first event wait fails, as a driver call may once."""
+
+    def __init__(self) -> None:
+        super().__init__(CARDS)
+        self.waits = 0
+
+    def wait_events(self, timeout_s: float) -> list[XidEvent]:
+        self.waits += 1
+        if self.waits == 1:
+            raise RuntimeError("the driver went away")
+        return super().wait_events(timeout_s)
+
+
+def test_the_health_and_backstop_loops_tick_and_outlive_a_failing_turn(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    ticks: list[float] = []
+
+    def tick(self: Backstop) -> list[object]:
+        ticks.append(time.monotonic())
+        if len(ticks) == 1:
+            raise RuntimeError("NVML said no")
+        return []
+
+    monkeypatch.setattr(Backstop, "tick", tick)
+    discovery = FailingOnce()
+    agent = _agent(root, discovery=discovery, health_interval_s=0.05, backstop_interval_s=0.05)
+    try:
+        agent.start()
+        deadline = time.monotonic() + 5
+        while (len(ticks) < 3 or discovery.waits < 3) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        agent.stop()
+    assert len(ticks) >= 3 and discovery.waits >= 3
+    failed = [(r.getMessage(), r.exc_info is not None) for r in caplog.records
+              if r.name == "tessera.node.agent" and r.levelno == logging.ERROR]  # fmt: skip
+    assert sorted(failed) == [("backstop loop", True), ("health loop", True)]
