@@ -115,10 +115,15 @@ def test_claims_without_the_api_is_a_start_error(root: Path) -> None:
     assert told == "--claims-cards needs the Kubernetes API (ResourceSlices, claims)"
 
 
-def test_a_node_that_can_host_it_starts(root: Path) -> None:
-    agent = _agent(root, metrics_port=0, metrics_address="127.0.0.1")
+def test_a_node_that_can_host_it_starts(root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tessera.node.agent")
+    agent = _agent(root, metrics_port=0, metrics_address="127.0.0.1", slots_per_card=6)
     try:
         agent.start()
+        said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
+        assert said == [
+            "node agent up on node-a: 2 card(s), 6 slot(s) each, isolation hook, driver fake-0.0"
+        ]
         assert (root / "dp" / "tessera.sock").exists()
         assert agent.metrics_port is not None and agent.metrics_port > 0
         socket.create_connection(("127.0.0.1", agent.metrics_port), timeout=5).close()
@@ -154,8 +159,11 @@ def test_the_backstop_watches_unless_it_is_turned_off(root: Path) -> None:
         agent = _agent(root, backstop=mode)
         try:
             agent.start()
-            loops = {t.name for t in threading.enumerate()}
-            assert ("agent-backstop" in loops) is watching, mode
+            # Named for a thread dump; daemons, so that a stuck loop cannot hold the
+            # process at exit.
+            loops = {t.name: t.daemon for t in threading.enumerate() if t.name.startswith("agent-")}
+            backstop = {"agent-backstop": True} if watching else {}
+            assert loops == {"agent-health": True, "agent-cleanup": True, **backstop}, mode
         finally:
             agent.stop()
         assert "agent-backstop" not in {t.name for t in threading.enumerate()}
