@@ -10,10 +10,12 @@ import socket
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.kube import NODES, FakeKube
 from tessera.kube.errors import Unavailable
@@ -169,7 +171,9 @@ def test_the_backstop_watches_unless_it_is_turned_off(root: Path) -> None:
         assert "agent-backstop" not in {t.name for t in threading.enumerate()}
 
 
-def test_a_claims_label_it_cannot_read_is_a_start_error(root: Path) -> None:
+def test_a_claims_label_it_cannot_read_is_a_start_error(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     kube = FakeKube()  # --claims-cards "" (the chart's default) reads the node's label
     told = _start_fails(_agent(root, kube=kube, claims_cards=""))
     assert told == (
@@ -181,11 +185,14 @@ def test_a_claims_label_it_cannot_read_is_a_start_error(root: Path) -> None:
     told = _start_fails(_agent(root, kube=kube, claims_cards=""))
     assert told.endswith("label: 0 Unavailable: connection refused"), told
     agent = _agent(root, kube=kube, claims_cards="")  # the node there, no label: no claims
+    caplog.clear()
     try:
         agent.start()
         assert agent.claim_cards == frozenset()
     finally:
         agent.stop()
+    # No label is "none", not a bad label: nothing to tell the operator.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_card_in_mig_mode_is_named_and_not_served(
@@ -245,3 +252,37 @@ def test_the_health_and_backstop_loops_tick_and_outlive_a_failing_turn(
     failed = [(r.getMessage(), r.exc_info is not None) for r in caplog.records
               if r.name == "tessera.node.agent" and r.levelno == logging.ERROR]  # fmt: skip
     assert sorted(failed) == [("backstop loop", True), ("health loop", True)]
+
+
+def _scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_metrics_show_the_backstops_actions_and_serve_with_it_turned_off(root: Path) -> None:
+    """Also: the driver's versions in tessera_agent_info, "unknown" where NVML said none."""
+    runs = [(BackstopMode.KILL, "fake-0.0", "12.4"), (BackstopMode.OFF, "", "")]
+    for mode, driver, cuda in runs:
+        found = FakeDiscovery(CARDS, driver_version=driver, cuda_version=cuda)
+        agent = _agent(root, discovery=found, backstop=mode, metrics_port=0,
+                       metrics_address="127.0.0.1")  # fmt: skip
+        try:
+            agent.start()
+            assert agent.metrics_port is not None
+            if agent.backstop is not None:
+                agent.backstop.actions[("team/p", "main", "killed")] += 2
+            samples = _scrape(agent.metrics_port)
+        finally:
+            agent.stop()
+        actions = samples.get("tessera_container_backstop_actions_total", [])
+        want = {"node": NODE, "namespace": "team", "pod": "p", "container": "main"}
+        assert actions == ([({**want, "action": "killed"}, 2.0)] if agent.backstop else []), mode
+        [(info, one)] = samples["tessera_agent_info"]
+        assert (info["isolation"], info["driver_version"], info["cuda_version"], one) == (
+            "hook", driver or "unknown", cuda or "unknown", 1.0
+        )  # fmt: skip
