@@ -146,15 +146,24 @@ def test_cards_are_split_between_the_two_paths(env: Env) -> None:
     assert owner["uid"] == env.kube.get(NODES, NODE)["metadata"]["uid"]
 
 
-def test_the_nodes_label_names_the_claims_cards_and_a_bad_one_offers_none(env: Env) -> None:
+def test_the_nodes_label_names_the_claims_cards_and_a_bad_one_offers_none(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
     """Without --claims-cards the node's label decides; a label naming no card of the node
     is logged and offers nothing to claims, and the extender path keeps every card."""
+    caplog.set_level(logging.INFO, logger="tessera.node.agent")
     env.agent.stop()
     cfg = replace(env.agent.cfg, claims_cards="")
+    told = {
+        "9": f"node {NODE}: label {CLAIMS_LABEL}: names card 9, which this node does not "
+        "have (got '9'); no card goes to claims",
+        "1": f"claims path on {NODE}: cards [1]",
+    }
     for label, claims in (("9", set()), ("1", {U1})):
         env.kube.merge_patch(NODES, NODE, {"metadata": {"labels": {CLAIMS_LABEL: label}}})
         agent = Agent(cfg, env.discovery, env.agent.pods, MemoryEvents(), env.node, None,
                       kube=env.kube)  # fmt: skip
+        caplog.clear()
         agent.start()
         try:
             assert agent.claim_cards == claims
@@ -162,6 +171,8 @@ def test_the_nodes_label_names_the_claims_cards_and_a_bad_one_offers_none(env: E
             assert {c.uuid for c in inventory} == {U0, U1} - claims
         finally:
             agent.stop()
+        said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
+        assert said[0] == told[label]
     env.agent.start()
 
 
@@ -240,6 +251,18 @@ def test_prepare_writes_the_limits_and_cdi_spec_and_unprepare_removes_them(env: 
     )
     assert gone.claims[uid].error == ""
     assert not spec_file.exists() and not limits_file.parent.parent.exists()
+
+
+def test_the_agents_context_charge_reaches_a_claims_limits(env: Env) -> None:
+    """--context-mib goes to claims as to allocations: libvgpu charges each context it."""
+    env.agent.stop()
+    env.agent.cfg.context_mib = 300
+    env.agent.start()
+    claim = _claim(env.kube, "ctx", "gpu-1", memory="2Gi", compute="10")
+    out = env.stub().NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[_ref(claim)]))
+    assert out.claims[claim["metadata"]["uid"]].error == ""
+    limits_file = env.root / "state" / "claims" / claim["metadata"]["uid"] / "etc" / "limits"
+    assert decode_limits(limits_file.read_text()).context_mib == 300
 
 
 def test_a_claim_the_api_server_does_not_have_is_an_error_not_a_crash(env: Env) -> None:

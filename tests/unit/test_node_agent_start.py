@@ -101,6 +101,16 @@ def test_a_plugin_folder_it_cannot_make_is_named(root: Path) -> None:
     assert told.startswith(f"serving the device plugin in {root / 'dp'}: "), told
 
 
+def test_a_dra_plugin_folder_it_cannot_make_is_named(root: Path) -> None:
+    (root / "plugins").write_text("a file where the folder should be")
+    kube = FakeKube()
+    kube.create(NODES, {"metadata": {"name": NODE}})
+    agent = _agent(root, kube=kube, claims_cards="all", dra_plugin_dir=root / "plugins",
+                   dra_registry_dir=root / "registry", cdi_dir=root / "cdi")  # fmt: skip
+    told = _start_fails(agent)
+    assert told.startswith(f"serving the DRA plugin in {root / 'plugins'}: "), told
+
+
 def test_an_mps_daemon_that_will_not_start_is_named(root: Path) -> None:
     for binary, said in [
         ("tessera-no-such-mps-control", "tessera-no-such-mps-control not found on PATH"),
