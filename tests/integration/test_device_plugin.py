@@ -37,10 +37,12 @@ from tessera.node.formats.usage import CardTotals, encode_region
 from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor, Visibility
 from tessera.node.kubelet.podresources import PodResourcesClient
 from tessera.node.ports import PodResourcesView
+from tests._logs import logged
 from tests.integration.agent_metrics import one, scrape
 from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
 
 NODE = "node-a"
+AGENT_LOG = "tessera.node.agent"
 RES = "tessera.io/gpu"
 SLOTS = 8
 CARDS = make_cards(NODE, 2, "A100")
@@ -477,7 +479,7 @@ def test_the_cleanup_loop_removes_a_gone_containers_folder_on_its_own(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The loop, not a test's call: every cleanup_interval_s, past cleanup_grace_s."""
-    caplog.set_level(logging.INFO, logger="tessera.node.agent")
+    caplog.set_level(logging.INFO, logger=AGENT_LOG)
     env.agent.stop()
     env.new_agent(cleanup_interval_s=0.05, cleanup_grace_s=0.5).start()
     env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
@@ -487,15 +489,13 @@ def test_the_cleanup_loop_removes_a_gone_containers_folder_on_its_own(
     folder = Path(env.kubelet.run(a[1])[0].mount(CONTAINER_ETC_DIR).host_path)
     env.pods.delete(a[1].uid)
     env.kubelet.remove(a[1])
-
-    def said() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
-
     told = "removed the folders of 1 gone container(s)"
     deadline = time.monotonic() + 5
-    while (folder.exists() or told not in said()) and time.monotonic() < deadline:
+    while (
+        folder.exists() or told not in logged(caplog, AGENT_LOG)
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not folder.exists() and told in said()
+    assert not folder.exists() and told in logged(caplog, AGENT_LOG)
 
 
 # --- bad input ----------------------------------------------------------------------
@@ -578,14 +578,16 @@ def test_an_xid_alone_takes_a_card_out_for_its_quiet_period(
 ) -> None:
     # The probe answers throughout: only the XID can take the card out, and the quiet
     # period (recovery_s) with a good probe brings it back.
-    caplog.set_level(logging.WARNING, logger="tessera.node.agent")
+    caplog.set_level(logging.WARNING, logger=AGENT_LOG)
     k = env.kubelet
     env.discovery.inject_xid(U0, 79)
     assert k.wait(lambda: k.health_of(U0) == {"Unhealthy"}, timeout=3)
     assert k.health_of(U1) == {"Healthy"}
     assert k.wait(lambda: k.health_of(U0) == {"Healthy"}, timeout=3)
-    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
-    assert said == [f"card {U0} is Unhealthy (XID 79)", f"card {U0} is Healthy again"]
+    assert logged(caplog, AGENT_LOG) == [
+        f"card {U0} is Unhealthy (XID 79)",
+        f"card {U0} is Healthy again",
+    ]
 
 
 # --- MPS backend --------------------------------------------------------------------
@@ -607,7 +609,7 @@ def _mps_agent(env: Env) -> FakeMps:
 def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="tessera.node.agent")
+    caplog.set_level(logging.WARNING, logger=AGENT_LOG)
     mps = _mps_agent(env)
     assert mps.starts == 1
     assert env.agent.coordinator is None  # burst-share lending is the hook backend's
@@ -618,15 +620,11 @@ def test_mps_backend_gives_per_client_limits_and_keeps_the_daemon_up(
     assert s.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M,1=4096M"
     assert s.mount("/tmp/nvidia-mps").host_path == str(env.root / "state" / "mps" / "pipe")
     mps.crash()
-
-    def said() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
-
     deadline = time.monotonic() + 3
-    while (mps.starts < 2 or not said()) and time.monotonic() < deadline:
+    while (mps.starts < 2 or not logged(caplog, AGENT_LOG)) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert mps.running() and env.agent.mps.restarts == 1
-    assert said() == ["MPS control daemon was down; restarted"]
+    assert logged(caplog, AGENT_LOG) == ["MPS control daemon was down; restarted"]
 
 
 @pytest.mark.parametrize("same_slice", [True, False])
@@ -672,7 +670,7 @@ def test_app_container_reusing_init_slots_on_other_cards_is_refused(env: Env) ->
 
 
 def test_inventory_patch_that_failed_is_retried(env: Env, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR, logger="tessera.node.agent")
+    caplog.set_level(logging.ERROR, logger=AGENT_LOG)
     calls = {"n": 0}
     real = env.node.set_inventory
 
@@ -691,8 +689,7 @@ def test_inventory_patch_that_failed_is_retried(env: Env, caplog: pytest.LogCapt
         time.sleep(0.01)
     inv = decode_inventory(NODE, env.node.text or "", 0, 0)
     assert [c.healthy for c in inv.cards] == [True, False]
-    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
-    assert said == [f"could not patch the inventory of {NODE}; will retry"]
+    assert logged(caplog, AGENT_LOG) == [f"could not patch the inventory of {NODE}; will retry"]
 
 
 def test_agent_restart_between_preferred_and_allocate(env: Env) -> None:

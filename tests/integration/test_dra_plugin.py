@@ -49,10 +49,12 @@ from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
 from tessera.node.formats.allowance import decode_allowance
 from tessera.node.formats.limits import decode_limits
 from tessera.node.formats.usage import CardTotals, encode_region
+from tests._logs import logged
 from tests.integration.agent_metrics import one, scrape
 from tests.integration.kubelet_double import KubeletDouble
 
 NODE = "node-a"
+AGENT_LOG = "tessera.node.agent"
 RES = "tessera.io/gpu"
 SLOTS = 6  # not the default 16: the slice and the node check must both use it
 CARDS = make_cards(NODE, 2, "A100")
@@ -151,7 +153,7 @@ def test_the_nodes_label_names_the_claims_cards_and_a_bad_one_offers_none(
 ) -> None:
     """Without --claims-cards the node's label decides; a label naming no card of the node
     is logged and offers nothing to claims, and the extender path keeps every card."""
-    caplog.set_level(logging.INFO, logger="tessera.node.agent")
+    caplog.set_level(logging.INFO, logger=AGENT_LOG)
     env.agent.stop()
     cfg = replace(env.agent.cfg, claims_cards="")
     told = {
@@ -171,8 +173,7 @@ def test_the_nodes_label_names_the_claims_cards_and_a_bad_one_offers_none(
             assert {c.uuid for c in inventory} == {U0, U1} - claims
         finally:
             agent.stop()
-        said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
-        assert said[0] == told[label]
+        assert logged(caplog, AGENT_LOG)[0] == told[label]
     env.agent.start()
 
 
@@ -296,7 +297,7 @@ def test_a_sick_card_is_tainted_in_the_slice_and_comes_back(env: Env) -> None:
 def test_a_slice_write_the_api_server_refuses_is_retried_on_the_next_tick(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="tessera.node.agent")
+    caplog.set_level(logging.ERROR, logger=AGENT_LOG)
     gen = env.slice()["spec"]["pool"]["generation"]
     env.kube.fail_next("replace", Unavailable(503, "ServiceUnavailable", "etcd is away"))
     env.discovery.set_probe(U1, False)
@@ -305,8 +306,7 @@ def test_a_slice_write_the_api_server_refuses_is_retried_on_the_next_tick(
         time.sleep(0.05)
     assert env.slice()["spec"]["devices"][0]["taints"][0]["key"] == UNHEALTHY_TAINT
     assert env.slice()["spec"]["pool"]["generation"] == gen + 1  # the refused write is no step
-    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
-    assert said == [f"could not write the ResourceSlice of {NODE}; will retry"]
+    assert logged(caplog, AGENT_LOG) == [f"could not write the ResourceSlice of {NODE}; will retry"]
 
 
 def test_a_slice_edited_or_deleted_by_hand_is_written_back(env: Env) -> None:

@@ -29,6 +29,7 @@ from tessera.node.cards.cordons import NodeCordons
 from tessera.scheduler.quota_writer import CARDS_BACK_EVERY_S, QuotaWriter
 from tessera.scheduler.state import SchedulerState
 from tessera.view.cordon import CordonError, change_cordons, drain, resolve_cards, tenants
+from tests._logs import logged
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
 
@@ -178,8 +179,10 @@ def test_the_agent_follows_its_node_and_says_when_the_set_changes(
         eventually(lambda: calls == [frozenset({"GPU-x"}), frozenset()])
     finally:
         reflector.stop()
-    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.cards.cordons"]
-    assert said == ["node n1: cordoned cards now ['GPU-x']", "node n1: cordoned cards now none"]
+    assert logged(caplog, "tessera.node.cards.cordons") == [
+        "node n1: cordoned cards now ['GPU-x']",
+        "node n1: cordoned cards now none",
+    ]
 
 
 class _Racing(FakeKube):

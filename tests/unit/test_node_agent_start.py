@@ -26,8 +26,10 @@ from tessera.node.cards.fake import FakeDiscovery
 from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
 from tessera.node.isolation import Isolation, MpsDaemon
 from tessera.node.ports import MpsControl, NodeFacts, StartError, XidEvent
+from tests._logs import logged
 
 NODE = "node-a"
+AGENT_LOG = "tessera.node.agent"
 RES = "tessera.io/gpu"
 CARDS = make_cards(NODE, 2, "T4")
 
@@ -128,12 +130,11 @@ def test_claims_without_the_api_is_a_start_error(root: Path) -> None:
 
 
 def test_a_node_that_can_host_it_starts(root: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tessera.node.agent")
+    caplog.set_level(logging.INFO, logger=AGENT_LOG)
     agent = _agent(root, metrics_port=0, metrics_address="127.0.0.1", slots_per_card=6)
     try:
         agent.start()
-        said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
-        assert said == [
+        assert logged(caplog, AGENT_LOG) == [
             "node agent up on node-a: 2 card(s), 6 slot(s) each, isolation hook, driver fake-0.0"
         ]
         assert (root / "dp" / "tessera.sock").exists()
@@ -208,7 +209,7 @@ def test_a_claims_label_it_cannot_read_is_a_start_error(
 def test_a_card_in_mig_mode_is_named_and_not_served(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="tessera.node.agent")
+    caplog.set_level(logging.WARNING, logger=AGENT_LOG)
     facts = NodeFacts(cards=CARDS, driver_version="550.54", mig_enabled=frozenset({CARDS[1].uuid}))
     agent = _agent(root, slots_per_card=6)
     try:
@@ -219,8 +220,10 @@ def test_a_card_in_mig_mode_is_named_and_not_served(
         assert [c.uuid for c in agent.plugin.cards] == [CARDS[0].uuid]
     finally:
         agent.stop()
-    said = [r.getMessage() for r in caplog.records if r.name == "tessera.node.agent"]
-    assert said[0] == f"cards in MIG mode are not shared by Tessera yet: ['{CARDS[1].uuid}']"
+    assert (
+        logged(caplog, AGENT_LOG)[0]
+        == f"cards in MIG mode are not shared by Tessera yet: ['{CARDS[1].uuid}']"
+    )
 
 
 class FailingOnce(FakeDiscovery):

@@ -32,7 +32,8 @@ __all__ = [
 
 
 def over_seeds(seed_counts: Iterable[int]) -> str:
-    """ "2 seeds", "1 seed", or "seeds" when policies ran over unequal counts."""
+    """The seed count a title names: 2 seeds, 1 seed, or just seeds when the policies
+    ran over unequal counts."""
     counts = set(seed_counts)
     n = counts.pop() if len(counts) == 1 else 0
     return f"{n} seed{'s' * (n > 1)}" if n else "seeds"
