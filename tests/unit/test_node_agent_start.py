@@ -10,12 +10,10 @@ import socket
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.kube import NODES, FakeKube
 from tessera.kube.errors import Unavailable
@@ -27,6 +25,7 @@ from tessera.node.fakes import MemoryEvents, MemoryNode, MemoryPods
 from tessera.node.isolation import Isolation, MpsDaemon
 from tessera.node.ports import MpsControl, NodeFacts, StartError, XidEvent
 from tests._logs import logged
+from tests.integration.agent_metrics import one, scrape
 
 NODE = "node-a"
 AGENT_LOG = "tessera.node.agent"
@@ -263,18 +262,8 @@ def test_the_health_and_backstop_loops_tick_and_outlive_a_failing_turn(
         agent.stop()
     assert len(ticks) >= 3 and discovery.waits >= 3
     failed = [(r.getMessage(), r.exc_info is not None) for r in caplog.records
-              if r.name == "tessera.node.agent" and r.levelno == logging.ERROR]  # fmt: skip
+              if r.name == AGENT_LOG and r.levelno == logging.ERROR]  # fmt: skip
     assert sorted(failed) == [("backstop loop", True), ("health loop", True)]
-
-
-def _scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
 
 
 def test_metrics_show_the_backstops_actions_and_serve_with_it_turned_off(root: Path) -> None:
@@ -286,16 +275,16 @@ def test_metrics_show_the_backstops_actions_and_serve_with_it_turned_off(root: P
                        metrics_address="127.0.0.1")  # fmt: skip
         try:
             agent.start()
-            assert agent.metrics_port is not None
             if agent.backstop is not None:
                 agent.backstop.actions[("team/p", "main", "killed")] += 2
-            samples = _scrape(agent.metrics_port)
+            samples = scrape(agent)
         finally:
             agent.stop()
-        actions = samples.get("tessera_container_backstop_actions_total", [])
-        want = {"node": NODE, "namespace": "team", "pod": "p", "container": "main"}
-        assert actions == ([({**want, "action": "killed"}, 2.0)] if agent.backstop else []), mode
-        [(info, one)] = samples["tessera_agent_info"]
-        assert (info["isolation"], info["driver_version"], info["cuda_version"], one) == (
-            "hook", driver or "unknown", cuda or "unknown", 1.0
-        )  # fmt: skip
+        actions = "tessera_container_backstop_actions_total"
+        if agent.backstop is not None:
+            assert one(samples, actions, node=NODE, namespace="team", pod="p", container="main",
+                       action="killed") == 2  # fmt: skip
+        else:
+            assert not [name for name, _ in samples if name == actions]
+        versions = {"driver_version": driver or "unknown", "cuda_version": cuda or "unknown"}
+        assert one(samples, "tessera_agent_info", isolation="hook", **versions) == 1
