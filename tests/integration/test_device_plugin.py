@@ -78,6 +78,16 @@ class Env:
         self.agent = make_agent(self, lib or self.lib, **cfg)
         return self.agent
 
+    def restart_agent(self, lib: Path | None = None, **cfg: object) -> Agent:
+        """Stop the agent and start a new one with ``cfg``; back once kubelet has heard
+        from it and has every slot again."""
+        registered = len(self.kubelet.registrations)
+        self.agent.stop()
+        self.new_agent(lib, **cfg).start()
+        self.kubelet.wait(lambda: len(self.kubelet.registrations) > registered, timeout=5)
+        self.kubelet.wait_devices(len(CARDS) * SLOTS)
+        return self.agent
+
 
 def make_agent(env: Env, lib: Path, **cfg: object) -> Agent:
     config = AgentConfig(
@@ -398,10 +408,7 @@ def test_agent_restart_in_the_middle_loses_nothing(env: Env) -> None:
     env.pods.put(a[0])
     env.pods.put(b[0])
     env.kubelet.admit(a[1])  # allocated, not started yet
-    env.agent.stop()
-    env.new_agent().start()
-    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
-    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    env.restart_agent()
     check_started(env, env.kubelet.start_containers(a[1]), a[2])
     check_started(env, env.kubelet.run(b[1]), b[2])
     # The restarted agent found the node's inventory unchanged: no second patch.
@@ -412,12 +419,9 @@ def test_library_upgrade_does_not_swap_the_library_under_running_pods(env: Env) 
     a = pod_obj("v0", [("main", [(U0, 1000, 10)])], created=0)
     env.pods.put(a[0])
     old = env.kubelet.run(a[1])[0].mount("/usr/local/tessera/lib").host_path
-    env.agent.stop()
     lib2 = env.root / "libvgpu-2.so"
     lib2.write_bytes(b"\x7fELF fake libvgpu v2")
-    env.new_agent(lib=lib2, cleanup_grace_s=0.0).start()
-    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
-    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    env.restart_agent(lib=lib2, cleanup_grace_s=0.0)
     b = pod_obj("v1", [("main", [(U1, 1000, 10)])], created=1)
     env.pods.put(b[0])
     new = env.kubelet.run(b[1])[0].mount("/usr/local/tessera/lib").host_path
@@ -453,10 +457,7 @@ def test_cleanup_removes_folders_of_gone_containers_only(env: Env) -> None:
 def test_the_resource_endpoint_and_visibility_flags_reach_kubelet_and_the_container(
     env: Env,
 ) -> None:
-    env.agent.stop()
-    env.new_agent(endpoint="vgpu.sock", visibility=Visibility.CDI).start()
-    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
-    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    env.restart_agent(endpoint="vgpu.sock", visibility=Visibility.CDI)
     assert (env.root / "dp" / "vgpu.sock").exists() and not (
         env.root / "dp" / "tessera.sock"
     ).exists()
@@ -466,9 +467,7 @@ def test_the_resource_endpoint_and_visibility_flags_reach_kubelet_and_the_contai
     assert [d.name for d in s.response.cdi_devices] == [f"nvidia.com/gpu={U1}"]
     assert "NVIDIA_VISIBLE_DEVICES" not in s.envs
     # Registered under another resource name, it does not serve pods asking for ours.
-    env.agent.stop()
-    env.new_agent(resource="example.com/vgpu").start()
-    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 3, timeout=5)
+    env.restart_agent(resource="example.com/vgpu")
     obj, kpod, _ = pod_obj("other", [("main", [(U0, 1000, 10)])], created=1)
     env.pods.put(obj)
     with pytest.raises(AdmissionError, match=f"cannot allocate unregistered device {RES}"):
@@ -480,10 +479,7 @@ def test_the_cleanup_loop_removes_a_gone_containers_folder_on_its_own(
 ) -> None:
     """The loop, not a test's call: every cleanup_interval_s, past cleanup_grace_s."""
     caplog.set_level(logging.INFO, logger=AGENT_LOG)
-    env.agent.stop()
-    env.new_agent(cleanup_interval_s=0.05, cleanup_grace_s=0.5).start()
-    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
-    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    env.restart_agent(cleanup_interval_s=0.05, cleanup_grace_s=0.5)
     a = pod_obj("l0", [("main", [(U0, 1000, 10)])], created=0)
     env.pods.put(a[0])
     folder = Path(env.kubelet.run(a[1])[0].mount(CONTAINER_ETC_DIR).host_path)
@@ -907,10 +903,7 @@ def test_a_long_running_agent_keeps_bounded_records(env: Env) -> None:
 def test_the_agents_context_charge_reaches_every_limits_file(env: Env) -> None:
     # --context-mib: libvgpu charges each CUDA context against the cap; the agent writes
     # the charge into the limits file of every container it starts.
-    env.agent.stop()
-    env.new_agent(context_mib=300).start()
-    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
-    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    env.restart_agent(context_mib=300)
     obj, kpod, assignment = pod_obj("c0", [("main", [(U0, 4000, 20)])], created=0)
     env.pods.put(obj)
     started = env.kubelet.run(kpod)
@@ -927,10 +920,7 @@ def test_the_agents_context_charge_reaches_every_limits_file(env: Env) -> None:
 def test_exporter_shows_cards_containers_and_calls_and_survives_a_bad_region(
     env: Env,
 ) -> None:
-    env.agent.stop()
-    env.new_agent(metrics_port=0, metrics_address="127.0.0.1").start()
-    env.kubelet.wait(lambda: len(env.kubelet.registrations) >= 2, timeout=5)
-    env.kubelet.wait_devices(len(CARDS) * SLOTS)
+    env.restart_agent(metrics_port=0, metrics_address="127.0.0.1")
     a = pod_obj("ex-a", [("main", [(U0, 10000, 30)])], created=0)
     b = pod_obj("ex-b", [("main", [(U0, 6000, 20), (U1, 2000, 10)])], created=1)
     c = pod_obj("ex-c", [("main", [(U1, 1000, 5)])], created=2)
