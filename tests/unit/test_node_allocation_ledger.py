@@ -73,3 +73,13 @@ def test_a_corrected_allocation_moves_its_claim_and_leaves_none_once_forgotten()
     ledger.forget(moved)
     assert ledger.claimed() == set()
     assert ledger.claim(("p2", "main"), "b")
+
+
+def test_alloc_ids_include_claims_still_being_written_until_released_or_forgotten() -> None:
+    a = rec("a", "p1")
+    ledger = Ledger([a])
+    assert ledger.claim(("p2", "main"), "b")  # Allocate is writing b's folder
+    assert ledger.alloc_ids() == {"a", "b"}
+    ledger.release(("p2", "main"), "b")
+    ledger.forget(a)
+    assert ledger.alloc_ids() == set()

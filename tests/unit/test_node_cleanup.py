@@ -111,3 +111,17 @@ def test_a_folder_without_a_record_goes_once_old_and_unused_libraries_go(
     assert layout.alloc_ids() == ["a1", "half-new", "unread"]
     # v1: a live allocation's; v2: the agent's own; claims-v: a prepared claim's.
     assert sorted(layout.lib_versions()) == ["claims-v", "v1", "v2"]
+
+
+def test_a_folder_allocate_is_still_writing_stays_at_any_grace(tmp_path: Path) -> None:
+    """Allocate claims the container, makes the folder, then writes meta.json: between
+    the two the folder has no record, but it is no orphan, even at a grace of 0."""
+    layout, ledger = world(tmp_path)
+    assert ledger.claim(("new", "main"), "a1")
+    for alloc_id in ("a1", "dead"):  # dead: its Allocate died, nobody claims it
+        layout.alloc_dir(alloc_id).mkdir(parents=True)
+        os.utime(layout.alloc_dir(alloc_id), (NOW, NOW))  # made just now
+    assert cleanup(NODE, ledger, layout, Pods([]), Kubelet(), "v1", NOW, 0.0) == ["dead"]
+    assert layout.alloc_ids() == ["a1"]
+    ledger.release(("new", "main"), "a1")  # the write failed: now it is an orphan
+    assert cleanup(NODE, ledger, layout, Pods([]), Kubelet(), "v1", NOW, 0.0) == ["a1"]

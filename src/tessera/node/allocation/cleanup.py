@@ -52,8 +52,11 @@ def cleanup(
         ledger.forget(rec)
         removed.append(rec.alloc_id)
     ledger.expire_reservations(now, grace_s)
-    known = {r.alloc_id for r in ledger.records()}
-    for alloc_id in layout.alloc_ids():
+    # Folders first, then the ledger: a folder listed was made after its ID was claimed,
+    # so an Allocate still writing it is known here whatever the grace.
+    folders = layout.alloc_ids()
+    known = ledger.alloc_ids()
+    for alloc_id in folders:
         if alloc_id in known or layout.has_record(alloc_id):
             continue  # a record the agent could not read: logged at start, kept
         try:

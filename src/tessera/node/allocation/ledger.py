@@ -48,6 +48,12 @@ class Ledger:
         with self._mu:
             return set(self._claimed)
 
+    def alloc_ids(self) -> set[str]:
+        """Every allocation the ledger knows, those Allocate is still writing included
+        (claimed before their folder is made, recorded after it is written)."""
+        with self._mu:
+            return set(self._records) | set(self._claimed.values())
+
     def lib_versions(self) -> set[str]:
         with self._mu:
             return {r.lib_version for r in self._records.values()}
