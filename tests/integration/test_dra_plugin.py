@@ -464,10 +464,10 @@ def test_claims_kubelet_never_unprepares_are_swept_once_the_api_lets_them_go(env
 
 
 def test_the_cleanup_loop_sweeps_claims_on_its_own(env: Env) -> None:
-    """The loop, not a test's call: every cleanup_interval_s, past cleanup_grace_s (which
-    keeps a prepare in flight from being taken for one that never finished)."""
+    """The loop, not a test's call, every cleanup_interval_s; at a grace of 0 it still
+    keeps what a prepare is writing and what a pod uses (put while the loop runs)."""
     env.agent.stop()
-    env.agent.cfg.cleanup_interval_s, env.agent.cfg.cleanup_grace_s = 0.05, 0.5
+    env.agent.cfg.cleanup_interval_s, env.agent.cfg.cleanup_grace_s = 0.05, 0.0
     env.agent.start()
     gone = _claim(env.kube, "gone", "gpu-1", memory="2Gi", compute="10")
     used = _claim(env.kube, "used", "gpu-1", memory="2Gi", compute="10")

@@ -10,6 +10,7 @@ folder); the claims come from FakeKube through the agent's own ``KubeClaims``.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,62 @@ def test_sweep_keeps_a_folder_until_it_is_older_than_the_grace(tmp_path: Path) -
     assert p.sweep(now=written + 59.5, grace_s=60) == []
     assert p.sweep(now=written + 60, grace_s=60) == [uid(c)]
     assert (p.prepared(), p.prepared_claims(), p.held_by_claim()) == ([], [], {})
+
+
+def test_sweep_asks_again_who_uses_a_claim_after_the_api_server_says_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    """Pods the sweep looked at first may be older than the API server's answer: a pod
+    that started using the claim in between keeps it."""
+    kube = FakeKube()
+    c = claim(kube, "a")
+    p = preparer(tmp_path, kube)
+    p.prepare("team", "a", uid(c))
+    kube.delete(RESOURCE_CLAIMS, "a", "team")
+    looks: list[set[tuple[str, str]]] = [set(), {("team", "a")}]
+    assert p.sweep(now=1e12, grace_s=60, in_use=lambda: looks.pop(0)) == []
+    assert (looks, p.prepared()) == ([], [uid(c)])
+    assert p.sweep(now=1e12, grace_s=60, in_use=set) == [uid(c)]
+
+
+class _PausedLayout(Layout):
+    """A Layout whose claim writes stop between making the folder and its files, as a
+    slow disk would, and which tells when a reader found that folder still empty."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.made, self.go, self.read_empty = (threading.Event() for _ in range(3))
+
+    def write_claim(self, uid: str, limits_text: str, meta_json: str) -> None:
+        self.claim_dir(uid).mkdir(parents=True)
+        self.made.set()
+        assert self.go.wait(5)
+        super().write_claim(uid, limits_text, meta_json)
+
+    def read_claim_meta(self, uid: str) -> str | None:
+        text = super().read_claim_meta(uid)
+        if text is None and self.made.is_set():
+            self.read_empty.set()
+        return text
+
+
+def test_a_sweep_at_a_grace_of_0_keeps_a_prepare_it_found_half_written(tmp_path: Path) -> None:
+    """The sweep reads a folder whose prepare has made it but not yet written meta.json:
+    it looks like one that never finished. It must not remove it once the prepare is done."""
+    kube = FakeKube()
+    c = claim(kube, "a")
+    layout = _PausedLayout(tmp_path / "state")
+    p = ClaimPreparer(NODE, CARDS, layout, "v1", KubeClaims(kube), tmp_path / "cdi")
+    swept: list[str] = []
+    prepare = threading.Thread(target=p.prepare, args=("team", "a", uid(c)))
+    sweep = threading.Thread(target=lambda: swept.extend(p.sweep(now=1e12, grace_s=0)))
+    prepare.start()
+    assert layout.made.wait(5)
+    sweep.start()
+    assert layout.read_empty.wait(5)
+    layout.go.set()
+    prepare.join(5)
+    sweep.join(5)
+    assert (swept, p.prepared()) == ([], [uid(c)])
+    assert p.held_by_claim() == {("team", "a"): (CardSlice(U1, 2048, 20),)}
+    assert (tmp_path / "cdi" / f"{DRIVER}-claim_{uid(c)}.json").exists()

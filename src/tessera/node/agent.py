@@ -422,9 +422,11 @@ class Agent:
     def sweep_claims(self, grace_s: float) -> list[str]:
         """Unprepare the prepared claims kubelet will not (see ClaimPreparer.sweep)."""
         assert self.preparer is not None
+        return self.preparer.sweep(time.time(), grace_s, self._claims_in_use)
+
+    def _claims_in_use(self) -> set[tuple[str, str]]:
         live = [p for p in self.pods.pods() if p.node == self.cfg.node and not p.terminal]
-        in_use = {(p.namespace, name) for p in live for name in p.claims}
-        return self.preparer.sweep(time.time(), grace_s, in_use)
+        return {(p.namespace, name) for p in live for name in p.claims}
 
     def _cleanup_loop(self) -> None:
         while not self._stop.wait(self.cfg.cleanup_interval_s):

@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -204,12 +204,29 @@ class ClaimPreparer:
     def unprepare(self, uid: str) -> None:
         """Remove the claim's CDI spec and folder (nothing to do when it has none)."""
         with self._mu:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.cdi_dir / spec_file_name(uid))
-            self.layout.remove_claim(uid)
-            self._held.pop(uid, None)
-            self._names.pop(uid, None)
+            self._remove(uid)
         log.info("unprepared claim %s", uid)
+
+    def _remove(self, uid: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.cdi_dir / spec_file_name(uid))
+        self.layout.remove_claim(uid)
+        self._held.pop(uid, None)
+        self._names.pop(uid, None)
+
+    def _remove_if_unfinished(self, uid: str) -> bool:
+        """Remove a folder a prepare left half-written: no readable meta.json, no CDI
+        spec. Decided under the lock prepare writes under, so a prepare in flight (its
+        folder made, its meta.json not yet) has finished by then and is kept."""
+        with self._mu:
+            if _meta_claim(self.layout.read_claim_meta(uid)) is not None:
+                return False
+            if (self.cdi_dir / spec_file_name(uid)).exists():
+                return False
+            self._remove(uid)
+        log.warning("claim %s: a prepare that never finished (no readable meta.json, "
+                    "no CDI spec); removed", uid)  # fmt: skip
+        return True
 
     def prepared_claims(self) -> list[tuple[str, str, str, tuple[str, ...]]]:
         """(UID, namespace, name, the UUID of each slice's card) of every prepared claim:
@@ -227,7 +244,10 @@ class ClaimPreparer:
             return {self._names[uid]: slices for uid, slices in self._held.items()}
 
     def sweep(
-        self, now: float, grace_s: float, in_use: Collection[tuple[str, str]] = ()
+        self,
+        now: float,
+        grace_s: float,
+        in_use: Callable[[], Collection[tuple[str, str]]] = lambda: (),
     ) -> list[str]:
         """Unprepare the claims kubelet will not, and return their UIDs: the API server no
         longer has the claim, has it under another UID (deleted and made again), or has
@@ -235,24 +255,23 @@ class ClaimPreparer:
         the node would refuse claims the scheduler rightly placed.
 
         Stay without a question to the API server: claims a live pod on this node uses
-        (``in_use``: namespace and name), and folders younger than ``grace_s`` (a prepare
-        in flight). A claim the API server cannot answer for stays too. A folder with no
+        (``in_use`` names them by namespace and name; asked again after the API server
+        says a claim is gone, so a pod seen meanwhile counts), and folders younger than
+        ``grace_s``. A claim the API server cannot answer for stays too. A folder with no
         readable meta.json goes only if it has no CDI spec either: a prepare that never
         finished (the spec is written last), which no container can be using."""
         removed: list[str] = []
+        users = in_use()
         for uid in self.layout.claim_uids():
             ref = _meta_claim(self.layout.read_claim_meta(uid))
             try:
                 age = now - self.layout.claim_dir(uid).stat().st_mtime
             except OSError:
                 continue  # unprepared meanwhile
-            if age < grace_s or ref in in_use:
+            if age < grace_s or ref in users:
                 continue
             if ref is None:
-                if not (self.cdi_dir / spec_file_name(uid)).exists():
-                    why = "no readable meta.json, no CDI spec"
-                    log.warning("claim %s: a prepare that never finished (%s); removing", uid, why)
-                    self.unprepare(uid)
+                if self._remove_if_unfinished(uid):
                     removed.append(uid)
                 continue
             namespace, name = ref
@@ -272,6 +291,9 @@ class ClaimPreparer:
                     why = "the claim is no longer allocated on this node"
                 else:
                     continue
+            users = in_use()
+            if ref in users:
+                continue
             log.warning("claim %s/%s (%s) left prepared with no unprepare from kubelet: %s; "
                         "unpreparing it", namespace, name, uid, why)  # fmt: skip
             self.unprepare(uid)
