@@ -365,11 +365,10 @@ class Agent:
             self.plugin.stop()
         if self.dra is not None:
             self.dra.stop()
-        if self._slice_watch is not None:
-            self._slice_watch.stop()
-        if self._cordon_watch is not None:
-            self._cordon_watch.stop()
-            self._cordon_watch = None
+        for watch in (self._slice_watch, self._cordon_watch):
+            if watch is not None:
+                watch.stop()
+        self._slice_watch = self._cordon_watch = None
 
     # --- loops -----------------------------------------------------------------------
 
