@@ -37,8 +37,16 @@ def test_gpu_spec_column_is_optional() -> None:
         ("a,1,1,1,1001,,", "tasks line 2: column gpu_milli: must be <= 1000 (got 1001)"),
         ("a,1,1,1,0,,", "tasks line 2: column gpu_milli: must be > 0 when num_gpu > 0 (got 0)"),
         ("a,1,1,0,500,,", "tasks line 2: column gpu_milli: must be 0 when num_gpu is 0 (got 500)"),
-        ("a,1,1,2,500,,", "tasks line 2: column gpu_milli: must be 1000 when num_gpu > 1"),
-        ("a,1,1,1,455,,", "tasks line 2: column gpu_milli: must be a multiple of 10"),
+        (
+            "a,1,1,2,500,,",
+            "tasks line 2: column gpu_milli: must be 1000 when num_gpu > 1 (whole cards) "
+            "(got 500)",
+        ),
+        (
+            "a,1,1,1,455,,",
+            "tasks line 2: column gpu_milli: must be a multiple of 10 (cards are shared in "
+            "whole percent) (got 455)",
+        ),
         (",1,1,1,500,,", "tasks line 2: column name: must not be empty"),
     ],
 )
@@ -51,8 +59,9 @@ def test_bad_rows_name_line_and_column(row: str, message: str) -> None:
 def test_missing_columns_and_duplicate_names() -> None:
     with pytest.raises(SpecError, match="missing column"):
         parse_tasks_csv(["name,cpu_milli", "a,1"])
-    with pytest.raises(SpecError, match="tasks line 3: column name: duplicate task name"):
+    with pytest.raises(SpecError) as err:
         parse_tasks_csv([HEADER, "a,1,1,0,0,,", "a,1,1,0,0,,"])
+    assert str(err.value) == "tasks line 3: column name: duplicate task name (got 'a')"
 
 
 def test_file_errors_name_the_file(tmp_path: Path) -> None:
@@ -75,6 +84,8 @@ def test_mapping_to_pods() -> None:
     whole = to_pod_request(TraceTask("w", 1, 2, 4, 1000), name="w-copy-3")
     assert whole.key == "trace/w-copy-3"
     assert whole.containers[0].gpu == GpuRequest(count=4, exclusive=True)
+    # Each pod is one container, "main".
+    assert [c.name for p in (cpu, shared, whole) for c in p.containers] == ["main"] * 3
 
 
 def test_reads_the_real_trace(openb_dir: Path) -> None:

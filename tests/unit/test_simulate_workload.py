@@ -3,11 +3,13 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from tessera.model.clusterspec import read_nodes_csv
-from tessera.simulate.trace import read_tasks_csv
+from tessera.model.clusterspec import make_cards, read_nodes_csv
+from tessera.model.types import NodeInventory
+from tessera.simulate.trace import TraceTask, read_tasks_csv
 from tessera.simulate.workload import (
     OPENB_NODE_SHAPES,
     OPENB_TASK_SHAPES,
+    NodeShape,
     TaskShape,
     measure_node_shapes,
     measure_task_shapes,
@@ -54,3 +56,33 @@ def test_synthetic_tasks_scale_by_largest_remainder() -> None:
     ]
     assert synthetic_tasks(shapes, count=6) == tasks
     assert len(synthetic_tasks(shapes, count=5)) == 5
+
+    # The larger remainder wins even when it is the later shape's: 1.33 and 0.67.
+    two = (TaskShape(1, 500, 1, 1, "", 2), TaskShape(1, 1000, 1, 1, "", 1))
+    assert [t.gpu_milli for t in synthetic_tasks(two, count=2)] == [500, 1000]
+
+
+def test_measured_shapes_name_a_cardless_node_and_join_models_sorted() -> None:
+    """What the trace's default lists never show: a node without cards, a task allowed
+    on two models, two task shapes seen equally often."""
+    nodes = [
+        NodeInventory("cpu", (), 8000, 1024),
+        NodeInventory("g", make_cards("g", 2, "T4"), 8000, 1024),
+    ]
+    assert measure_node_shapes(nodes) == (
+        NodeShape("", 0, 8000, 1024, 1),
+        NodeShape("T4", 2, 8000, 1024, 1),
+    )
+    tasks = [
+        TraceTask("a", 1, 1, 1, 1000),
+        TraceTask("b", 1, 1, 1, 500, frozenset({"V100", "T4"})),
+        TraceTask("c", 1, 1, 1, 500, frozenset({"T4", "V100"})),
+        TraceTask("d", 1, 1, 1, 1000),
+        TraceTask("e", 2, 2, 0, 0),
+    ]
+    # Ties in count go by the shape itself (num_gpu, then gpu_milli, ...), not by the
+    # order first seen.
+    assert measure_task_shapes(tasks, min_count=2) == (
+        TaskShape(1, 500, 1, 1, "T4|V100", 2),
+        TaskShape(1, 1000, 1, 1, "", 2),
+    )

@@ -66,7 +66,7 @@ def make_variant(
     now = demand_share(tasks, kind)
     total = sum(t.gpu_milli_total for t in tasks)
     singles = [i for i, t in enumerate(tasks) if _is_single_whole(t)]
-    reachable = now + sum(tasks[i].gpu_milli_total for i in singles) / total if total else 0.0
+    reachable = now + sum(tasks[i].gpu_milli_total for i in singles) / total  # a donor: > 0
     if not now <= share <= reachable:
         raise SpecError(
             "variant share", f"must be between {now:.3f} (the list's) and {reachable:.3f}", share
