@@ -39,8 +39,7 @@ def test_gpu_spec_column_is_optional() -> None:
         ("a,1,1,0,500,,", "tasks line 2: column gpu_milli: must be 0 when num_gpu is 0 (got 500)"),
         (
             "a,1,1,2,500,,",
-            "tasks line 2: column gpu_milli: must be 1000 when num_gpu > 1 (whole cards) "
-            "(got 500)",
+            "tasks line 2: column gpu_milli: must be 1000 when num_gpu > 1 (whole cards) (got 500)",
         ),
         (
             "a,1,1,1,455,,",
