@@ -1,12 +1,19 @@
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from tessera.cli import app
+from tessera.simulate.cli import _footer, _load, _published, run_all, with_departures
+from tessera.simulate.departures import Lifetime
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\nn1,32000,131072,4,T4\n"
 TASKS = (
@@ -36,6 +43,7 @@ def test_runs_writes_json_and_plot(files: tuple[Path, Path], tmp_path: Path) -> 
         "--policy", "spread", "--seeds", "2", "--json", str(out_json), "--plot", str(out_png),
     )  # fmt: skip
     assert code == 0, err
+    assert err == ""  # no bar where stderr is no terminal (rich left a blank line there)
     assert "binpack" in out and "spread" in out and "@130%" in out and "÷FGD" in out
     assert "kube-scheduler's window" not in out  # every node scored: the published protocol
     doc = json.loads(out_json.read_text())
@@ -144,7 +152,11 @@ def test_departures_mode_runs_writes_json_and_plot(
     ("args", "message"),
     [
         (["--speedup", "10"], "--speedup: applies only with --departures"),
-        (["--departures"], "--departures: needs --workload, a task list with creation_time"),
+        (
+            ["--departures"],
+            "--departures: needs --workload, a task list with creation_time and "
+            "deletion_time columns (the built-in workload has no times)\n",
+        ),
         (["--departures", "--speedup", "0", "--workload", "{tasks}"], "--speedup: must be > 0"),
         (
             ["--departures", "--workload", "{untimed}"],
@@ -219,15 +231,18 @@ def test_nodes_to_score_replays_kube_schedulers_window_and_says_so(
     tasks.write_text(TASKS)
     code, out, err = run(
         "--cluster", str(nodes), "--workload", str(tasks), "--policy", "binpack",
-        "--nodes-to-score", str(percentage), "--json", str(out_json),
+        "--policy", "spread", "--nodes-to-score", str(percentage), "--json", str(out_json),
     )  # fmt: skip
     assert code == 0, err
-    assert f"kube-scheduler's window: {window}" in out
+    line = " ".join(out.split())
+    assert f"kube-scheduler's window: {window}; tasks placed only on a later window: " in line
+    assert re.search(r"window: binpack \d+ \(longest backoff \d+ s\), spread \d+ \(", line)
     doc = json.loads(out_json.read_text())
     assert doc["nodes_to_score"] == percentage
-    [result] = doc["results"]
-    assert result["nodes_to_score"] == percentage and isinstance(result["retried_tasks"], int)
-    assert sum(result["retried_cycles"].values()) == result["retried_tasks"]
+    for result in doc["results"]:
+        assert result["nodes_to_score"] == percentage
+        assert isinstance(result["retried_tasks"], int)
+        assert sum(result["retried_cycles"].values()) == result["retried_tasks"]
 
 
 def test_an_arrival_or_a_speedup_under_one_is_taken(
@@ -238,7 +253,10 @@ def test_an_arrival_or_a_speedup_under_one_is_taken(
     common = ["--cluster", str(nodes), "--policy", "binpack", "--json", str(out_json)]
     code, _, err = run(*common, "--workload", str(tasks), "--arrival", "0.5")
     assert code == 0, err
-    assert json.loads(out_json.read_text())["arrival"] == 0.5
+    doc = json.loads(out_json.read_text())
+    assert doc["arrival"] == 0.5
+    # The other defaults: one seed, every node scored, the published protocol.
+    assert (doc["seeds"], doc["nodes_to_score"], "mode" in doc) == ([42], 100, False)
     tasks.write_text(TIMED)
     code, _, err = run(*common, "--workload", str(tasks), "--departures", "--speedup", "0.5")
     assert code == 0, err
@@ -250,3 +268,132 @@ def test_the_command_list_gives_simulate_one_line() -> None:
     listing = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["--help"]).output
     [line] = [x for x in listing.splitlines() if " simulate " in x]
     assert line.rstrip(" │").endswith("report GPU allocation."), listing
+
+
+def test_the_default_run_reads_the_built_in_cluster_and_workload() -> None:
+    nodes, tasks, sources = _load(None, None)
+    assert (len(nodes), sum(len(n.cards) for n in nodes), len(tasks)) == (1213, 6212, 8024)
+    assert sources == {
+        "cluster": "built-in (openb node shapes)",
+        "workload": "built-in (openb default task shapes)",
+    }
+
+
+def test_an_empty_task_list_is_refused(files: tuple[Path, Path]) -> None:
+    nodes, tasks = files
+    tasks.write_text(TASKS.splitlines()[0] + "\n")
+    code, out, err = run("--cluster", str(nodes), "--workload", str(tasks))
+    assert (code, out, err) == (
+        2,
+        "",
+        "tessera simulate: error: --workload: must hold at least one task\n",
+    )
+
+
+def test_the_footer_gives_sizes_and_the_mean_time_per_experiment() -> None:
+    nodes, tasks, _ = _load(None, None)
+    sources = {"cluster": "n.csv", "workload": "t.csv"}
+    assert _footer(nodes[:3], tasks[:5], sources, 7, [1.0, 3.0], [0.5, 2.5]) == (
+        f"n.csv: 3 nodes, {sum(len(n.cards) for n in nodes[:3])} GPUs; t.csv: 5 tasks; "
+        "7 arrivals per run; 2.0 s per experiment (1.5 s CPU)"
+    )
+
+
+@pytest.mark.parametrize("departures", [False, True])
+def test_both_modes_print_every_table_and_record_seeds_policies_and_titles(
+    files: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    departures: bool,
+) -> None:
+    from tessera.simulate import departures_report, report
+
+    nodes, tasks = files
+    titles: list[str] = []
+    monkeypatch.setattr(report, "plot_allocation", lambda _p, _r, title: titles.append(title))
+    monkeypatch.setattr(departures_report, "plot_departures",
+                        lambda _p, _r, title: titles.append(title))  # fmt: skip
+    mode = ["--departures", "--speedup", "2"] if departures else []
+    if departures:
+        tasks.write_text(TIMED)
+    out_json = tmp_path / "o.json"
+    for seeds in ("1", "2"):
+        code, out, err = run(
+            *mode, "--cluster", str(nodes), "--workload", str(tasks), "--policy", "spread",
+            "--policy", "binpack", "--seeds", seeds, "--json", str(out_json),
+            "--plot", str(tmp_path / "o.png"),
+        )  # fmt: skip
+        assert code == 0, err
+    doc = json.loads(out_json.read_text())
+    assert (doc["seeds"], doc["policies"]) == ([42, 43], ["spread", "binpack"])
+    tail = ", with departures" if departures else ""
+    assert titles == [
+        f"pods.csv on nodes.csv, 1 seed{tail}",
+        f"pods.csv on nodes.csv, 2 seeds{tail}",
+    ]
+    text = " ".join(out.split())
+    arrivals = doc["results"][0]["tasks" if departures else "arrived_tasks"]
+    assert f"nodes.csv: 2 nodes, 6 GPUs; pods.csv: 4 tasks; {arrivals} arrivals per run; " in text
+    if not departures:
+        assert "Failed tasks per run (mean): by reason, then by request class" in text
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_an_output_that_cannot_be_written_is_one_line_naming_the_option(
+    files: tuple[Path, Path], tmp_path: Path, option: str
+) -> None:
+    nodes, tasks = files
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    target = blocker / "out"
+    code, _, err = run("--cluster", str(nodes), "--workload", str(tasks), "--policy",
+                       "binpack", option, str(target))  # fmt: skip
+    assert (code, err) == (
+        2,
+        f"tessera simulate: error: {option}: cannot write {target}: File exists\n",
+    )
+
+
+def _pid_of_worker(policy: str, seed: int) -> tuple[str, int, int]:
+    return policy, seed, os.getpid()
+
+
+def test_run_all_shows_progress_on_stderr_and_hands_experiments_a_progress_callback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rich.console
+
+    frames, made = io.StringIO(), []
+    real = rich.console.Console
+
+    def console(**kwargs: Any) -> rich.console.Console:
+        made.append(kwargs)
+        return real(file=frames, force_terminal=True, width=100)
+
+    monkeypatch.setattr(rich.console, "Console", console)
+
+    def experiment(policy: str, seed: int, progress: Callable[[int, int], None]) -> str:
+        for i in range(401):
+            progress(i, 400)
+        return f"{policy}/{seed}"
+
+    assert run_all(experiment, ["a", "b"], [42, 43], jobs=1) == ["a/42", "a/43", "b/42", "b/43"]
+    assert made == [{"stderr": True}]
+    assert "experiments" in frames.getvalue() and "4/4" in frames.getvalue()
+    # More than one job: each experiment in a worker process, results in the same order.
+    got = run_all(_pid_of_worker, ["a"], [42, 43], jobs=2)
+    assert [(p, s) for p, s, _ in got] == [("a", 42), ("a", 43)]
+    assert all(pid != os.getpid() for _, _, pid in got)
+
+
+def test_the_replays_report_their_progress() -> None:
+    nodes, tasks = _load(None, None)[0][:20], _load(None, None)[1][:30]
+    calls: list[tuple[int, int]] = []
+    _published(nodes, tasks, 1.3, "binpack", 42, progress=lambda i, n: calls.append((i, n)))
+    assert calls and calls[-1][0] == calls[-1][1] > 0
+    calls.clear()
+    lifetimes = {t.name: Lifetime(i, i + 10) for i, t in enumerate(tasks)}
+    got = with_departures(nodes, tasks, lifetimes, 2.0, 5.0, "binpack", 42,
+                          progress=lambda i, n: calls.append((i, n)))  # fmt: skip
+    assert calls and calls[-1][0] == calls[-1][1] > 0
+    assert (got.policy, got.seed, got.arrival, got.speedup) == ("binpack", 42, 2.0, 5.0)

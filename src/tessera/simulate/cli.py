@@ -126,7 +126,11 @@ def run_all(
     runs = [(p, s) for p in policies for s in seeds]
     done: dict[tuple[str, int], R] = {}
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    console = Console(stderr=True)
+    # Off when stderr is no terminal: a transient bar there leaves only a blank line.
+    with Progress(
+        *columns, console=console, transient=True, disable=not console.is_terminal
+    ) as bar:
         overall = bar.add_task("experiments", total=len(runs))
         if jobs <= 1:
             for policy, seed in runs:
