@@ -6,7 +6,11 @@ are small records of what each was asked, answering what the test sets."""
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
+
+import pytest
 
 from tessera.node.allocation.cleanup import cleanup
 from tessera.node.allocation.ledger import Ledger
@@ -125,3 +129,18 @@ def test_a_folder_allocate_is_still_writing_stays_at_any_grace(tmp_path: Path) -
     assert layout.alloc_ids() == ["a1"]
     ledger.release(("new", "main"), "a1")  # the write failed: now it is an orphan
     assert cleanup(NODE, ledger, layout, Pods([]), Kubelet(), "v1", NOW, 0.0) == ["a1"]
+
+
+def test_a_removal_that_stops_half_way_is_finished_by_the_next_cleanup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout, ledger = world(tmp_path)
+    allocate(layout, ledger, "a1", "gone", NOW - 100)
+    with monkeypatch.context() as m:
+        m.setattr(shutil, "rmtree", lambda *_a, **_k: None)  # an I/O error, ignored
+        assert cleanup(NODE, ledger, layout, Pods([]), Kubelet(), "v1", NOW, GRACE) == ["a1"]
+    # What is left has no record: an orphan, not a record cleanup must keep.
+    assert layout.alloc_ids() == ["a1"] and not layout.has_record("a1")
+    later = time.time() + GRACE
+    assert cleanup(NODE, ledger, layout, Pods([]), Kubelet(), "v1", later, GRACE) == ["a1"]
+    assert layout.alloc_ids() == []

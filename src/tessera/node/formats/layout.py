@@ -248,7 +248,12 @@ class Layout:
         return sorted(p.name for p in self.containers.iterdir())
 
     def remove_alloc(self, alloc_id: str) -> None:
-        shutil.rmtree(self.alloc_dir(alloc_id), ignore_errors=True)
+        d = self.alloc_dir(alloc_id)
+        # The record first: a removal that stops half-way (an I/O error) leaves a folder
+        # without one, which cleanup removes again, not one it keeps as unreadable.
+        with contextlib.suppress(FileNotFoundError):
+            (d / "meta.json").unlink()
+        shutil.rmtree(d, ignore_errors=True)
 
     # --- claims (DRA) -----------------------------------------------------------------
 
