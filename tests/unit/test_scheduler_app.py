@@ -25,12 +25,16 @@ from tessera.kube.kinds import (
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import NodeInventory
 from tessera.scheduler import http as http_server
+from tessera.scheduler.app import Response
 from tessera.scheduler.holds import Hold
 from tessera.scheduler.http import serve
 from tessera.scheduler.web import MapBody, MapCache, _gzip_json, accepts_gzip
 from tessera.view.gpumap import Pending, assemble, map_json, map_parts
+from tests._logs import logged
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 from tests.unit._wait import eventually
+
+TEXT = "text/plain"
 
 MALFORMED = [
     b"",
@@ -75,7 +79,13 @@ def test_pod_with_garbage_spec_is_answered_not_crashed(world: World) -> None:
 
 def test_paths_and_methods(world: World) -> None:
     assert world.app.handle("GET", "/healthz", b"").status == 200
-    assert world.app.handle("GET", "/readyz", b"").status == 200
+    assert world.app.handle("GET", "/readyz", b"") == Response(200, b"ok", TEXT)
+    # A trailing slash and a query string name the same path.
+    for path in ("/healthz/", "/readyz?verbose=1", "/metrics/?x=1&y=2"):
+        assert world.app.handle("GET", path, b"").status == 200, path
+    pod = world.create(pod_obj("p"))
+    body = json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode()
+    assert world.app.handle("POST", "/filter/?timeout=5s", body).status == 200
     assert world.app.handle("GET", "/nope", b"").status == 404
     assert world.app.handle("POST", "/nope", b"{}").status == 404
     assert world.app.handle("PUT", "/filter", b"{}").status == 405
@@ -98,6 +108,8 @@ def test_unschedulable_pod_gets_a_summarised_event(world: World) -> None:
 
     pod = world.create(pod_obj("big", gpu=4))
     assert world.filter(pod)["NodeNames"] == []
+    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
+    assert 'tessera_scheduler_failures_total{reason="unschedulable",verb="filter"} 1.0' in metrics
     world.app.events.flush()
     events = world.kube.list(EVENTS, "default").items
     assert len(events) == 1
@@ -137,7 +149,7 @@ def test_standby_refuses_extender_verbs_but_serves_the_webhook() -> None:
             "POST", "/filter", json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode()
         )
         assert r.status == 503 and "standby" in json.loads(r.body)["Error"]
-        assert other.app.handle("GET", "/readyz", b"").status == 503
+        assert other.app.handle("GET", "/readyz", b"") == Response(503, b"standby", TEXT)
         review = {"request": {"uid": "1", "operation": "CREATE", "object": pod_obj("q")}}
         assert other.app.handle("POST", "/mutate", json.dumps(review).encode()).status == 200
         assert w.filter(pod)["NodeNames"] == ["n1"]
@@ -418,8 +430,10 @@ def test_the_map_goes_gzip_encoded_to_a_client_that_accepts_it() -> None:
     try:
         plain = w.app.handle("GET", "/gpus.json", b"")
         text = b"".join(plain.pieces)
+        assert (plain.status, plain.content_type, plain.body) == (200, "application/json", b"")
         assert plain.encoding == "" and json.loads(text)["nodes"][0]["name"] == "n1"
         packed = w.app.handle("GET", "/gpus.json", b"", "gzip, deflate, br")
+        assert (packed.status, packed.content_type) == (200, "application/json")
         assert packed.encoding == "gzip" and gzip.decompress(packed.body) == text
         assert len(packed.body) < len(text)
         assert w.app.handle("GET", "/gpus.json", b"", "gzip;q=0, br").encoding == ""
@@ -480,8 +494,13 @@ def test_a_given_binder_writes_from_the_loop_and_is_closed_on_stop(world: World)
     ],
 )
 def test_a_write_that_failed_for_sure_releases_the_cards_and_says_why(
-    world: World, error: BaseException, status: int, reason: str
+    world: World,
+    error: BaseException,
+    status: int,
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="tessera.scheduler.app")
     server = serve(world.app, "127.0.0.1", 0, binder=_RecordingBinder(world, error))
     try:
         code, out = _bind_over_socket(world, server.port, "p")
@@ -495,6 +514,16 @@ def test_a_write_that_failed_for_sure_releases_the_cards_and_says_why(
     assert not world.kube.get(PODS, "p", "default")["spec"].get("nodeName")
     metrics = world.app.handle("GET", "/metrics", b"").body.decode()
     assert f'tessera_scheduler_failures_total{{reason="{reason}",verb="bind"}} 1.0' in metrics
+    assert 'tessera_scheduler_verb_seconds_count{verb="bind"} 1.0' in metrics
+    if status == 500:  # a bug: its traceback goes to the log
+        [record] = [r for r in caplog.records if r.name == "tessera.scheduler.app"]
+        assert record.getMessage() == "bind default/p: the write failed"
+        assert record.levelno == logging.ERROR and record.exc_info is not None
+        assert record.exc_info[1] is error
+    else:
+        assert logged(caplog, "tessera.scheduler.app") == [
+            f"bind default/p -> n1 failed: {message}"
+        ]
     # The cards are free for the next pod.
     assert world.schedule(world.create(pod_obj("q", gpu=2))) == "n1"
 
@@ -516,13 +545,37 @@ def test_a_replica_that_loses_its_lease_before_the_write_writes_nothing(world: W
         code, out = _bind_over_socket(world, server.port, "p")
     finally:
         server.stop()
-    assert code == 200 and "lost its leadership before the write" in out["Error"]
+    assert (code, out["Error"]) == (
+        200,
+        "pod default/p: this replica lost its leadership before the write (the leader is "
+        "''); nothing was written",
+    )
     assert binder.threads == []  # no Binding was sent
     assert not world.kube.get(PODS, "p", "default")["spec"].get("nodeName")
     assert world.app.state.held("default/p") is None
     assert "default/p" not in world.app.state.reservations
     metrics = world.app.handle("GET", "/metrics", b"").body.decode()
     assert 'tessera_scheduler_failures_total{reason="lost-leadership",verb="bind"} 1.0' in metrics
+    assert 'tessera_scheduler_verb_seconds_count{verb="bind"} 1.0' in metrics
+
+
+def test_a_bind_answered_in_the_handlers_thread_is_fenced_too(world: World) -> None:
+    """``handle`` (no binder: the write in the calling thread) checks leadership again
+    before the write, as the server's loop does."""
+    arrived = world.app.dispatch
+
+    def dispatch_then_lose_the_lease(method: str, path: str, body: bytes, *rest: str) -> Any:
+        out = arrived(method, path, body, *rest)
+        if path == "/bind":
+            world.app.leading = lambda: False  # type: ignore[method-assign]
+        return out
+
+    world.app.dispatch = dispatch_then_lose_the_lease  # type: ignore[method-assign]
+    pod = world.create(pod_obj("p", gpu=2))
+    assert world.filter(pod)["NodeNames"] == ["n1"]
+    assert "lost its leadership before the write" in world.bind(pod, "n1")["Error"]
+    assert not world.kube.get(PODS, "p", "default")["spec"].get("nodeName")
+    assert world.app.state.held("default/p") is None
 
 
 def test_scheduling_verbs_wait_for_both_lists() -> None:
@@ -599,8 +652,8 @@ def test_wait_synced_says_no_when_a_list_never_comes() -> None:
         assert not app.wait_synced(0.3)
         assert not app.synced()  # the others listed; the nodes did not
         assert app.pod_reflector.synced.is_set()
-        assert app.handle("GET", "/readyz?verbose", b"").status == 503
-        assert app.handle("GET", "/healthz?verbose", b"").status == 200  # alive, not ready
+        assert app.handle("GET", "/readyz?verbose", b"") == Response(503, b"not synced", TEXT)
+        assert app.handle("GET", "/healthz?verbose", b"") == Response(200, b"ok", TEXT)
     finally:
         app.stop()
 
@@ -702,3 +755,30 @@ def test_the_server_sends_the_map_unpacked_in_pieces_to_a_client_without_gzip() 
     finally:
         server.stop()
         w.close()
+
+
+def test_webhook_answers_are_counted_by_hook_and_result(world: World) -> None:
+    def review(pod: dict[str, Any]) -> bytes:
+        return json.dumps({"request": {"uid": "1", "operation": "CREATE", "object": pod}}).encode()
+
+    routed = pod_obj("routed")  # a GPU pod for another scheduler: the webhook routes it
+    routed["spec"]["schedulerName"] = "default-scheduler"
+    cpu, bad = pod_obj("cpu", gpu=None), pod_obj("bad", gpu=0)
+    for pod in (routed, cpu, cpu, bad):
+        assert world.app.handle("POST", "/mutate", review(pod)).status == 200
+    for pod in (cpu, bad, bad):
+        assert world.app.handle("POST", "/validate", review(pod)).status == 200
+    text = world.app.handle("GET", "/metrics", b"").body.decode()
+    counted = {
+        line.split(" ")[0]: line.split(" ")[1]
+        for line in text.splitlines()
+        if line.startswith("tessera_scheduler_admissions_total{")
+    }
+    name = "tessera_scheduler_admissions_total"
+    assert counted == {
+        f'{name}{{hook="mutate",result="mutated"}}': "1.0",
+        f'{name}{{hook="mutate",result="allowed"}}': "2.0",
+        f'{name}{{hook="mutate",result="refused"}}': "1.0",
+        f'{name}{{hook="validate",result="allowed"}}': "1.0",
+        f'{name}{{hook="validate",result="refused"}}': "2.0",
+    }

@@ -244,7 +244,18 @@ def test_a_standby_refuses_as_unavailable_and_bad_reviews_are_named(world: World
     w.app.leading = lambda: False  # type: ignore[method-assign]
     out = answer(w, review(claim("a")))
     assert out["allowed"] is False and out["status"]["code"] == 503
-    assert "standby replica" in out["status"]["message"]
+    assert out["status"]["message"] == (
+        "standby replica of the Tessera scheduler (the leader is ''); try again"
+    )
+    # Leading but not listed yet: unavailable too, saying so.
+    w.app.leading = lambda: True  # type: ignore[method-assign]
+    w.app.synced = lambda: False  # type: ignore[method-assign]
+    out = answer(w, review(claim("a")))
+    assert (out["allowed"], out["status"]["code"], out["status"]["message"]) == (
+        False,
+        503,
+        "the Tessera scheduler has not listed pods, quotas and claims yet; try again",
+    )
     r = w.app.handle("POST", "/validate-claims", b"{")
     assert r.status == 400 and b"not valid JSON" in r.body
     body = json.dumps({"request": {"uid": "r1", "object": {}, "oldObject": []}}).encode()
