@@ -528,10 +528,8 @@ def test_a_write_that_failed_for_sure_releases_the_cards_and_says_why(
     assert world.schedule(world.create(pod_obj("q", gpu=2))) == "n1"
 
 
-def test_a_replica_that_loses_its_lease_before_the_write_writes_nothing(world: World) -> None:
-    # Leading when the bind arrives, not any more when its write would go out.
-    binder = _RecordingBinder(world)
-    server = serve(world.app, "127.0.0.1", 0, binder=binder)
+def _lose_the_lease_once_a_bind_arrives(world: World) -> None:
+    """Leading when the bind arrives, not any more when its write would go out."""
     arrived = world.app.dispatch
 
     def dispatch_then_lose_the_lease(method: str, path: str, body: bytes, *rest: str) -> Any:
@@ -541,6 +539,12 @@ def test_a_replica_that_loses_its_lease_before_the_write_writes_nothing(world: W
         return out
 
     world.app.dispatch = dispatch_then_lose_the_lease  # type: ignore[method-assign]
+
+
+def test_a_replica_that_loses_its_lease_before_the_write_writes_nothing(world: World) -> None:
+    binder = _RecordingBinder(world)
+    server = serve(world.app, "127.0.0.1", 0, binder=binder)
+    _lose_the_lease_once_a_bind_arrives(world)
     try:
         code, out = _bind_over_socket(world, server.port, "p")
     finally:
@@ -562,15 +566,7 @@ def test_a_replica_that_loses_its_lease_before_the_write_writes_nothing(world: W
 def test_a_bind_answered_in_the_handlers_thread_is_fenced_too(world: World) -> None:
     """``handle`` (no binder: the write in the calling thread) checks leadership again
     before the write, as the server's loop does."""
-    arrived = world.app.dispatch
-
-    def dispatch_then_lose_the_lease(method: str, path: str, body: bytes, *rest: str) -> Any:
-        out = arrived(method, path, body, *rest)
-        if path == "/bind":
-            world.app.leading = lambda: False  # type: ignore[method-assign]
-        return out
-
-    world.app.dispatch = dispatch_then_lose_the_lease  # type: ignore[method-assign]
+    _lose_the_lease_once_a_bind_arrives(world)
     pod = world.create(pod_obj("p", gpu=2))
     assert world.filter(pod)["NodeNames"] == ["n1"]
     assert "lost its leadership before the write" in world.bind(pod, "n1")["Error"]

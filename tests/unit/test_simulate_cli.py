@@ -387,7 +387,8 @@ def test_run_all_shows_progress_on_stderr_and_hands_experiments_a_progress_callb
 
 
 def test_the_replays_report_their_progress() -> None:
-    nodes, tasks = _load(None, None)[0][:20], _load(None, None)[1][:30]
+    all_nodes, all_tasks, _ = _load(None, None)
+    nodes, tasks = all_nodes[:20], all_tasks[:30]
     calls: list[tuple[int, int]] = []
     _published(nodes, tasks, 1.3, "binpack", 42, progress=lambda i, n: calls.append((i, n)))
     assert calls and calls[-1][0] == calls[-1][1] > 0
