@@ -117,6 +117,25 @@ def test_unschedulable_pod_gets_a_summarised_event(world: World) -> None:
     assert events[0]["message"].startswith("0/1 node fit — 1 node: ")
 
 
+@pytest.mark.parametrize("preemption", [True, False])
+def test_an_unschedulable_pod_goes_to_the_preemptor_only_with_preemption_on(
+    preemption: bool,
+) -> None:
+    w = World([node_obj("n1", 2)], preemption=preemption)
+    try:
+        handed: list[tuple[str, list[str]]] = []
+
+        def consider(pod: Any, request: Any, nodes: list[str]) -> None:
+            handed.append((request.key, nodes))
+
+        w.app.preemptor.consider = consider  # type: ignore[method-assign]
+        assert w.filter(w.create(pod_obj("big", gpu=4)))["NodeNames"] == []
+        # Off, its thread never starts: a pod handed over would wait there for ever.
+        assert handed == ([("default/big", ["n1"])] if preemption else [])
+    finally:
+        w.close()
+
+
 def test_a_pod_that_fits_or_is_not_ours_gets_no_event(world: World) -> None:
     from tessera.kube import EVENTS
 
