@@ -50,8 +50,9 @@ def preparer(
     visibility: Visibility = Visibility.ENV,
     context_mib: int = 0,
     cdi_dir: Path | None = None,
+    layout: Layout | None = None,
 ) -> ClaimPreparer:
-    return ClaimPreparer(NODE, CARDS, Layout(root / "state"), "v1", KubeClaims(kube),
+    return ClaimPreparer(NODE, CARDS, layout or Layout(root / "state"), "v1", KubeClaims(kube),
                          cdi_dir or root / "cdi", visibility=visibility,
                          context_mib=context_mib)  # fmt: skip
 
@@ -233,7 +234,7 @@ def test_a_sweep_at_a_grace_of_0_keeps_a_prepare_it_found_half_written(tmp_path:
     kube = FakeKube()
     c = claim(kube, "a")
     layout = _PausedLayout(tmp_path / "state")
-    p = ClaimPreparer(NODE, CARDS, layout, "v1", KubeClaims(kube), tmp_path / "cdi")
+    p = preparer(tmp_path, kube, layout=layout)
     swept: list[str] = []
     prepare = threading.Thread(target=p.prepare, args=("team", "a", uid(c)))
     sweep = threading.Thread(target=lambda: swept.extend(p.sweep(now=1e12, grace_s=0)))
