@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tessera.cluster import ClusterState
@@ -602,3 +603,87 @@ def test_topology_counts_nvlink_apart_from_numa() -> None:
 
     state = ClusterState([on_numa_0("plain", False), on_numa_0("linked", True)])
     assert place(state.snapshot(), share(count=2), make_policy("topology")).node == "linked"
+
+
+def test_binpack_takes_the_busiest_card_not_the_first() -> None:
+    state = ClusterState([node("a")])
+    book(state, share(name="x", uuids=frozenset({"a-g1"})))
+    assert book(state, share(name="y")).containers[0].slices[0].uuid == "a-g1"
+
+
+def cpu_hog(name: str, cpu: int) -> PodRequest:
+    return PodRequest("ns", name, (ContainerRequest("main"),), cpu_milli=cpu)
+
+
+def test_gpu_use_decides_binpack_and_spread_cpu_use_only_breaks_ties() -> None:
+    # a: GPU 0.25 used, CPU 78 %; b: GPU 0.30 used, CPU idle; c: as a, CPU idle.
+    state = ClusterState([node("a"), node("b"), node("c")])
+    book(state, share(name="ga", mem=8000, cores=50), node_name="a")
+    book(state, share(name="gb", mem=9600, cores=60), node_name="b")
+    book(state, share(name="gc", mem=8000, cores=50), node_name="c")
+    state.assign(cpu_hog("hog", 5200), Assignment("a", ()))
+    snap = state.snapshot()
+    pod = share(mem=1000, cores=5)
+    binpack = score_nodes(snap, pod, None, make_policy("binpack"))
+    spread = score_nodes(snap, pod, None, make_policy("spread"))
+    assert max(binpack, key=binpack.__getitem__) == "b"
+    assert binpack["a"] > binpack["c"]  # the same GPU use: the busier CPU packs
+    assert max(spread, key=spread.__getitem__) == "c"  # the least used GPU, idle CPU
+    assert spread["c"] > spread["a"]
+    assert spread["a"] > spread["b"]  # less GPU used, though its CPU is busy
+
+
+def test_used_fractions_of_gpu_and_cpu() -> None:
+    from tessera.placement.base import cpu_used_fraction, gpu_used_fraction
+
+    state = ClusterState([node("none", cards=0), node("one", cards=1), node("two")])
+    book(state, share(name="h", mem=8000, cores=50), node_name="one")
+    book(state, gpu_pod(name="w", count=1, exclusive=True, cpu=6000), node_name="two")
+    snap = state.snapshot()
+    rows = np.asarray([snap.rows[n] for n in ("none", "one", "two")])
+    # A node without cards counts as fully used, so CPU-only work packs there first.
+    assert gpu_used_fraction(snap, rows).tolist() == pytest.approx([1.0, 0.5, 0.5])
+    assert cpu_used_fraction(snap, rows).tolist() == pytest.approx([0.0, 0.125, 0.75])
+
+
+def test_a_cards_free_fraction_is_the_scarcer_of_its_compute_and_memory() -> None:
+    from tessera.placement.base import CardView
+
+    state = ClusterState([node("a")])
+    cards = state.node("a").cards
+    view = CardView(state.snapshot(), "a", cards, free_mem=(9600, 4800), free_cores=(30, 80))
+    assert view.free_fraction(0) == pytest.approx(0.3)  # compute is scarcer
+    assert view.free_fraction(1) == pytest.approx(0.3)  # memory is: 4,800 of 16,000
+
+
+def test_best_fit_scores_the_gpu_and_cpu_left_each_over_the_nodes_capacity() -> None:
+    # GPU left in cards over the node's cards, plus CPU left over its CPU; minus the sum.
+    state = ClusterState([node("one", cards=1, cpu=4000), node("two", cpu=8000),
+                          node("four", cards=4, cpu=16000)])  # fmt: skip
+    pod = share(mem=4000, cores=30)  # 0.3 of a card (compute is the larger share), 1,000 m
+    scores = score_nodes(state.snapshot(), pod, None, make_policy("best-fit"))
+    assert scores["one"] == pytest.approx(-((1 - 0.3) / 1 + 3000 / 4000))
+    assert scores["two"] == pytest.approx(-((2 - 0.3) / 2 + 7000 / 8000))
+    assert scores["four"] == pytest.approx(-((4 - 0.3) / 4 + 15000 / 16000))
+
+
+def test_a_refused_policy_name_is_named_with_the_rule() -> None:
+    with pytest.raises(SpecError) as err:
+        make_policy("binpack/tetris")
+    assert str(err.value) == (
+        "placement: must be one of best-fit, binpack, fragmentation, random, spread, topology,"
+        " or NODE/CARD of two of them (got 'binpack/tetris')"
+    )
+    assert (err.value.field, err.value.value) == ("placement", "binpack/tetris")
+
+
+def test_a_random_card_half_follows_the_seed() -> None:
+    state = ClusterState([node("a", cards=8)])
+
+    def cards(seed: int) -> list[str]:
+        policy = make_policy("spread/random", seed=seed)
+        return [pick_cards(state.snapshot(), share(name=f"p{i}"), "a", policy)
+                .containers[0].slices[0].uuid for i in range(8)]  # fmt: skip
+
+    assert cards(1) == cards(1)
+    assert cards(1) != cards(2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,7 @@ from tessera.placement.fragmentation import (
     growth,
 )
 from tessera.placement.fragmentation_policy import FragmentationNodes
+from tessera.placement.mix import RequestClass
 
 
 def node(name: str = "n", cards: int = 2, cpu: int = 32000, model: str = "T4") -> NodeInventory:
@@ -179,3 +182,146 @@ def test_growth_prefers_the_card_that_wastes_least() -> None:
     _, demand = feasible(snap, share(40), rows)
     _, col = scorer.growth_rows(snap, demand)
     assert col[0] == 0  # the half-used card, not the whole one
+
+
+def test_the_mix_as_arrays_reads_every_kind_of_class() -> None:
+    classes = [
+        (RequestClass(500, 256, None), 0.1),  # CPU only
+        (RequestClass(1000, 512, GpuRequest(count=1, memory_mib=3000, cores_percent=20)), 0.2),
+        (
+            RequestClass(
+                2000,
+                0,
+                GpuRequest(
+                    count=1, memory_percent=25, cores_percent=40, models=frozenset({"A100"})
+                ),
+            ),
+            0.3,
+        ),
+        (RequestClass(4000, 1024, GpuRequest(count=2, exclusive=True)), 0.4),
+    ]
+    k = MixArrays.build(classes, ("T4", "A100"))
+    np.testing.assert_array_equal(k.weight, [0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_array_equal(k.cpu, [500, 1000, 2000, 4000])
+    np.testing.assert_array_equal(k.mem, [256, 512, 0, 1024])
+    np.testing.assert_array_equal(k.count, [0, 1, 1, 2])
+    np.testing.assert_array_equal(k.mem_fixed, [0, 3000, 0, 0])
+    np.testing.assert_array_equal(k.mem_percent, [0, 0, 25, 100])  # whole cards: all of it
+    np.testing.assert_array_equal(k.cores, [0, 20, 40, 100])
+    np.testing.assert_allclose(k.cores_f_share, [0, 0.2, 0.4, 1.0])
+    np.testing.assert_array_equal(k.whole, [False, False, False, True])
+    for name in ("weight", "cpu", "mem", "count", "mem_fixed", "mem_percent", "cores"):
+        assert getattr(k, name).dtype == (np.float64 if name == "weight" else np.int64), name
+    # One row per model, and a last one for "no card" (model -1): nothing runs there.
+    np.testing.assert_array_equal(
+        k.allowed,
+        [[True, True, False, True], [True, True, True, True], [False, False, False, False]],
+    )
+
+
+def test_an_unhealthy_card_is_neither_idle_nor_somewhere_a_class_fits() -> None:
+    inv = NodeInventory(
+        "n", (Card("n-g0", 0, "T4", 10000), Card("n-g1", 1, "T4", 10000, healthy=False)), 32000,
+        65536,
+    )  # fmt: skip
+    snap = ClusterState([inv]).snapshot()
+    pair = WorkloadMix([share(20, count=2)])  # two cards: the node has one it can use
+    k = MixArrays.build(pair.weights(), snap.models)
+    rows = np.asarray([0])
+    packing, idle = frag_rows(snap.tables, rows, k, PackingMeasure())
+    assert idle[0] == pytest.approx(1.0)
+    assert node_fragmentation(snap, pair)["n"] == pytest.approx(1.0)  # all of it, for the pair
+    assert packing[0] == pytest.approx(1.0)  # no pair of cards to put the next task on
+
+
+@pytest.mark.parametrize("scarce", ["cpu", "memory"])
+def test_a_class_that_needs_exactly_what_the_node_has_left_runs_there(scarce: str) -> None:
+    state = ClusterState([node(cpu=1000)])
+    wants = share(20, cpu=1000)
+    if scarce == "memory":
+        wants = dataclasses.replace(wants, memory_mib=65536)  # all the node's memory
+    snap = state.snapshot()
+    assert node_fragmentation(snap, WorkloadMix([wants]))["n"] == 0.0
+    # Growth reads the node's room the same way before and after: taking nothing, none.
+    k = MixArrays.build(WorkloadMix([wants]).weights(), snap.models)
+    rows = np.asarray([0])
+    card_ok = np.ones((1, 2), dtype=np.bool_)
+    delta, _ = growth(snap.tables, rows, card_ok, 0, 0, None, k, PackingMeasure())
+    assert delta[0] == 0.0
+
+
+def test_packing_counts_whole_groups_for_a_multi_card_class() -> None:
+    # Three idle cards and a class of two whole cards: one group; the third card idles.
+    snap = ClusterState([node(cards=3)]).snapshot()
+    k = MixArrays.build(WorkloadMix([share(100, count=2)]).weights(), snap.models)
+    packing, idle = frag_rows(snap.tables, np.asarray([0]), k, PackingMeasure())
+    assert (packing[0], idle[0]) == (pytest.approx(1.0), pytest.approx(3.0))
+
+
+def test_packing_counts_the_next_tasks_the_nodes_memory_allows() -> None:
+    # Two idle cards, but memory (65536 MiB) for one 40,000 MiB task: one 0.4 task.
+    snap = ClusterState([node()]).snapshot()
+    big = dataclasses.replace(share(40), memory_mib=40_000)
+    k = MixArrays.build(WorkloadMix([big]).weights(), snap.models)
+    packing, _ = frag_rows(snap.tables, np.asarray([0]), k, PackingMeasure())
+    assert packing[0] == pytest.approx(2.0 - 0.4)
+
+
+def test_packing_leaves_nothing_unusable_for_cpu_only_work() -> None:
+    # Half the mix CPU-only: it strands no GPU; the other half is 0.4 tasks, one per card.
+    snap = ClusterState([node()]).snapshot()
+    cpu_only = PodRequest("ns", "c", (ContainerRequest("m"),), cpu_milli=500)
+    k = MixArrays.build(WorkloadMix([share(40), cpu_only]).weights(), snap.models)
+    packing, _ = frag_rows(snap.tables, np.asarray([0]), k, PackingMeasure())
+    assert packing[0] == pytest.approx(0.5 * (2.0 - 2 * 0.4))
+
+
+def test_rate_and_node_values_without_a_mix_or_without_idle_gpu() -> None:
+    state = ClusterState([node(cards=1)])
+    assert fragmentation_rate(state.snapshot(), WorkloadMix()) == 0.0
+    assert node_fragmentation(state.snapshot(), WorkloadMix()) == {"n": 0.0}
+    occupy(state, "n", 0, 50, "half")
+    mix = WorkloadMix([share(60)])  # the 0.5 left is all fragmented: less than a card idle
+    assert fragmentation_rate(state.snapshot(), mix) == pytest.approx(1.0)
+    occupy(state, "n", 0, 50, "rest")  # nothing idle: a rate of 0, not a division by 0
+    assert fragmentation_rate(state.snapshot(), mix) == 0.0
+
+
+def test_equal_growth_goes_to_the_tighter_card() -> None:
+    # Whole-card work fits neither part-used card, so 0.2 on either grows nothing
+    # differently; the tighter card (1, 0.6 idle) keeps card 0's larger share whole.
+    state = ClusterState([node()])
+    occupy(state, "n", 0, 20, "u0")
+    occupy(state, "n", 1, 40, "u1")
+    snap = state.snapshot()
+    for measure in (PublishedMeasure(), PackingMeasure()):
+        scorer = FragmentationNodes(WorkloadMix([share(100)]), measure=measure)
+        _, demand = feasible(snap, share(20), resolve_rows(snap, None)[0])
+        delta, col = scorer.growth_rows(snap, demand)
+        assert (delta[0], col[0]) == (pytest.approx(-0.2), 1), type(measure).__name__
+
+
+def test_a_percent_of_an_odd_sized_card_is_whole_mib_rounded_down() -> None:
+    # 50 % of 10,001 MiB is 5,000 MiB, as the filter books it: the class fits the 5,000
+    # left, and after a 50 % pod on an empty card the 5,001 left fits a 5,001 MiB class.
+    def odd_node() -> NodeInventory:
+        return NodeInventory("n", (Card("n-g0", 0, "T4", 10_001),), 32000, 65536)
+
+    state = ClusterState([odd_node()])
+    held = PodRequest("ns", "u", (ContainerRequest("main", GpuRequest(count=1, memory_mib=5001)),))
+    slices = (CardSlice("n-g0", 5001, 50),)
+    state.assign(held, Assignment("n", (ContainerAssignment("main", slices),)))
+    assert node_fragmentation(state.snapshot(), WorkloadMix([share(50)]))["n"] == 0.0
+
+    snap = ClusterState([odd_node()]).snapshot()
+    fixed = GpuRequest(count=1, memory_mib=5001, cores_percent=50)
+    k = MixArrays.build(
+        WorkloadMix([PodRequest("ns", "m", (ContainerRequest("main", fixed),))]).weights(),
+        snap.models,
+    )
+    half = share(50)
+    _, demand = feasible(snap, half, resolve_rows(snap, None)[0])
+    delta, _ = growth(
+        snap.tables, demand.rows, demand.card_ok, 0, 0, demand.primary, k, PublishedMeasure()
+    )
+    assert delta[0] == 0.0

@@ -78,3 +78,21 @@ def test_a_pinned_pods_growth_is_not_kept_for_its_class() -> None:
     assert fresh_pinned["n0"] != pytest.approx(fresh["n0"])  # the pin matters here
     assert score_nodes(snap, pinned, None, policy) == pytest.approx(fresh_pinned)
     assert score_nodes(snap, unpinned, None, policy) == pytest.approx(fresh)
+
+
+def test_a_policy_scores_as_a_fresh_one_after_the_cluster_outgrows_its_tables() -> None:
+    # Ten nodes fit the first table (16 rows); ten more of the same model make it 32 rows
+    # with the card models unchanged, so only the change of size tells the kept growth
+    # is too short.
+    state = ClusterState([node(f"n{i}") for i in range(10)])
+    mix = WorkloadMix([dataclasses.replace(k, name=f"seen-{i}") for i, k in enumerate(KINDS)])
+    policy = make_policy("fragmentation", mix=mix)
+    pod = share(mem=4000, cores=30)
+    score_nodes(state.snapshot(), pod, None, policy)
+    for i in range(10, 20):
+        state.add_node(node(f"n{i}"))
+    snap = state.snapshot()
+    fresh = make_policy("fragmentation", mix=mix)
+    assert score_nodes(snap, pod, None, policy) == pytest.approx(
+        score_nodes(snap, pod, None, fresh)
+    )

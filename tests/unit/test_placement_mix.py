@@ -79,3 +79,17 @@ def test_card_uuids_and_compute_policy_do_not_make_a_class() -> None:
     )
     assert RequestClass.of(pinned) == RequestClass.of(plain)
     assert len(WorkloadMix([plain, pinned]).weights()) == 1
+
+
+def test_equally_common_shapes_are_kept_in_one_order_whatever_came_first() -> None:
+    shapes = [task(f"t{p}", p) for p in (10, 20, 30)]  # each seen once
+    kept = [
+        [c.gpu.memory_percent for c, _ in WorkloadMix(order, max_classes=2).weights() if c.gpu]
+        for order in (shapes, shapes[::-1], [shapes[1], shapes[2], shapes[0]])
+    ]
+    assert kept[0] == kept[1] == kept[2]
+
+
+def test_by_default_the_64_most_common_shapes_are_kept() -> None:
+    pods = [task(f"t{p}", p) for p in range(1, 66)]  # 65 shapes
+    assert len(WorkloadMix(pods).weights()) == 64
