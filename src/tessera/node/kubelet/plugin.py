@@ -17,7 +17,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from functools import partial
@@ -34,14 +33,13 @@ from tessera.node.isolation import ContainerEdits
 from tessera.node.kubelet import slots as S
 from tessera.node.ports import EventSink, warn_best_effort
 
-__all__ = ["API_VERSION", "KUBELET_SOCKET", "RECENT", "DevicePluginServer", "device_list"]
+__all__ = ["API_VERSION", "KUBELET_SOCKET", "DevicePluginServer", "device_list"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
-RECENT = 1024  # samples kept of each per-call series
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
@@ -148,7 +146,7 @@ class DevicePluginServer:
         plugin_dir: str | Path,
         events: EventSink,
         slots_per_card: int,
-        endpoint: str = "tessera.sock",
+        endpoint: str,
         poll_s: float = 0.1,
     ) -> None:
         self.allocator = allocator
@@ -168,9 +166,6 @@ class DevicePluginServer:
         self._kubelet_id: tuple[int, int] | None = None
         self.registrations = 0
         self.register_failures = 0
-        # A long-running agent keeps only recent samples (for logs and the exporter).
-        self.registered_at: deque[float] = deque(maxlen=RECENT)  # monotonic, per Register
-        self.allocate_seconds: deque[float] = deque(maxlen=RECENT)
         self.on_register: Callable[[], None] | None = None
         # (call, result, seconds) after each container's call; result "ok" or the gRPC
         # status name. The exporter's histogram and counters hang here.
@@ -204,10 +199,7 @@ class DevicePluginServer:
         t0 = time.perf_counter()
         result = "ok"
         try:
-            out = fn()
-            if call == "Allocate":
-                self.allocate_seconds.append(time.perf_counter() - t0)
-            return out
+            return fn()
         except AllocationError as exc:
             log.warning("%s", exc.message)
             if exc.pod is not None:
@@ -268,7 +260,6 @@ class DevicePluginServer:
                 )
             return False
         self.registrations += 1
-        self.registered_at.append(time.monotonic())
         log.info("registered with kubelet as %s (%s)", self.resource, self.endpoint)
         if self.on_register is not None:
             self.on_register()
