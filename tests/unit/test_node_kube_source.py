@@ -60,7 +60,10 @@ def test_events_land_on_the_pod() -> None:
     rec.flush()
     rec.stop()
     (event,) = api.list(EVENTS, "default").items
-    assert event["involvedObject"]["uid"] == created["metadata"]["uid"]
+    involved = event["involvedObject"]
+    assert involved["uid"] == created["metadata"]["uid"]
+    assert (involved["apiVersion"], involved["kind"]) == ("v1", "Pod")
+    assert (involved["namespace"], involved["name"]) == ("default", "a")
     assert event["reason"] == "TesseraAllocateFailed" and event["message"] == "no assignment"
 
 
@@ -74,3 +77,30 @@ def test_the_inventory_annotation_is_read_back_as_written() -> None:
     node.set_inventory("n1", '{"v":1}')
     assert node.inventory_text("n1") == '{"v":1}'
     assert kube.get(NODES, "n1")["metadata"]["annotations"]["other"] == "x"
+
+
+def test_pods_are_read_with_the_agents_resource_and_this_nodes_cards() -> None:
+    from tessera.model import annotations as ann
+    from tessera.model.types import Assignment, CardSlice, ContainerAssignment
+
+    api = FakeKube()
+    placed = pod("placed", "n1")
+
+    def assigned(uuid: str) -> str:
+        slices = (CardSlice(uuid, 1000, 10),)
+        return ann.encode_assignment(Assignment("n1", (ContainerAssignment("c", slices),)))
+
+    placed["metadata"]["annotations"] = {ann.ASSIGNMENT: assigned("GPU-here")}  # type: ignore[index]
+    elsewhere = pod("elsewhere", "n1")
+    elsewhere["metadata"]["annotations"] = {ann.ASSIGNMENT: assigned("GPU-gone")}  # type: ignore[index]
+    for p in (placed, elsewhere, pod("unplaced", "n1")):
+        api.create(PODS, p, "default")
+    src = KubePods(api, "n1", RES, frozenset({"GPU-here"}))
+    infos = {i.name: i for i in src.refresh()}
+    assert [(c.name, c.count) for c in infos["placed"].containers] == [("c", 1)]
+    assert infos["placed"].problem == ""
+    assert "card(s) ['GPU-gone'] that are not on this node" in infos["elsewhere"].problem
+    assert f"asks for {RES} but has no" in infos["unplaced"].problem
+    other = KubePods(api, "n1", "example.com/other", frozenset({"GPU-here"}))
+    assert all(i.containers == () for i in other.refresh())  # not this agent's resource
+    api.close()

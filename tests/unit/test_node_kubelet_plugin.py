@@ -1,0 +1,282 @@
+"""The device plugin server over real gRPC on a unix socket: the device list it streams,
+how each call's failure reaches kubelet (status and message), the pod (a Warning Event)
+and the exporter (``on_call``), and its registration with kubelet.
+
+The allocator behind it is a script here (answers or raises what a test sets): what it
+decides is tested with the real one in tests/integration/test_device_plugin.py."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tessera.model.types import Card
+from tessera.node.allocation.allocator import AllocationError
+from tessera.node.deviceplugin.v1beta1 import api_pb2 as pb
+from tessera.node.deviceplugin.v1beta1 import api_pb2_grpc as pbg
+from tessera.node.fakes import MemoryEvents
+from tessera.node.isolation import ContainerEdits
+from tessera.node.kubelet.plugin import KUBELET_SOCKET, DevicePluginServer, device_list
+from tessera.node.pods import PodInfo
+from tests.unit._wait import eventually
+
+CARDS = (Card("GPU-a", 0, "T4", 16000, numa_node=1), Card("GPU-b", 1, "T4", 16000))
+POD = PodInfo("uid-1", "team", "train", "n", "2026-01-01T00:00:00Z", (), None)
+
+
+class ScriptedAllocator:
+    """Answers each call with ``answer`` (a value, or an exception to raise), and keeps
+    the arguments it was called with."""
+
+    def __init__(self) -> None:
+        self.answer: object = None
+        self.calls: list[tuple[str, tuple[object, ...]]] = []
+
+    def _reply(self, name: str, *args: object) -> Any:
+        self.calls.append((name, args))
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+    def preferred(self, available: list[str], must_include: list[str], size: int) -> Any:
+        return self._reply("preferred", available, must_include, size)
+
+    def allocate(self, ids: list[str]) -> Any:
+        return self._reply("allocate", ids)
+
+    def pre_start(self, ids: list[str]) -> Any:
+        return self._reply("pre_start", ids)
+
+
+class Server:
+    def __init__(self, root: Path) -> None:
+        self.allocator = ScriptedAllocator()
+        self.events = MemoryEvents()
+        self.calls: list[tuple[str, str, float]] = []
+        self.plugin = DevicePluginServer(
+            self.allocator,  # type: ignore[arg-type]
+            CARDS,
+            "tessera.io/gpu",
+            root,
+            self.events,
+            slots_per_card=2,
+            endpoint="tessera.sock",
+        )
+        self.plugin.on_call = lambda call, result, s: self.calls.append((call, result, s))
+        self.plugin.start()
+        self.channel = grpc.insecure_channel(f"unix://{self.plugin.socket_path}")
+        self.stub = pbg.DevicePluginStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.plugin.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(tmp_path)
+    yield s
+    s.close()
+
+
+def test_every_slot_is_listed_with_its_cards_health_and_numa_node() -> None:
+    devices = device_list(CARDS, 2, {"GPU-b": False})  # GPU-a not in the map: healthy
+    assert [(d.ID, d.health) for d in devices] == [
+        ("GPU-a::0", "Healthy"), ("GPU-a::1", "Healthy"),
+        ("GPU-b::0", "Unhealthy"), ("GPU-b::1", "Unhealthy"),
+    ]  # fmt: skip
+    assert [n.ID for n in devices[0].topology.nodes] == [1]
+    assert not devices[2].HasField("topology")  # NUMA node unknown (-1): none given
+    zero = device_list((Card("GPU-z", 0, "T4", 16000, numa_node=0),), 1, {})
+    assert [n.ID for n in zero[0].topology.nodes] == [0]
+
+
+def allocate(ids: list[str]) -> pb.AllocateRequest:
+    return pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "reason"),
+    [
+        ("INVALID_ARGUMENT", grpc.StatusCode.INVALID_ARGUMENT, "TesseraBadDeviceIDs"),
+        ("FAILED_PRECONDITION", grpc.StatusCode.FAILED_PRECONDITION, "TesseraAllocateFailed"),
+        ("NOT_FOUND", grpc.StatusCode.NOT_FOUND, "TesseraAllocateFailed"),
+        ("ABORTED", grpc.StatusCode.UNKNOWN, "TesseraError"),  # a code it has no map for
+    ],
+)
+def test_an_allocation_error_reaches_kubelet_the_pod_the_log_and_the_exporter(
+    server: Server,
+    code: str,
+    status: grpc.StatusCode,
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server.allocator.answer = AllocationError(code, "slots GPU-a::0 are not yours", POD)
+    with pytest.raises(grpc.RpcError) as err:
+        server.stub.Allocate(allocate(["GPU-a::0"]), timeout=5)
+    assert (err.value.code(), err.value.details()) == (status, "slots GPU-a::0 are not yours")
+    assert server.events.events == [("team/train", reason, "slots GPU-a::0 are not yours")]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "slots GPU-a::0 are not yours")
+    ]
+    [(call, result, seconds)] = server.calls
+    assert (call, result) == ("Allocate", status.name)
+    assert 0 <= seconds < 5
+
+
+def test_an_allocation_error_without_a_pod_goes_to_kubelet_alone(server: Server) -> None:
+    server.allocator.answer = AllocationError("INVALID_ARGUMENT", "unknown device IDs ['x']")
+    with pytest.raises(grpc.RpcError) as err:
+        server.stub.Allocate(allocate(["x"]), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert server.events.events == []
+
+
+def test_an_unexpected_failure_is_internal_named_and_logged(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.allocator.answer = KeyError("GPU-a")
+    with pytest.raises(grpc.RpcError) as err:
+        server.stub.PreStartContainer(
+            pb.PreStartContainerRequest(devices_ids=["GPU-a::0"]), timeout=5
+        )
+    assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert err.value.details() == "tessera node agent: KeyError: 'GPU-a'"
+    assert [(c, r) for c, r, _ in server.calls] == [("PreStartContainer", "INTERNAL")]
+    [record] = [r for r in caplog.records if r.name == "tessera.node.kubelet.plugin"]
+    assert record.getMessage() == "device plugin call failed" and record.exc_info is not None
+    assert server.events.events == []
+
+
+def test_each_call_hands_kubelets_arguments_on_and_is_counted_by_name(server: Server) -> None:
+    server.allocator.answer = ["GPU-a::1"]
+    preferred = server.stub.GetPreferredAllocation(
+        pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=["GPU-a::0", "GPU-a::1"],
+                    must_include_deviceIDs=["GPU-a::1"],
+                    allocation_size=1,
+                )
+            ]
+        ),
+        timeout=5,
+    )
+    assert list(preferred.container_responses[0].deviceIDs) == ["GPU-a::1"]
+    server.allocator.answer = (None, ContainerEdits(envs={"TESSERA_ALLOC": "a1"}))
+    answer = server.stub.Allocate(allocate(["GPU-a::1"]), timeout=5)
+    assert dict(answer.container_responses[0].envs) == {"TESSERA_ALLOC": "a1"}
+    server.stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=["GPU-a::1"]), timeout=5)
+    assert server.allocator.calls == [
+        ("preferred", (["GPU-a::0", "GPU-a::1"], ["GPU-a::1"], 1)),
+        ("allocate", (["GPU-a::1"],)),
+        ("pre_start", (["GPU-a::1"],)),
+    ]
+    assert [(c, r) for c, r, _ in server.calls] == [
+        ("GetPreferredAllocation", "ok"), ("Allocate", "ok"), ("PreStartContainer", "ok"),
+    ]  # fmt: skip
+    assert all(0 <= s < 5 for _, _, s in server.calls)
+
+
+class Watcher:
+    """Holds a ListAndWatch stream as kubelet does, each list's health per slot queued."""
+
+    def __init__(self, stub: pbg.DevicePluginStub) -> None:
+        self.stream = stub.ListAndWatch(pb.Empty())
+        self.lists: queue.Queue[list[str]] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(grpc.RpcError):  # cancelled at the end
+            for response in self.stream:
+                self.lists.put([d.health for d in response.devices])
+
+    def next(self, within: float) -> list[str] | None:
+        """The next list, or None when none comes ``within`` seconds."""
+        try:
+            return self.lists.get(timeout=within)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self.stream.cancel()
+        self.reader.join(5)
+
+
+def test_list_and_watch_sends_the_list_at_once_then_only_when_health_changes(
+    server: Server,
+) -> None:
+    watcher = Watcher(server.stub)
+    try:
+        assert watcher.next(5) == ["Healthy"] * 4
+        server.plugin.set_health({"GPU-a": True, "GPU-b": True})  # no change: nothing sent
+        assert watcher.next(1.5) is None
+        server.plugin.set_health({"GPU-a": True, "GPU-b": False})
+        assert watcher.next(5) == ["Healthy"] * 2 + ["Unhealthy"] * 2
+        assert watcher.next(1.5) is None
+    finally:
+        watcher.close()
+
+
+def test_a_later_watcher_gets_the_list_as_it_stands(server: Server) -> None:
+    server.plugin.set_health({"GPU-a": False, "GPU-b": True})
+    watcher = Watcher(server.stub)
+    try:
+        assert watcher.next(5) == ["Unhealthy"] * 2 + ["Healthy"] * 2
+    finally:
+        watcher.close()
+
+
+class Registrar(pbg.RegistrationServicer):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.requests: list[pb.RegisterRequest] = []
+
+    def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
+        self.requests.append(request)
+        return pb.Empty()
+
+
+def test_it_registers_once_with_its_endpoint_resource_and_options(tmp_path: Path) -> None:
+    registrar = Registrar()
+    kubelet = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pbg.add_RegistrationServicer_to_server(registrar, kubelet)
+    kubelet.add_insecure_port(f"unix://{tmp_path / KUBELET_SOCKET}")
+    kubelet.start()
+    told: list[int] = []
+    server = Server(tmp_path)
+    server.plugin.on_register = lambda: told.append(server.plugin.registrations)
+    try:
+        eventually(lambda: server.plugin.registrations == 1)
+        time.sleep(0.5)  # five more turns of the watch: no second Register
+        assert server.plugin.registrations == 1 and told == [1]
+        [request] = registrar.requests
+        assert (request.version, request.endpoint, request.resource_name) == (
+            "v1beta1",
+            "tessera.sock",
+            "tessera.io/gpu",
+        )
+        assert request.options.pre_start_required
+        assert request.options.get_preferred_allocation_available
+        assert server.plugin.register_failures == 0
+    finally:
+        server.close()
+        kubelet.stop(0).wait(5)
+
+
+def test_stop_before_start_is_harmless(tmp_path: Path) -> None:
+    plugin = DevicePluginServer(
+        ScriptedAllocator(),  # type: ignore[arg-type]
+        CARDS, "tessera.io/gpu", tmp_path, MemoryEvents(), 2, "tessera.sock",
+    )  # fmt: skip
+    plugin.stop()
+    assert not (tmp_path / "tessera.sock").exists()
