@@ -151,3 +151,23 @@ def test_a_random_policy_takes_the_replays_seed_and_failures_add_up_by_class() -
     big = [TraceTask(f"x{k}", 1000, 1024, 1, 1000) for k in range(4)]
     r = replay_stream(order, big, "binpack", 0, 2.0)
     assert r.failed_by_class == {"1-gpu": 2}
+
+
+def test_the_fragmentation_policy_reads_the_mix_the_replay_observes() -> None:
+    from tessera.placement import WorkloadMix, make_policy
+
+    nodes = synthetic_cluster(scale=0.02)
+    stream = arrival_stream(synthetic_tasks(count=150), gpu_capacity_milli(nodes), 1.0, 4)
+
+    def outcome(make: object = None) -> tuple[object, ...]:
+        r = replay_stream(nodes, stream, "fragmentation", 4, 1.0, make=make)  # type: ignore[arg-type]
+        return r.placed_tasks, r.allocated_milli, r.curve, r.fragmentation_rate
+
+    def reading(name: str, seed: int, mix: WorkloadMix) -> object:
+        return make_policy(name, seed=seed, mix=mix)
+
+    def blind(name: str, seed: int, mix: WorkloadMix) -> object:
+        return make_policy(name, seed=seed)  # a mix nobody observes into
+
+    assert outcome() == outcome(reading)
+    assert outcome() != outcome(blind)  # the mix changes where this stream goes
