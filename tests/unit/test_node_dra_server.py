@@ -4,8 +4,11 @@ this one checks every claim of a batch gets its own answer whatever the others d
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tessera.claims.devices import DRIVER
 from tessera.kube.fake import FakeKube
@@ -20,6 +23,14 @@ from tessera.node.kube_source import KubeClaims
 from tests.unit._claims import claim as a_claim
 
 NODE = "node-a"
+
+
+SERVER_LOGGER = "tessera.node.dra.server"
+
+
+def server_log(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    """(level, message) of each line the DRA server logged, as an operator reads them."""
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == SERVER_LOGGER]
 
 
 class Flaky(ClaimPreparer):
@@ -57,7 +68,9 @@ def ref(obj: dict[str, Any]) -> pb.Claim:
     return pb.Claim(namespace=m["namespace"], name=m["name"], uid=m["uid"])
 
 
-def test_each_claim_of_a_prepare_batch_gets_its_own_answer(tmp_path: Path) -> None:
+def test_each_claim_of_a_prepare_batch_gets_its_own_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     kube = FakeKube()
     srv, _ = server(tmp_path, kube)
     ok = claim(kube, "ok")
@@ -72,9 +85,13 @@ def test_each_claim_of_a_prepare_batch_gets_its_own_answer(tmp_path: Path) -> No
     assert (device.pool_name, device.device_name, device.share_id) == (NODE, "gpu-1", "share-ok")
     assert list(device.request_names) == ["gpu"]
     assert out.claims[ok["metadata"]["uid"]].error == ""
+    [(level, line)] = server_log(caplog)
+    assert level == "WARNING" and line == f"prepare team/missing: {out.claims['u-missing'].error}"
 
 
-def test_an_unexpected_failure_is_that_claims_answer_not_the_batchs(tmp_path: Path) -> None:
+def test_an_unexpected_failure_is_that_claims_answer_not_the_batchs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     kube = FakeKube()
     srv, flaky = server(tmp_path, kube)
     ok = claim(kube, "ok")
@@ -85,9 +102,14 @@ def test_an_unexpected_failure_is_that_claims_answer_not_the_batchs(tmp_path: Pa
     )
     assert out.claims[bad["metadata"]["uid"]].error == "tessera node agent: KeyError: 'results'"
     assert out.claims[ok["metadata"]["uid"]].error == ""
+    assert server_log(caplog) == [("ERROR", "prepare team/bad")]
+    [record] = [r for r in caplog.records if r.name == SERVER_LOGGER]
+    assert record.exc_info is not None  # with its traceback
 
 
-def test_each_claim_of_an_unprepare_batch_gets_its_own_answer(tmp_path: Path) -> None:
+def test_each_claim_of_an_unprepare_batch_gets_its_own_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     kube = FakeKube()
     srv, flaky = server(tmp_path, kube)
     a, b = claim(kube, "a"), claim(kube, "b")
@@ -104,12 +126,15 @@ def test_each_claim_of_an_unprepare_batch_gets_its_own_answer(tmp_path: Path) ->
     )
     assert out.claims[b["metadata"]["uid"]].error == ""
     assert srv.preparer.prepared() == [a["metadata"]["uid"]]
+    assert server_log(caplog)[-1] == ("ERROR", "unprepare team/a")
 
 
 def test_a_refused_registration_is_kept_until_kubelet_registers_the_driver(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger=SERVER_LOGGER)
     srv, _ = server(tmp_path, FakeKube())
+    assert (srv.registered.is_set(), srv.registration_error) == (False, "")
     registration = _Registration(srv)
     info = registration.GetInfo(reg.InfoRequest(), None)
     assert (info.type, info.name, list(info.supported_versions)) == (
@@ -121,3 +146,7 @@ def test_a_refused_registration_is_kept_until_kubelet_registers_the_driver(
     assert (srv.registered.is_set(), srv.registration_error) == (False, "version not supported")
     registration.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), None)
     assert (srv.registered.is_set(), srv.registration_error) == (True, "")
+    assert server_log(caplog) == [
+        ("ERROR", f"kubelet refused DRA driver {DRIVER}: version not supported"),
+        ("INFO", f"kubelet registered DRA driver {DRIVER}"),
+    ]

@@ -104,3 +104,17 @@ def test_pods_are_read_with_the_agents_resource_and_this_nodes_cards() -> None:
     other = KubePods(api, "n1", "example.com/other", frozenset({"GPU-here"}))
     assert all(i.containers == () for i in other.refresh())  # not this agent's resource
     api.close()
+
+
+def test_a_deletion_of_a_pod_it_never_saw_changes_nothing() -> None:
+    # After a re-list, the watch may still deliver the deletion of a pod the list missed.
+    from tessera.kube.port import WatchEvent
+
+    api = FakeKube()
+    src = KubePods(api, "n1", RES, frozenset())
+    src.replace([api.create(PODS, pod("a", "n1"), "default")])
+    ghost = pod("ghost", "n1")
+    ghost["metadata"]["uid"] = "uid-ghost"  # type: ignore[index]
+    src.apply(WatchEvent("DELETED", ghost))
+    assert [p.name for p in src.pods()] == ["a"]
+    api.close()

@@ -8,7 +8,10 @@ decides is tested with the real one in tests/integration/test_device_plugin.py."
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
+import shutil
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -27,9 +30,11 @@ from tessera.node.fakes import MemoryEvents
 from tessera.node.isolation import ContainerEdits
 from tessera.node.kubelet.plugin import KUBELET_SOCKET, DevicePluginServer, device_list
 from tessera.node.pods import PodInfo
+from tests._logs import logged
 from tests.unit._wait import eventually
 
 CARDS = (Card("GPU-a", 0, "T4", 16000, numa_node=1), Card("GPU-b", 1, "T4", 16000))
+PLUGIN_LOGGER = "tessera.node.kubelet.plugin"
 POD = PodInfo("uid-1", "team", "train", "n", "2026-01-01T00:00:00Z", (), None)
 
 
@@ -58,7 +63,7 @@ class ScriptedAllocator:
 
 
 class Server:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, poll_s: float = 0.1) -> None:
         self.allocator = ScriptedAllocator()
         self.events = MemoryEvents()
         self.calls: list[tuple[str, str, float]] = []
@@ -70,6 +75,7 @@ class Server:
             self.events,
             slots_per_card=2,
             endpoint="tessera.sock",
+            poll_s=poll_s,
         )
         self.plugin.on_call = lambda call, result, s: self.calls.append((call, result, s))
         self.plugin.start()
@@ -152,7 +158,7 @@ def test_an_unexpected_failure_is_internal_named_and_logged(
     assert err.value.code() == grpc.StatusCode.INTERNAL
     assert err.value.details() == "tessera node agent: KeyError: 'GPU-a'"
     assert [(c, r) for c, r, _ in server.calls] == [("PreStartContainer", "INTERNAL")]
-    [record] = [r for r in caplog.records if r.name == "tessera.node.kubelet.plugin"]
+    [record] = [r for r in caplog.records if r.name == PLUGIN_LOGGER]
     assert record.getMessage() == "device plugin call failed" and record.exc_info is not None
     assert server.events.events == []
 
@@ -246,12 +252,22 @@ class Registrar(pbg.RegistrationServicer):  # type: ignore[misc]
         return pb.Empty()
 
 
-def test_it_registers_once_with_its_endpoint_resource_and_options(tmp_path: Path) -> None:
+@pytest.fixture
+def kubelet(tmp_path: Path) -> Iterator[Registrar]:
+    """kubelet's Registration service on ``kubelet.sock`` in the plugin folder."""
     registrar = Registrar()
-    kubelet = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    pbg.add_RegistrationServicer_to_server(registrar, kubelet)
-    kubelet.add_insecure_port(f"unix://{tmp_path / KUBELET_SOCKET}")
-    kubelet.start()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pbg.add_RegistrationServicer_to_server(registrar, server)
+    server.add_insecure_port(f"unix://{tmp_path / KUBELET_SOCKET}")
+    server.start()
+    yield registrar
+    server.stop(0).wait(5)
+
+
+def test_it_registers_once_with_its_endpoint_resource_and_options(
+    tmp_path: Path, kubelet: Registrar, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=PLUGIN_LOGGER)
     told: list[int] = []
     server = Server(tmp_path)
     server.plugin.on_register = lambda: told.append(server.plugin.registrations)
@@ -259,7 +275,7 @@ def test_it_registers_once_with_its_endpoint_resource_and_options(tmp_path: Path
         eventually(lambda: server.plugin.registrations == 1)
         time.sleep(0.5)  # five more turns of the watch: no second Register
         assert server.plugin.registrations == 1 and told == [1]
-        [request] = registrar.requests
+        [request] = kubelet.requests
         assert (request.version, request.endpoint, request.resource_name) == (
             "v1beta1",
             "tessera.sock",
@@ -268,9 +284,65 @@ def test_it_registers_once_with_its_endpoint_resource_and_options(tmp_path: Path
         assert request.options.pre_start_required
         assert request.options.get_preferred_allocation_available
         assert server.plugin.register_failures == 0
+        assert logged(caplog, PLUGIN_LOGGER) == [
+            "registered with kubelet as tessera.io/gpu (tessera.sock)"
+        ]
     finally:
         server.close()
-        kubelet.stop(0).wait(5)
+
+
+def test_a_removed_plugin_socket_is_served_and_registered_again(
+    tmp_path: Path, kubelet: Registrar, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=PLUGIN_LOGGER)
+    # kubelet itself still runs (same kubelet.sock), but it dropped the endpoint with
+    # the socket: only a new Register brings the plugin back.
+    server = Server(tmp_path)
+    try:
+        eventually(lambda: server.plugin.registrations == 1)
+        server.plugin.socket_path.unlink()
+        eventually(lambda: server.plugin.registrations == 2)
+        assert server.plugin.socket_path.exists()
+        assert len(kubelet.requests) == 2
+        assert "plugin socket removed (kubelet restart?): serving again" in logged(
+            caplog, PLUGIN_LOGGER
+        )
+    finally:
+        server.close()
+
+
+def test_a_kubelet_that_refuses_is_asked_every_turn_and_logged_every_fifty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket(socket.AF_UNIX) as refusing:  # bound, not listening: refused
+        refusing.bind(str(tmp_path / KUBELET_SOCKET))
+        server = Server(tmp_path, poll_s=0.01)
+        try:
+            eventually(lambda: server.plugin.register_failures >= 52)
+        finally:
+            server.close()
+    assert server.plugin.registrations == 0
+    lines = [r.getMessage() for r in caplog.records if "Register" in r.getMessage()]
+    assert [line.split(": <")[0] for line in lines] == [  # each with gRPC's error after it
+        "Register with kubelet failed (1 so far)",
+        "Register with kubelet failed (51 so far)",
+    ]
+
+
+def test_its_folder_is_made_and_made_again_and_stop_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "plugins" / "device-plugins"
+    server = Server(root)
+    assert server.plugin.socket_path.exists()
+    shutil.rmtree(tmp_path / "plugins")  # the whole tree gone, as on a node wipe
+    eventually(server.plugin.socket_path.exists)
+    watcher = server.plugin._watcher
+    server.close()
+    assert watcher is not None and not watcher.is_alive()  # stop waits for the watch
+    time.sleep(0.3)
+    assert not server.plugin.socket_path.exists()  # and nothing serves it again
+    server.plugin.stop()  # a second stop is harmless
 
 
 def test_stop_before_start_is_harmless(tmp_path: Path) -> None:
