@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tessera.cluster import ClusterState
+from tessera.cluster.snapshot import Snapshot
 from tessera.model.types import (
     Assignment,
     Card,
@@ -19,6 +20,7 @@ from tessera.model.types import (
     PodRequest,
 )
 from tessera.placement import WorkloadMix, fragmentation_rate, node_fragmentation
+from tessera.placement.base import Demand
 from tessera.placement.fit import feasible, resolve_rows
 from tessera.placement.fragmentation import (
     MixArrays,
@@ -63,6 +65,13 @@ def occupy(
             node_name, (ContainerAssignment("main", (CardSlice(uuid, percent * 100, cores),)),)
         ),
     )
+
+
+def demand_of(snap: Snapshot, pod: PodRequest) -> Demand:
+    """``pod``'s demand over every node of ``snap`` (all of them fit it here)."""
+    ok, demand = feasible(snap, pod, resolve_rows(snap, None)[0])
+    assert ok.all()
+    return demand
 
 
 @pytest.mark.parametrize(
@@ -296,7 +305,7 @@ def test_equal_growth_goes_to_the_tighter_card() -> None:
     snap = state.snapshot()
     for measure in (PublishedMeasure(), PackingMeasure()):
         scorer = FragmentationNodes(WorkloadMix([share(100)]), measure=measure)
-        _, demand = feasible(snap, share(20), resolve_rows(snap, None)[0])
+        demand = demand_of(snap, share(20))
         delta, col = scorer.growth_rows(snap, demand)
         assert (delta[0], col[0]) == (pytest.approx(-0.2), 1), type(measure).__name__
 
@@ -320,7 +329,7 @@ def test_a_percent_of_an_odd_sized_card_is_whole_mib_rounded_down() -> None:
         snap.models,
     )
     half = share(50)
-    _, demand = feasible(snap, half, resolve_rows(snap, None)[0])
+    demand = demand_of(snap, half)
     delta, _ = growth(
         snap.tables, demand.rows, demand.card_ok, 0, 0, demand.primary, k, PublishedMeasure()
     )

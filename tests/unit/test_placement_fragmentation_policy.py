@@ -10,17 +10,9 @@ from tessera.cluster import ClusterState
 from tessera.cluster.snapshot import Snapshot
 from tessera.model.types import ContainerRequest, PodRequest
 from tessera.placement import WorkloadMix, make_policy, pick_cards
-from tessera.placement.base import Demand, gpu_used_fraction
-from tessera.placement.fit import feasible, resolve_rows
+from tessera.placement.base import gpu_used_fraction
 from tessera.placement.fragmentation_policy import FragmentationNodes
-from tests.unit.test_placement_fragmentation import node, occupy, share
-
-
-def demand_of(snap: Snapshot, pod: PodRequest) -> Demand:
-    """``pod``'s demand over every node of ``snap`` (all of them fit it here)."""
-    ok, demand = feasible(snap, pod, resolve_rows(snap, None)[0])
-    assert ok.all()
-    return demand
+from tests.unit.test_placement_fragmentation import demand_of, node, occupy, share
 
 
 def one_card_nodes(*used_percent: int) -> ClusterState:
