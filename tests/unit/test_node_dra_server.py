@@ -20,17 +20,13 @@ from tessera.node.dra.v1 import dra_pb2 as pb
 from tessera.node.dra.v1 import registration_pb2 as reg
 from tessera.node.formats.layout import Layout
 from tessera.node.kube_source import KubeClaims
+from tests._logs import logged_levels
 from tests.unit._claims import claim as a_claim
 
 NODE = "node-a"
 
 
 SERVER_LOGGER = "tessera.node.dra.server"
-
-
-def server_log(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
-    """(level, message) of each line the DRA server logged, as an operator reads them."""
-    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == SERVER_LOGGER]
 
 
 class Flaky(ClaimPreparer):
@@ -85,7 +81,7 @@ def test_each_claim_of_a_prepare_batch_gets_its_own_answer(
     assert (device.pool_name, device.device_name, device.share_id) == (NODE, "gpu-1", "share-ok")
     assert list(device.request_names) == ["gpu"]
     assert out.claims[ok["metadata"]["uid"]].error == ""
-    [(level, line)] = server_log(caplog)
+    [(level, line)] = logged_levels(caplog, SERVER_LOGGER)
     assert level == "WARNING" and line == f"prepare team/missing: {out.claims['u-missing'].error}"
 
 
@@ -102,7 +98,7 @@ def test_an_unexpected_failure_is_that_claims_answer_not_the_batchs(
     )
     assert out.claims[bad["metadata"]["uid"]].error == "tessera node agent: KeyError: 'results'"
     assert out.claims[ok["metadata"]["uid"]].error == ""
-    assert server_log(caplog) == [("ERROR", "prepare team/bad")]
+    assert logged_levels(caplog, SERVER_LOGGER) == [("ERROR", "prepare team/bad")]
     [record] = [r for r in caplog.records if r.name == SERVER_LOGGER]
     assert record.exc_info is not None  # with its traceback
 
@@ -126,7 +122,7 @@ def test_each_claim_of_an_unprepare_batch_gets_its_own_answer(
     )
     assert out.claims[b["metadata"]["uid"]].error == ""
     assert srv.preparer.prepared() == [a["metadata"]["uid"]]
-    assert server_log(caplog)[-1] == ("ERROR", "unprepare team/a")
+    assert logged_levels(caplog, SERVER_LOGGER)[-1] == ("ERROR", "unprepare team/a")
 
 
 def test_a_refused_registration_is_kept_until_kubelet_registers_the_driver(
@@ -146,7 +142,7 @@ def test_a_refused_registration_is_kept_until_kubelet_registers_the_driver(
     assert (srv.registered.is_set(), srv.registration_error) == (False, "version not supported")
     registration.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), None)
     assert (srv.registered.is_set(), srv.registration_error) == (True, "")
-    assert server_log(caplog) == [
+    assert logged_levels(caplog, SERVER_LOGGER) == [
         ("ERROR", f"kubelet refused DRA driver {DRIVER}: version not supported"),
         ("INFO", f"kubelet registered DRA driver {DRIVER}"),
     ]
