@@ -65,3 +65,47 @@ def test_ldflags_stamp_the_kubernetes_version() -> None:
     flags = build.COMPONENTS["kubernetes"].ldflags("v1.36.3")
     assert "-X k8s.io/component-base/version.gitVersion=v1.36.3" in flags
     assert "-X k8s.io/component-base/version.gitMinor=36" in flags
+
+
+FAKE_GO = """#!/bin/sh
+# go list -deps PKG...: three packages. go build ... -o OUT PKG: two compiled, OUT written.
+case "$1" in
+  list) printf 'example.com/a\\nexample.com/b\\nexample.com/cmd/tool\\n' ;;
+  build)
+    while [ "$1" != "-o" ]; do shift; done
+    echo example.com/a; echo example.com/cmd/tool
+    [ -n "$FAKE_GO_FAIL" ] && { echo "# example.com/cmd/tool: $FAKE_GO_FAIL"; exit 1; }
+    echo built > "$2" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("fail", ["", "undefined: main"])
+def test_a_build_logs_each_line_and_leaves_the_binary_or_names_the_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fail: str
+) -> None:
+    # Under filterwarnings=error this also fails if the build's output pipe is left open.
+    go = tmp_path / "go"
+    go.write_text(FAKE_GO)
+    go.chmod(0o755)
+    monkeypatch.setenv("GO", str(go))
+    monkeypatch.setenv("FAKE_GO_FAIL", fail)
+    component = build.Component("tool", "example.com/tool", (("tool", "./cmd/tool"),))
+    entry = tmp_path / "cache" / "tool-v1"
+    entry.parent.mkdir()
+    said: list[str] = []
+    log = entry.parent / "tool-v1.build.log"
+    if fail:
+        with pytest.raises(BuildError, match="go build of tool v1 failed \\(exit 1\\)") as err:
+            build._build(component, "v1", tmp_path, entry, said.append)
+        assert err.value.log == str(log)
+        assert str(err.value).endswith(f"example.com/cmd/tool\n# example.com/cmd/tool: {fail}\n")
+        assert not entry.exists() and list(entry.parent.glob(".tool-v1.*")) == []
+    else:
+        build._build(component, "v1", tmp_path, entry, said.append)
+        assert (entry / "tool").read_text() == "built\n"
+        assert said[0].startswith("building tool v1 from Go modules (first run only; 3 packages")
+        assert said[-1].startswith("built tool v1 in ")
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith(f"nice -n 10 {go} build -v -trimpath -ldflags -s -w -o ")
+    assert lines[1:3] == ["example.com/a", "example.com/cmd/tool"]

@@ -296,16 +296,16 @@ def _build(
     started = time.monotonic()
     compiled = 0
     last_report = started
-    with log_path.open("w") as log:
+    # Popen as a context: its stdout pipe is closed when the build ends.
+    with log_path.open("w") as log, subprocess.Popen(
+        cmd,
+        cwd=module_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
         log.write(" ".join(cmd) + "\n")
-        proc = subprocess.Popen(
-            cmd,
-            cwd=module_dir,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
