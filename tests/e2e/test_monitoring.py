@@ -159,6 +159,10 @@ def _alerts_load_and_fire(w: World, prom: Prometheus, spare_card: str) -> None:
     [leaders] = prom.query("sum(tessera_scheduler_leader)")["data"]["result"]
     assert leaders["value"][1] == "1"
     assert prom.alert_state("TesseraSchedulerNoLeader") == "inactive"
+    # The agent is registered with kubelet, and says so.
+    [plugin] = prom.query("tessera_agent_registered")["data"]["result"]
+    assert (plugin["metric"]["plugin"], plugin["value"][1]) == ("device-plugin", "1")
+    assert prom.alert_state("TesseraAgentNotRegistered") == "inactive"
     # An inventory that does not decode: the extender counts a state problem.
     broken = {"apiVersion": "v1", "kind": "Node",
               "metadata": {"name": "mon-broken", "annotations": {INVENTORY: "{oops"}}}  # fmt: skip

@@ -20,8 +20,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.claims.devices import slice_name
 from tessera.kube.errors import NotFound
@@ -66,7 +68,8 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         containerd = ensure_binaries(["containerd"])["containerd"]
         cdi = root / "node" / "cdi"  # RealNode.cdi_dir: where containerd reads specs
-        w = RealWorld(env, root, ["--claims-cards=1", f"--cdi-dir={cdi}"], containerd)
+        metrics = f"--metrics-port={free_port()}"
+        w = RealWorld(env, root, ["--claims-cards=1", f"--cdi-dir={cdi}", metrics], containerd)
         w.start(port)
         for doc in deployed("device-classes.yaml"):
             w.api.create(DEVICE_CLASSES, doc)
@@ -75,6 +78,15 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         if w is not None:
             w.stop()
         env.stop()
+
+
+def _registered(w: RealWorld) -> dict[str, float]:
+    """tessera_agent_registered by plugin, from the agent's /metrics."""
+    port = next(a for a in w.agent.argv if a.startswith("--metrics-port=")).split("=")[1]
+    with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {s.labels["plugin"]: s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "tessera_agent_registered"}  # fmt: skip
 
 
 def _claim(name: str, memory: str, compute: str) -> dict[str, Any]:
@@ -147,6 +159,10 @@ def test_kubelet_registers_the_agent_and_prepares_and_unprepares_a_claim(
     w.node.restart_kubelet()
     wait_for("kubelet to register the DRA plugin again",
              lambda: w.agent.log().count(REGISTERED) > registrations, 90, 0.2)  # fmt: skip
+    # Both of the agent's kubelet plugins are back, as its /metrics says.
+    wait_for("both plugins registered in /metrics",
+             lambda: _registered(w) == {"device-plugin": 1, "dra": 1}, 30, 0.2,
+             lambda: str(_registered(w)))  # fmt: skip
     assert (folder / "etc" / "limits").exists()
 
     # Gone pod: kubelet unprepares, the folder and the spec go.

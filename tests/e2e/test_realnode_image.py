@@ -21,6 +21,7 @@ from urllib.request import urlopen
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.kube import EVENTS, NODES, PODS, Kind
 from tessera.testenv.chart import CHART, NAMESPACE, helm_on
@@ -71,6 +72,7 @@ class ImageWorld(RealWorld):
     def __init__(self, env: Any, root: Path, archives: list[Path], tag: str) -> None:
         # RealWorld's own Child agent is made but never started.
         self.archives, self.tag = archives, tag
+        self.metrics_port = free_port()  # the agent's /metrics, on the host's network
         super().__init__(env, root)
 
     def _start_node(self) -> RealNode:
@@ -99,7 +101,7 @@ class ImageWorld(RealWorld):
             "nodeAgent": {
                 "backend": "fake",
                 "hostNetwork": True,
-                "metricsPort": free_port(),
+                "metricsPort": self.metrics_port,
                 "stateDir": str(self.state),
                 "recoverySeconds": 1,
                 "extraArgs": [f"--nodes={root / 'nodes.csv'}",
@@ -169,6 +171,11 @@ def test_helm_install_runs_tessera_and_a_gpu_pod_gets_its_slice(world: ImageWorl
         if label != "tessera-kube-scheduler":
             assert pod["spec"]["containers"][0]["image"] == f"{IMAGE}:{w.tag}"
     assert "registered with kubelet as tessera.io/gpu" in w.agent_log()
+    with urlopen(f"http://127.0.0.1:{w.metrics_port}/metrics", timeout=10) as r:
+        exposition = r.read().decode()
+    registered = {s.labels["plugin"]: s.value for f in text_string_to_metric_families(exposition)
+                  for s in f.samples if s.name == "tessera_agent_registered"}  # fmt: skip
+    assert registered == {"device-plugin": 1}  # the real kubelet took it
 
     # No scheduler name: the chart's webhook routes the pod to the chart's kube-scheduler.
     probe = gpu_pod("helm-slice", 1500, 30, "tool_slice; echo rc=$?; sleep 600", w.devices)

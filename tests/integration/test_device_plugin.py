@@ -40,6 +40,7 @@ from tessera.node.ports import PodResourcesView
 from tests._logs import logged
 from tests.integration.agent_metrics import one, scrape
 from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
+from tests.unit._wait import eventually
 
 NODE = "node-a"
 AGENT_LOG = "tessera.node.agent"
@@ -216,6 +217,10 @@ def check_started(env: Env, started: list, assignment: Assignment) -> None:
 def test_registers_and_lists_slots_with_health_and_numa(env: Env) -> None:
     k = env.kubelet
     assert len(k.registrations) == 1
+    assert env.agent.metrics is not None
+    registered = {"node": NODE, "plugin": "device-plugin"}
+    registry = env.agent.metrics.registry  # set once Register has returned to the agent
+    eventually(lambda: registry.get_sample_value("tessera_agent_registered", registered) == 1)
     assert set(k.devices.values()) == {"Healthy"}
     assert sorted(k.devices) == sorted(f"{c.uuid}::{i}" for c in CARDS for i in range(SLOTS))
     assert k.topology[f"{U0}::0"] == [CARDS[0].numa_node]

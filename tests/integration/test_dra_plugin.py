@@ -182,12 +182,26 @@ def test_registration_names_the_driver_and_the_v1_service(env: Env) -> None:
     assert (info.type, info.name) == ("DRAPlugin", DRIVER)
     assert list(info.supported_versions) == ["v1.DRAPlugin"]
     assert info.endpoint == str(env.root / "plugins" / DRIVER / "dra.sock")
+    assert env.agent.metrics is not None
+    registry = env.agent.metrics.registry
+
+    def exported(plugin: str) -> tuple[float | None, float | None]:
+        labels = {"node": NODE, "plugin": plugin}
+        names = ("tessera_agent_registered", "tessera_agent_registration_failures_total")
+        registered, failures = (registry.get_sample_value(n, labels) for n in names)
+        return registered, failures
+
+    assert exported("dra") == (0, 0)  # served, not yet taken by kubelet
     [sock] = (env.root / "registry").glob("*.sock")
     with grpc.insecure_channel(f"unix://{sock}") as ch:
-        regg.RegistrationStub(ch).NotifyRegistrationStatus(
-            reg.RegistrationStatus(plugin_registered=True), timeout=5
+        stub = regg.RegistrationStub(ch)
+        stub.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), timeout=5)
+        assert env.agent.dra is not None and env.agent.dra.registered.is_set()
+        assert exported("dra") == (1, 0)
+        stub.NotifyRegistrationStatus(
+            reg.RegistrationStatus(plugin_registered=False, error="no"), timeout=5
         )
-    assert env.agent.dra is not None and env.agent.dra.registered.is_set()
+    assert exported("dra") == (0, 1)
 
 
 def test_stopping_removes_both_sockets_but_only_those_it_served(env: Env) -> None:

@@ -125,24 +125,29 @@ def test_each_claim_of_an_unprepare_batch_gets_its_own_answer(
     assert logged_levels(caplog, SERVER_LOGGER)[-1] == ("ERROR", "unprepare team/a")
 
 
-def test_a_refused_registration_is_kept_until_kubelet_registers_the_driver(
+def test_registration_follows_what_kubelet_last_said_and_refusals_are_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=SERVER_LOGGER)
     srv, _ = server(tmp_path, FakeKube())
-    assert (srv.registered.is_set(), srv.registration_error) == (False, "")
+    assert (srv.registered.is_set(), srv.refusals) == (False, 0)
     registration = _Registration(srv)
     info = registration.GetInfo(reg.InfoRequest(), None)
     assert (info.type, info.name, list(info.supported_versions)) == (
         "DRAPlugin", DRIVER, ["v1.DRAPlugin"]
     )  # fmt: skip
-    registration.NotifyRegistrationStatus(
-        reg.RegistrationStatus(plugin_registered=False, error="version not supported"), None
-    )
-    assert (srv.registered.is_set(), srv.registration_error) == (False, "version not supported")
-    registration.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), None)
-    assert (srv.registered.is_set(), srv.registration_error) == (True, "")
+
+    def told(ok: bool, error: str = "") -> tuple[bool, int]:
+        registration.NotifyRegistrationStatus(
+            reg.RegistrationStatus(plugin_registered=ok, error=error), None
+        )
+        return srv.registered.is_set(), srv.refusals
+
+    assert told(False, "version not supported") == (False, 1)
+    assert told(True) == (True, 1)
+    assert told(False, "driver name taken") == (False, 2)  # a later refusal takes it back
     assert logged_levels(caplog, SERVER_LOGGER) == [
         ("ERROR", f"kubelet refused DRA driver {DRIVER}: version not supported"),
         ("INFO", f"kubelet registered DRA driver {DRIVER}"),
+        ("ERROR", f"kubelet refused DRA driver {DRIVER}: driver name taken"),
     ]

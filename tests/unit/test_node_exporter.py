@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.model.clusterspec import make_cards
 from tessera.model.types import CardSlice, ComputePolicy, ContainerAssignment
-from tessera.node.exporter import NodeCollector, NodeView
+from tessera.node.exporter import NodeCollector, NodeView, Registration
 from tessera.node.formats.layout import AllocRecord, Layout
 from tessera.node.formats.limits import encode_limits, limits_for
 from tessera.node.formats.usage import (
@@ -146,7 +146,9 @@ def test_every_card_and_container_series_has_its_figure(tmp_path: Path) -> None:
     cards = (CARDS[0], replace(CARDS[1], healthy=False))
     view = NodeView("n1", lambda: cards, lambda: recs, {U0: 37.5}.get, dict,
                     lambda: {"isolation": "hook", "library": "v1"},
-                    corrections=lambda: 3)  # fmt: skip
+                    corrections=lambda: 3,
+                    registrations=lambda: {"dra": Registration(False, 2),
+                                           "device-plugin": Registration(True, 0)})  # fmt: skip
     samples = _scrape(NodeCollector(view, layout))
 
     def card(name: str) -> dict[str, float]:
@@ -179,6 +181,10 @@ def test_every_card_and_container_series_has_its_figure(tmp_path: Path) -> None:
     assert info[1] == {"node": "n1", "isolation": "hook", "library": "v1"} and info[2] == 1
     [corrected] = [s for s in samples if s[0] == "tessera_agent_match_corrections_total"]
     assert corrected[1:] == ({"node": "n1"}, 3)
+    for name, want in (("registered", [1, 0]), ("registration_failures_total", [0, 2])):
+        got = [s[1:] for s in samples if s[0] == f"tessera_agent_{name}"]
+        assert got == [({"node": "n1", "plugin": "device-plugin"}, want[0]),
+                       ({"node": "n1", "plugin": "dra"}, want[1])]  # fmt: skip
 
 
 def test_a_file_that_does_not_read_is_marked_each_scrape_and_logged_once(

@@ -246,20 +246,28 @@ def test_a_later_watcher_gets_the_list_as_it_stands(server: Server) -> None:
 class Registrar(pbg.RegistrationServicer):  # type: ignore[misc]
     def __init__(self) -> None:
         self.requests: list[pb.RegisterRequest] = []
+        self.refuse = ""  # kubelet's answer to a plugin it will not take, as it words one
 
     def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
         self.requests.append(request)
+        if self.refuse:
+            context.abort(grpc.StatusCode.UNKNOWN, self.refuse)
         return pb.Empty()
+
+
+def serve_kubelet(root: Path, registrar: Registrar) -> grpc.Server:
+    """kubelet's Registration service on ``kubelet.sock`` in the plugin folder."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pbg.add_RegistrationServicer_to_server(registrar, server)
+    server.add_insecure_port(f"unix://{root / KUBELET_SOCKET}")
+    server.start()
+    return server
 
 
 @pytest.fixture
 def kubelet(tmp_path: Path) -> Iterator[Registrar]:
-    """kubelet's Registration service on ``kubelet.sock`` in the plugin folder."""
     registrar = Registrar()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    pbg.add_RegistrationServicer_to_server(registrar, server)
-    server.add_insecure_port(f"unix://{tmp_path / KUBELET_SOCKET}")
-    server.start()
+    server = serve_kubelet(tmp_path, registrar)
     yield registrar
     server.stop(0).wait(5)
 
@@ -275,6 +283,7 @@ def test_it_registers_once_with_its_endpoint_resource_and_options(
         eventually(lambda: server.plugin.registrations == 1)
         time.sleep(0.5)  # five more turns of the watch: no second Register
         assert server.plugin.registrations == 1 and told == [1]
+        assert server.plugin.registered
         [request] = kubelet.requests
         assert (request.version, request.endpoint, request.resource_name) == (
             "v1beta1",
@@ -287,6 +296,33 @@ def test_it_registers_once_with_its_endpoint_resource_and_options(
         assert logged(caplog, PLUGIN_LOGGER) == [
             "registered with kubelet as tessera.io/gpu (tessera.sock)"
         ]
+    finally:
+        server.close()
+    assert not server.plugin.registered  # stopped: kubelet loses the endpoint with it
+
+
+def test_registered_follows_a_restarted_kubelet_that_refuses_then_accepts(
+    tmp_path: Path, kubelet: Registrar
+) -> None:
+    server = Server(tmp_path)
+    try:
+        eventually(lambda: server.plugin.registered)
+        # A new kubelet (a new kubelet.sock) that will not take the plugin.
+        again = Registrar()
+        again.refuse = "cannot register with kubelet using version v1beta1"
+        (tmp_path / KUBELET_SOCKET).unlink()
+        restarted = serve_kubelet(tmp_path, again)
+        try:
+            eventually(lambda: server.plugin.register_failures >= 2)
+            assert not server.plugin.registered
+            assert server.plugin.registrations == 1
+            again.refuse = ""
+            eventually(lambda: server.plugin.registered)
+            assert (server.plugin.registrations, len(again.requests)) == (
+                2, server.plugin.register_failures + 1
+            )  # fmt: skip
+        finally:
+            restarted.stop(0).wait(5)
     finally:
         server.close()
 
@@ -319,6 +355,7 @@ def test_a_kubelet_that_refuses_is_asked_every_turn_and_logged_every_fifty(
         server = Server(tmp_path, poll_s=0.01)
         try:
             eventually(lambda: server.plugin.register_failures >= 52)
+            assert not server.plugin.registered
         finally:
             server.close()
     assert server.plugin.registrations == 0

@@ -44,7 +44,7 @@ from tessera.node.cards.inventory import InventoryPublisher
 from tessera.node.dra.prepare import ClaimPreparer
 from tessera.node.dra.server import DraPluginServer
 from tessera.node.dra.slices import SlicePublisher
-from tessera.node.exporter import AgentMetrics, NodeView
+from tessera.node.exporter import AgentMetrics, NodeView, Registration
 from tessera.node.formats.layout import Layout
 from tessera.node.isolation import Isolation, MpsSupervisor, Visibility
 from tessera.node.kube_source import KubeClaims
@@ -340,8 +340,19 @@ class Agent:
             info=lambda: info,
             claims=lambda: self.preparer.prepared_claims() if self.preparer else [],
             corrections=lambda: allocator.corrections,
+            registrations=self._registrations,
         )
         return AgentMetrics(view, self.layout)
+
+    def _registrations(self) -> dict[str, Registration]:
+        out = {}
+        if self.plugin is not None:
+            out["device-plugin"] = Registration(
+                self.plugin.registered, self.plugin.register_failures
+            )
+        if self.dra is not None:
+            out["dra"] = Registration(self.dra.registered.is_set(), self.dra.refusals)
+        return out
 
     @property
     def metrics_port(self) -> int | None:

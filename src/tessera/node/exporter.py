@@ -32,6 +32,8 @@ tessera_claim_*{claim,card}, tessera_claim_*{claim}    the same nine series for 
 tessera_agent_call_seconds{node,call}                  device-plugin calls, histogram
 tessera_agent_calls_total{node,call,result}            and their results
 tessera_agent_match_corrections_total{node}            Allocate matches corrected at PreStart
+tessera_agent_registered{node,plugin}                  1 while kubelet has accepted the plugin
+tessera_agent_registration_failures_total{node,plugin} registrations kubelet failed or refused
 tessera_agent_info{node,...}                           1; labels cuda_version, driver_version,
                                                        isolation, library
 =====================================================  ========================================
@@ -61,7 +63,7 @@ from tessera.node.formats.layout import LIMITS_IN_FOLDER, REGION_IN_FOLDER, Allo
 from tessera.node.formats.limits import Limits, LimitsFiles
 from tessera.node.formats.usage import RegionSnapshot, read_region
 
-__all__ = ["AgentMetrics", "NodeCollector", "NodeView"]
+__all__ = ["AgentMetrics", "NodeCollector", "NodeView", "Registration"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -72,6 +74,14 @@ _CARD = ["node", "uuid", "index", "model"]
 _CTR = ["node", "namespace", "pod", "container"]
 _CLAIM = ["node", "namespace", "claim"]
 _CALL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A kubelet plugin's registration: accepted now, and failed or refused so far."""
+
+    registered: bool
+    failures: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +99,9 @@ class NodeView:
     claims: Callable[[], list[tuple[str, str, str, tuple[str, ...]]]] = field(default=list)
     # Allocate matches PreStartContainer corrected from kubelet's pod-resources report.
     corrections: Callable[[], int] = field(default=int)
+    # Each kubelet plugin the agent serves ("device-plugin", "dra") and where its
+    # registration with kubelet stands.
+    registrations: Callable[[], Mapping[str, Registration]] = field(default=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +261,7 @@ class NodeCollector(Collector):
         )
         corrected.add_metric([node], v.corrections())
         yield corrected
+        yield from self._registrations(v.registrations())
 
         info = v.info()
         keys = sorted(info)
@@ -256,6 +270,23 @@ class NodeCollector(Collector):
         )
         agent.add_metric([node, *(info[k] for k in keys)], 1)
         yield agent
+
+    def _registrations(self, plugins: Mapping[str, Registration]) -> Iterator[Metric]:
+        registered = GaugeMetricFamily(
+            "tessera_agent_registered",
+            "1 while kubelet has accepted the kubelet plugin (device-plugin, dra)",
+            labels=["node", "plugin"],
+        )
+        failures = CounterMetricFamily(
+            "tessera_agent_registration_failures",
+            "Registrations of the kubelet plugin that kubelet failed or refused",
+            labels=["node", "plugin"],
+        )
+        for plugin, r in sorted(plugins.items()):
+            registered.add_metric([self.view.node, plugin], 1 if r.registered else 0)
+            failures.add_metric([self.view.node, plugin], r.failures)
+        yield registered
+        yield failures
 
     def _cards(
         self,

@@ -297,14 +297,17 @@ def _build(
     compiled = 0
     last_report = started
     # Popen as a context: its stdout pipe is closed when the build ends.
-    with log_path.open("w") as log, subprocess.Popen(
-        cmd,
-        cwd=module_dir,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    ) as proc:
+    with (
+        log_path.open("w") as log,
+        subprocess.Popen(
+            cmd,
+            cwd=module_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as proc,
+    ):
         log.write(" ".join(cmd) + "\n")
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -110,17 +110,16 @@ class DraPluginServer:
         self.socket_path = plugin_dir / driver / "dra.sock"
         self.registration_path = registry_dir / f"{driver}-reg.sock"
         self.registered = threading.Event()
-        self.registration_error = ""
+        self.refusals = 0  # NotifyRegistrationStatus calls that said kubelet refused us
         self._server: grpc.Server | None = None
 
     def on_registration(self, ok: bool, error: str) -> None:
         if ok:
             log.info("kubelet registered DRA driver %s", self.driver)
-            self.registration_error = ""
             self.registered.set()
         else:
             log.error("kubelet refused DRA driver %s: %s", self.driver, error)
-            self.registration_error = error
+            self.refusals += 1
             self.registered.clear()
 
     def start(self) -> None:

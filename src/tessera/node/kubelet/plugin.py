@@ -164,6 +164,7 @@ class DevicePluginServer:
         self._server: grpc.Server | None = None
         self._watcher: threading.Thread | None = None
         self._kubelet_id: tuple[int, int] | None = None
+        self.registered = False  # kubelet accepted our Register and has not restarted since
         self.registrations = 0
         self.register_failures = 0
         self.on_register: Callable[[], None] | None = None
@@ -274,7 +275,6 @@ class DevicePluginServer:
         self._watcher.start()
 
     def _watch(self) -> None:
-        registered = False
         while not self._stopping.is_set():
             try:
                 kubelet = self._kubelet_identity()
@@ -282,12 +282,12 @@ class DevicePluginServer:
                     log.info("plugin socket removed (kubelet restart?): serving again")
                     self.plugin_dir.mkdir(parents=True, exist_ok=True)
                     self._serve()
-                    registered = False
+                    self.registered = False
                 if kubelet != self._kubelet_id:
-                    registered = False
-                if not registered and kubelet is not None:
-                    registered = self._register()
-                    if registered:
+                    self.registered = False
+                if not self.registered and kubelet is not None:
+                    self.registered = self._register()
+                    if self.registered:
                         self._kubelet_id = kubelet
             except Exception:  # keep watching: the next turn may succeed
                 log.exception("device plugin watch")
@@ -298,6 +298,7 @@ class DevicePluginServer:
         self._wake()
         if self._watcher is not None:
             self._watcher.join(5)
+        self.registered = False
         if self._server is not None:  # only a socket it served is its to remove
             self._server.stop(grace=0).wait(5)
             self._server = None
