@@ -366,6 +366,29 @@ def test_a_kubelet_that_refuses_is_asked_every_turn_and_logged_every_fifty(
     ]
 
 
+def test_a_kubelet_that_never_answers_costs_one_register_deadline_and_not_the_service(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A hung kubelet: its socket takes connections and never says a word. Register gives
+    # up at its 5 s deadline, and the plugin answers calls all the while.
+    with socket.socket(socket.AF_UNIX) as hung:
+        hung.bind(str(tmp_path / KUBELET_SOCKET))
+        hung.listen(8)
+        server = Server(tmp_path)
+        try:
+            time.sleep(1.0)
+            assert server.plugin.register_failures == 0  # still waiting for the answer
+            options = server.stub.GetDevicePluginOptions(pb.Empty(), timeout=2)
+            assert options.pre_start_required
+            eventually(lambda: server.plugin.register_failures == 1, timeout=10)
+            assert not server.plugin.registered
+        finally:
+            server.close()
+    [line] = [r.getMessage() for r in caplog.records if "Register" in r.getMessage()]
+    assert line.startswith("Register with kubelet failed (1 so far)")
+    assert "DEADLINE_EXCEEDED" in line
+
+
 def test_its_folder_is_made_and_made_again_and_stop_leaves_nothing_running(
     tmp_path: Path,
 ) -> None:
