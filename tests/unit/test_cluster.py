@@ -416,3 +416,40 @@ def test_invariant_check_reports_bookings_the_state_does_not_hold() -> None:
         "card a-g0 on a: tenant count or exclusivity flag out of step",
         "node a: free cpu/memory out of step with the bookings",
     ]
+
+
+def test_invariant_check_reads_every_booking_and_card_and_names_each_problem() -> None:
+    """Bookings made by hand, each breaking something, checked against a state that holds
+    none of them: one problem does not stop the check of the next card or pod."""
+    state = ClusterState([node("a"), node("b")])
+    a10_only = GpuRequest(count=2, memory_mib=16000, cores_percent=100,
+                          models=frozenset({"A10"}))  # fmt: skip
+    x = PodRequest("ns", "x", (ContainerRequest("main", a10_only),), 8000, 64000)
+    y = PodRequest("ns", "y", (ContainerRequest("main", SHARE),), 1, 1000)
+    full = PodRequest("ns", "z", (ContainerRequest("main", None),), 8000, 64000)
+    ghost = pod("ghost")
+    # x: whole cards, one of them on another node; y shares x's card on a; z fills b's CPU
+    # and memory to the last unit (full is not over).
+    whole = (CardSlice("b-g0", 16000, 100), CardSlice("a-g0", 16000, 100))
+    x_on = Assignment("a", (ContainerAssignment("main", whole, exclusive=True),))
+    y_on = on("a", "a-g0", mem=8000, cores=30)
+    made = [(ghost, on("zz", "zz-g0")), (x, x_on), (y, y_on), (full, Assignment("b", ()))]
+    bookings = {p.key: Booking(p, a, a.footprint(), a.slots()) for p, a in made}
+    # The card off the node first: the check must go on to the next one.
+    off_first = {"b-g0": (16000, 100, True), "a-g0": (16000, 100, True)}
+    bookings[x.key] = replace(bookings[x.key], footprint=off_first)
+    assert check(state.snapshot(), bookings) == [
+        "pod ns/ghost is booked on unknown node zz",
+        "pod ns/x holds card b-g0, which is not on a",
+        "pod ns/x container main holds card a-g0 of model T4, which its request does not allow",
+        "card a-g0 on a: 24000 MiB booked, only 16000 MiB exist",
+        "card a-g0 on a: 130% cores booked, over 100%",
+        "card a-g0 on a: held whole by ns/x but shared with ['ns/x', 'ns/y']",
+        "card a-g0 on a: state says 16000 MiB / 100% free, bookings say -8000 MiB / -30%",
+        "card a-g0 on a: state says 16 slots free, bookings say 14",
+        "card a-g0 on a: tenant count or exclusivity flag out of step",
+        "node a: 8001 millicores booked, only 8000 exist",
+        "node a: 65000 MiB memory booked, only 64000 exist",
+        "node a: free cpu/memory out of step with the bookings",
+        "node b: free cpu/memory out of step with the bookings",
+    ]

@@ -83,20 +83,38 @@ def test_free_slots_are_not_processes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mutate", "message"),
+    ("mutate", "message", "kind"),
     [
-        (lambda d: d.__setitem__(slice(0, 8), b"XXXXXXXX"), "bad magic"),
-        (lambda d: struct.pack_into("<I", d, 8, 2), "unknown version 2"),
-        (lambda d: struct.pack_into("<I", d, 20, 32), "not the v1 layout"),
+        (lambda d: d.__setitem__(slice(0, 8), b"XXXXXXXX"), "bad magic b'XXXXXXXX'", "bad_magic"),
+        (lambda d: struct.pack_into("<I", d, 8, 2),
+         "unknown version 2; this Tessera reads v1", "unknown_version"),
+        (lambda d: struct.pack_into("<I", d, 20, 32),
+         "layout (4096, 16, 32, 1024, 48) is not the v1 layout (4096, 16, 64, 1024, 48)",
+         "layout"),
     ],
-)
-def test_bad_regions_are_refused(mutate: Callable[[bytearray], object], message: str) -> None:
+)  # fmt: skip
+def test_bad_regions_are_refused(
+    mutate: Callable[[bytearray], object], message: str, kind: str
+) -> None:
     data = bytearray(encode_region())
     mutate(data)
-    with pytest.raises(FormatError, match=message):
+    with pytest.raises(FormatError) as refused:
         decode_region(bytes(data))
+    # The exporter labels the container with the kind (tessera_container_unreadable).
+    assert (str(refused.value), refused.value.kind) == (f"usage region: {message}", kind)
 
 
-def test_truncated_region_is_refused() -> None:
-    with pytest.raises(FormatError, match="69632"):
-        decode_region(encode_region()[:1000])
+@pytest.mark.parametrize("short", [encode_region()[:1000], b" " * 10, b"X" * 10])
+def test_a_short_region_that_is_not_all_zero_is_truncated(short: bytes) -> None:
+    with pytest.raises(FormatError) as refused:
+        decode_region(short)
+    assert (str(refused.value), refused.value.kind) == (
+        f"usage region: {len(short)} bytes; a v1 region has 69632", "truncated"
+    )  # fmt: skip
+
+
+def test_a_region_file_reads_as_its_bytes_decode(tmp_path: Path) -> None:
+    procs = (ProcessUsage(2, 7, 99, _cards(c0=CardUsage(memory_bytes=1 << 20))),)
+    (tmp_path / "region").write_bytes(encode_region(procs))
+    assert read_region(tmp_path / "region").processes == procs
+    assert decode_region(encode_region()).reclaimed_processes == 0  # the writer's default
