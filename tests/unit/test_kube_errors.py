@@ -19,6 +19,8 @@ from tessera.kube.errors import (
     error_from_status,
     outcome_unknown,
 )
+from tessera.kube.kinds import PODS
+from tessera.testenv.process import free_port
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, object]:
@@ -79,3 +81,38 @@ def test_a_kubeconfig_that_does_not_load_is_named(tmp_path: Path) -> None:
     empty.write_text("apiVersion: v1\nkind: Config\n")
     with pytest.raises(KubeconfigError, match=rf"^kubeconfig {empty}: .*context"):
         KubeClient.from_kubeconfig(str(empty), context="nowhere")
+
+
+def test_a_service_account_token_that_does_not_read_is_unavailable_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    """In a pod the client re-reads its token file as the token rotates (the Kubernetes
+    library's in-cluster hook). A token that cannot be read at that moment is an API
+    server out of reach, which every caller retries, not an error no loop expects."""
+    from datetime import timedelta
+
+    from kubernetes import client as k8s_client
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("t0")
+    ca.write_text("not read before a connection")
+    port = free_port()  # nothing listens: a request that gets past its token is refused
+    environ = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(port)}
+    loader = InClusterConfigLoader(str(token), str(ca), environ=environ)
+    loader._token_refresh_period = timedelta(0)  # read again at every request
+    cfg = k8s_client.Configuration()
+    loader.load_and_set(cfg)
+    api = KubeClient(cfg)
+    token.unlink()
+    with pytest.raises(Unavailable, match=r"^0 Unavailable: credentials: \[Errno 2\] No such file"):
+        api.get(PODS, "p", "ns")
+    token.write_text("")
+    with pytest.raises(Unavailable, match=r"^0 Unavailable: credentials: Token file exists but"):
+        api.get(PODS, "p", "ns")
+    with pytest.raises(Unavailable, match=r"^0 Unavailable: credentials: "):
+        list(api.watch(PODS, "1", "ns"))
+    token.write_text("t1")
+    with pytest.raises(Unavailable, match=r"^0 Unavailable: GET /api/v1/namespaces/ns/pods/p: "):
+        api.get(PODS, "p", "ns")
+    assert api.headers()["Authorization"] == "bearer t1"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tessera.kube import EVENTS, ApiError, EventRecorder, FakeKube, events
+from tests._logs import logged
 from tests.unit._clock import Clock
 
 POD = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
@@ -107,3 +110,32 @@ def test_pruning_the_memory_of_sent_messages_keeps_the_recent_ones(
         rec.record(POD, "R", f"m{i}")
     assert not rec.record(POD, "R", "m49999")  # sent this second: still known
     assert not rec.record(POD, "R", "m0")
+
+
+class _Breaks(FakeKube):
+    """An API whose next create raises what no client should (a bug, a library error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = 1
+
+    def create(self, kind: Any, obj: Any, namespace: str | None = None) -> Any:
+        if kind is EVENTS and self.broken:
+            self.broken -= 1
+            raise RuntimeError("boom")
+        return super().create(kind, obj, namespace)
+
+
+def test_an_unexpected_error_is_logged_and_the_next_event_still_goes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube = _Breaks()
+    rec = EventRecorder(kube, "c")
+    rec.start()
+    rec.record(POD, "R", "m")
+    rec.flush()
+    rec.record(POD, "R", "m2")
+    rec.flush()
+    rec.stop()
+    assert [e["message"] for e in kube.list(EVENTS, "ns").items] == ["m2"]
+    assert logged(caplog, "tessera.kube.events") == ["event R on p not recorded"]

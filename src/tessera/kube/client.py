@@ -103,8 +103,15 @@ class KubeClient:
         return str(name) if name else None
 
     def headers(self, content_type: str | None = None) -> dict[str, str]:
-        """Accept, User-Agent and the current bearer token (refreshed when it has a hook)."""
-        return self._headers(content_type)
+        """Accept, User-Agent and the current bearer token (refreshed when it has a hook).
+
+        Unavailable when the token cannot be read now (in a pod, the service-account
+        token file is read again as it rotates): every caller already retries an API
+        server it cannot reach, and a background loop must not die of it."""
+        try:
+            return self._headers(content_type)
+        except (k8s_config.ConfigException, OSError) as exc:
+            raise Unavailable(0, "Unavailable", f"credentials: {exc}") from exc
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -131,14 +138,10 @@ class KubeClient:
         if query:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
         data = None if body is None else json.dumps(body).encode()
+        headers = self.headers(content_type if data is not None else None)
         try:
             resp = self._pool.request(
-                method,
-                url,
-                body=data,
-                headers=self._headers(content_type if data is not None else None),
-                timeout=self._timeout,
-                retries=False,
+                method, url, body=data, headers=headers, timeout=self._timeout, retries=False
             )
         except urllib3.exceptions.HTTPError as exc:
             raise Unavailable(0, "Unavailable", f"{method} {path}: {exc}") from exc
@@ -205,7 +208,7 @@ class KubeClient:
             resp = self._pool.request(
                 "GET",
                 url,
-                headers=self._headers(),
+                headers=self.headers(),
                 timeout=urllib3.Timeout(connect=5.0, read=timeout_s + 30),
                 preload_content=False,
                 retries=False,

@@ -119,5 +119,10 @@ class EventRecorder:
                     event["involvedObject"]["name"],
                     exc,
                 )
+            except Exception:  # the thread must outlive any one Event
+                assert event is not None
+                log.exception(
+                    "event %s on %s not recorded", event["reason"], event["involvedObject"]["name"]
+                )
             finally:
                 self._queue.task_done()
