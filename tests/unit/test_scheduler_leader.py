@@ -11,6 +11,7 @@ import pytest
 from tessera.kube import LEASES, ApiError, FakeKube
 from tessera.kube.errors import NotFound
 from tessera.scheduler.leader import LeaderElector
+from tests._logs import logged
 from tests.unit._wait import eventually
 
 UNAVAILABLE = ApiError(0, "Unavailable", "connection refused")
@@ -254,3 +255,25 @@ def test_a_stop_without_release_leaves_the_lease_to_expire() -> None:
     assert not a.is_leader()
     assert kube.get(LEASES, "tessera", "ns")["spec"]["holderIdentity"] == "a"
     assert not b.try_acquire_or_renew()
+
+
+def test_a_round_that_fails_unexpectedly_is_logged_and_the_rounds_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def on_change(leading: bool) -> None:
+        if leading:
+            raise RuntimeError("a callback bug")
+
+    kube = FakeKube()
+    a = LeaderElector(kube, "ns", "tessera", "a", lease_s=3, renew_deadline_s=2, retry_s=0.05,
+                      on_change=on_change)  # fmt: skip
+    thread = a.start()
+    try:
+        eventually(lambda: logged(caplog, "tessera.scheduler.leader"))
+        renewed = kube.get(LEASES, "tessera", "ns")["spec"]["renewTime"]
+        eventually(lambda: kube.get(LEASES, "tessera", "ns")["spec"]["renewTime"] != renewed)
+        assert thread.is_alive() and a.is_leader()
+    finally:
+        a.stop()
+        thread.join(5)
+    assert "lease tessera: election round failed" in logged(caplog, "tessera.scheduler.leader")

@@ -145,7 +145,10 @@ class LeaderElector:
 
     def run(self) -> None:
         while not self._stop.is_set():
-            self.try_acquire_or_renew()
+            try:
+                self.try_acquire_or_renew()
+            except Exception:  # a bug here must not end this replica's elections for good
+                log.exception("lease %s: election round failed", self.name)
             self._stop.wait(self._retry)
 
     def start(self) -> threading.Thread:
