@@ -176,6 +176,12 @@ def test_helm_install_runs_tessera_and_a_gpu_pod_gets_its_slice(world: ImageWorl
     registered = {s.labels["plugin"]: s.value for f in text_string_to_metric_families(exposition)
                   for s in f.samples if s.name == "tessera_agent_registered"}  # fmt: skip
     assert registered == {"device-plugin": 1}  # the real kubelet took it
+    # and the DaemonSet counts the agent ready on that (helm --wait waited for it).
+    with urlopen(f"http://127.0.0.1:{w.metrics_port}/readyz", timeout=10) as r:
+        assert (r.status, r.read()) == (200, b"ok\n")
+    ds = w.api.get(Kind("apps/v1", "DaemonSet", "daemonsets", True), "tessera-node-agent",
+                   NAMESPACE)  # fmt: skip
+    assert ds["status"]["numberReady"] == 1
 
     # No scheduler name: the chart's webhook routes the pod to the chart's kube-scheduler.
     probe = gpu_pod("helm-slice", 1500, 30, "tool_slice; echo rc=$?; sleep 600", w.devices)

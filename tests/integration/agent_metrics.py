@@ -3,13 +3,14 @@ text parser."""
 
 from __future__ import annotations
 
+from urllib.error import HTTPError
 from urllib.request import urlopen
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.node.agent import Agent
 
-__all__ = ["Samples", "one", "scrape"]
+__all__ = ["Samples", "one", "probe", "scrape"]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # (name, labels) -> value
 
@@ -30,3 +31,14 @@ def one(samples: Samples, name: str, **labels: str) -> float:
     hits = [v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()]
     assert len(hits) == 1, f"{name}{labels}: {len(hits)} series"
     return hits[0]
+
+
+def probe(agent: Agent, path: str) -> tuple[int, str]:
+    """The status and text of GET ``path`` (/healthz, /readyz) on the agent's port."""
+    assert agent.metrics_port is not None
+    try:
+        with urlopen(f"http://127.0.0.1:{agent.metrics_port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except HTTPError as err:
+        with err:
+            return err.code, err.read().decode()

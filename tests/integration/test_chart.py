@@ -190,6 +190,13 @@ def test_each_mode_renders_what_it_names() -> None:
     for cm_doc in [x for x in docs() if x["metadata"]["name"].endswith("-dashboard")]:
         [(name, text)] = cm_doc["data"].items()
         assert json.loads(text)["uid"] == name.removesuffix(".json")
+    # The agent's probes are on its metrics port, and go with it.
+    for port, paths in (("9500", ["/readyz", "/healthz"]), ("0", [None, None])):
+        ds = one(docs({"nodeAgent.metricsPort": port}), "DaemonSet", "tessera-node-agent")
+        [agent] = ds["spec"]["template"]["spec"]["containers"]
+        probes = [agent.get(p, {}).get("httpGet") for p in ("readinessProbe", "livenessProbe")]
+        assert [p and (p["path"], str(p["port"])) for p in probes] == [
+            p and (p, port) for p in paths]  # fmt: skip
 
 
 def _flags(command: str) -> set[str]:

@@ -38,7 +38,7 @@ from tessera.node.isolation import FakeMps, Isolation, MpsSupervisor, Visibility
 from tessera.node.kubelet.podresources import PodResourcesClient
 from tessera.node.ports import PodResourcesView
 from tests._logs import logged
-from tests.integration.agent_metrics import one, scrape
+from tests.integration.agent_metrics import one, probe, scrape
 from tests.integration.kubelet_double import AdmissionError, KContainer, KPod, KubeletDouble
 from tests.unit._wait import eventually
 
@@ -920,6 +920,22 @@ def test_the_agents_context_charge_reaches_every_limits_file(env: Env) -> None:
 
 
 # --- exporter -----------------------------------------------------------------------
+
+
+def test_readyz_follows_kubelets_registration_of_the_plugin(env: Env) -> None:
+    env.restart_agent(metrics_port=0, metrics_address="127.0.0.1")
+    eventually(lambda: probe(env.agent, "/readyz") == (200, "ok\n"))
+    # A new kubelet that will not take the plugin for now: not ready, and counted.
+    env.kubelet.refuse_registers = 10**6
+    env.kubelet.restart(clear=False)
+    waiting = (503, f"kubelet has not registered the device plugin {RES}\n")
+    eventually(lambda: probe(env.agent, "/readyz") == waiting)
+    assert probe(env.agent, "/healthz") == (200, "ok\n")  # alive all the same
+    m = scrape(env.agent)
+    assert one(m, "tessera_agent_registered", plugin="device-plugin") == 0
+    assert one(m, "tessera_agent_registration_failures_total", plugin="device-plugin") >= 1
+    env.kubelet.refuse_registers = 0
+    eventually(lambda: probe(env.agent, "/readyz") == (200, "ok\n"))
 
 
 def test_exporter_shows_cards_containers_and_calls_and_survives_a_bad_region(

@@ -50,7 +50,7 @@ from tessera.node.formats.allowance import decode_allowance
 from tessera.node.formats.limits import decode_limits
 from tessera.node.formats.usage import CardTotals, encode_region
 from tests._logs import logged
-from tests.integration.agent_metrics import one, scrape
+from tests.integration.agent_metrics import one, probe, scrape
 from tests.integration.kubelet_double import KubeletDouble
 
 NODE = "node-a"
@@ -192,16 +192,21 @@ def test_registration_names_the_driver_and_the_v1_service(env: Env) -> None:
         return registered, failures
 
     assert exported("dra") == (0, 0)  # served, not yet taken by kubelet
+    waiting = (503, f"kubelet has not registered the DRA driver {DRIVER}\n")
+    assert probe(env.agent, "/readyz") == waiting
+    assert probe(env.agent, "/healthz") == (200, "ok\n")
     [sock] = (env.root / "registry").glob("*.sock")
     with grpc.insecure_channel(f"unix://{sock}") as ch:
         stub = regg.RegistrationStub(ch)
         stub.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), timeout=5)
         assert env.agent.dra is not None and env.agent.dra.registered.is_set()
         assert exported("dra") == (1, 0)
+        assert probe(env.agent, "/readyz") == (200, "ok\n")
         stub.NotifyRegistrationStatus(
             reg.RegistrationStatus(plugin_registered=False, error="no"), timeout=5
         )
     assert exported("dra") == (0, 1)
+    assert probe(env.agent, "/readyz") == waiting
 
 
 def test_stopping_removes_both_sockets_but_only_those_it_served(env: Env) -> None:

@@ -5,7 +5,8 @@
     cleanup loop: folders of containers that are gone, claims kubelet never unprepared;
         MPS daemon supervision
     backstop loop: device memory per container from the driver, against its cap
-    exporter: /metrics of cards, containers and the agent, read at scrape time
+    exporter: /metrics of cards, containers and the agent, read at scrape time; /readyz
+        (kubelet has registered every plugin served) and /healthz on the same port
     claims (--claims-cards): those cards go to a ResourceSlice and the DRA kubelet plugin
         (prepare/unprepare) instead of the device plugin and the inventory; no card is on
         both paths (docs/claims.md)
@@ -26,9 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import start_http_server
-
-from tessera.claims.devices import CLAIMS_LABEL, claims_pool
+from tessera.claims.devices import CLAIMS_LABEL, DRIVER, claims_pool
 from tessera.errors import SpecError
 from tessera.kube.errors import ApiError
 from tessera.kube.kinds import NODES
@@ -59,6 +58,7 @@ from tessera.node.ports import (
     PodSource,
     StartError,
 )
+from tessera.node.probes import serve
 
 __all__ = ["Agent", "AgentConfig"]
 
@@ -232,8 +232,8 @@ class Agent:
         self.plugin.on_call = self.metrics.on_call
         if cfg.metrics_port is not None:  # before kubelet hears of the plugin
             with _step(f"serving /metrics on {cfg.metrics_address}:{cfg.metrics_port}"):
-                self._metrics_server, _ = start_http_server(
-                    cfg.metrics_port, cfg.metrics_address, registry=self.metrics.registry
+                self._metrics_server = serve(
+                    cfg.metrics_port, cfg.metrics_address, self.metrics.registry, self.not_ready
                 )
         self._publish()
         with _step(f"serving the device plugin in {cfg.plugin_dir}"):
@@ -343,6 +343,17 @@ class Agent:
             registrations=self._registrations,
         )
         return AgentMetrics(view, self.layout)
+
+    def not_ready(self) -> str:
+        """Why kubelet cannot use the agent yet ("" once it has every plugin it serves)."""
+        if self.plugin is None:
+            return "starting"
+        names = {
+            "device-plugin": f"device plugin {self.cfg.resource}",
+            "dra": f"DRA driver {DRIVER}",
+        }
+        waiting = [names[p] for p, r in self._registrations().items() if not r.registered]
+        return f"kubelet has not registered the {' nor the '.join(waiting)}" if waiting else ""
 
     def _registrations(self) -> dict[str, Registration]:
         out = {}
