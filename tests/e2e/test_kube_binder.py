@@ -6,6 +6,8 @@ replaced, ``Unavailable`` when nothing answers."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -65,13 +67,16 @@ def test_binder_writes_node_and_annotation_in_one_binding(api: KubeClient, kind:
     uid = _unscheduled_pod(api, name)
     _unscheduled_pod(api, f"{name}-2")
     try:
-        first, same, other_cards, other_node, stale = _binds(
+        first, same, other_cards, other_node, stale, replaced = _binds(
             BINDERS[kind](api),
             (name, uid, "node-a", {"tessera.io/assignment": "x"}),
             (name, uid, "node-a", {"tessera.io/assignment": "x"}),  # a retry of the same
             (name, uid, "node-a", {"tessera.io/assignment": "y"}),
             (name, uid, "node-b", {}),
             (f"{name}-2", uid, "node-a", {}),  # another pod's UID: the pod was replaced
+            # Bound just so, but a pod of the same name that is not the one this bind was
+            # for: not this bind's success.
+            (name, f"{uid}-gone", "node-a", {"tessera.io/assignment": "x"}),
         )
         assert first is None and same is None
         stored = api.get(PODS, name, "default")
@@ -79,7 +84,7 @@ def test_binder_writes_node_and_annotation_in_one_binding(api: KubeClient, kind:
         assert stored["metadata"]["annotations"]["tessera.io/assignment"] == "x"
         for refused in (other_cards, other_node):
             assert isinstance(refused, Conflict) and "already assigned" in str(refused)
-        assert isinstance(stale, Conflict)
+        assert isinstance(stale, Conflict) and isinstance(replaced, Conflict)
         assert not api.get(PODS, f"{name}-2", "default")["spec"].get("nodeName")
     finally:
         for n in (name, f"{name}-2"):
@@ -92,3 +97,19 @@ def test_aio_binder_says_unavailable_when_nothing_listens(testenv: TestEnv) -> N
     cfg.host = f"https://127.0.0.1:{free_port()}"  # the same TLS settings, nobody there
     (result,) = _binds(AioBinder(KubeClient(cfg)), ("p", "uid", "n", {}))
     assert isinstance(result, Unavailable) and "binding" in str(result)
+    assert (result.status, result.reason) == (0, "Unavailable")
+
+
+def test_aio_binder_gives_up_on_an_api_server_that_never_answers() -> None:
+    # Connections are taken and never answered: the bind ends at its deadline, as
+    # Unavailable (its outcome unknown to the caller), instead of holding the pod.
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)
+        cfg = k8s_client.Configuration()
+        cfg.host = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        started = time.monotonic()
+        (result,) = _binds(AioBinder(KubeClient(cfg), timeout_s=0.5), ("p", "uid", "n", {}))
+        waited = time.monotonic() - started
+    assert isinstance(result, Unavailable) and "TimeoutError" in str(result)
+    assert waited < 30  # the deadline, not aiohttp's five-minute default

@@ -9,6 +9,7 @@ behind.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,7 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         if w is not None:
             w.stop()
         env.stop()
+        shutil.rmtree(root, ignore_errors=True)  # the node's state, images and logs
 
 
 def probe(world: RealWorld, name: str, memory: int, cores: int = 30) -> dict[str, str]:

@@ -15,6 +15,7 @@ The node runs containerd 1.7 built from its Go module (testenv component
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -78,6 +79,7 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         if w is not None:
             w.stop()
         env.stop()
+        shutil.rmtree(root, ignore_errors=True)  # the node's state, images and logs
 
 
 def _registered(w: RealWorld) -> dict[str, float]:
