@@ -1,0 +1,66 @@
+"""The agent's HTTP port: the probes kubelet asks, and /metrics beside them."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from urllib.error import HTTPError
+from urllib.request import urlopen
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from tessera.node.probes import serve
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urlopen(url, timeout=5) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except HTTPError as err:
+        with err:
+            return err.code, err.headers["Content-Type"], err.read().decode()
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    Counter("tessera_test_things", "things", registry=registry).inc(3)
+    return registry
+
+
+@pytest.fixture(params=["127.0.0.1", "::1"])
+def address(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "::1" and not _has_ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    yield request.param
+
+
+def test_probes_answer_what_the_agent_says_and_metrics_are_served_beside_them(
+    registry: CollectorRegistry, address: str
+) -> None:
+    why = ["kubelet has not registered the device plugin tessera.io/gpu"]
+    server = serve(0, address, registry, lambda: why[0])
+    host = f"[{address}]" if ":" in address else address
+    base = f"http://{host}:{server.server_port}"
+    try:
+        plain = "text/plain; charset=utf-8"
+        assert _get(f"{base}/healthz") == (200, plain, "ok\n")
+        assert _get(f"{base}/readyz") == (503, plain, f"{why[0]}\n")
+        why[0] = ""
+        assert _get(f"{base}/readyz") == (200, plain, "ok\n")
+        status, kind, text = _get(f"{base}/metrics")
+        assert status == 200 and kind.startswith("text/plain; version=0.0.4")
+        assert "tessera_test_things_total 3.0" in text.splitlines()
+    finally:
+        server.shutdown()
+        server.server_close()
