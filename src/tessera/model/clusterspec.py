@@ -134,13 +134,10 @@ def parse_nodes_csv(lines: Iterable[str], source: str = "nodes") -> list[NodeInv
         count = int_column(row, "gpu", where, 0)
         model = (row.get("model") or "").strip()
         override = (row.get("gpu_memory_mib") or "").strip()
-        try:
+        memory = int_column(row, "gpu_memory_mib", where, 1) if override else None
+        try:  # make_cards names its own field: say where the row is
             cards = make_cards(
-                name,
-                count,
-                model,
-                memory_mib=int_column(row, "gpu_memory_mib", where, 1) if override else None,
-                nvlink=(row.get("nvlink") or "").strip() or None,
+                name, count, model, memory, nvlink=(row.get("nvlink") or "").strip() or None
             )
         except SpecError as exc:
             raise SpecError(f"{where}: column {exc.field}", exc.rule, exc.value) from None
