@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -139,3 +140,50 @@ def test_an_unexpected_error_is_logged_and_the_next_event_still_goes(
     rec.stop()
     assert [e["message"] for e in kube.list(EVENTS, "ns").items] == ["m2"]
     assert logged(caplog, "tessera.kube.events") == ["event R on p not recorded"]
+
+
+class _FixedNow:
+    """datetime as events.py uses it: now(UTC) only (a local time would be wrong)."""
+
+    @staticmethod
+    def now(tz: Any) -> datetime:
+        assert tz is UTC
+        return datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+
+
+def test_the_event_written_is_a_whole_core_v1_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events, "datetime", _FixedNow)
+    kube = FakeKube()
+    rec = EventRecorder(kube, "tessera-scheduler", instance="replica-1")
+    rec.start()
+    pod = {**POD, "metadata": {**POD["metadata"], "resourceVersion": "42"}}
+    rec.record(pod, "TesseraUnschedulable", "no card")
+    rec.record({"metadata": {"namespace": "ns"}}, "R", "an object that says little")
+    rec.flush()
+    rec.stop()
+    written = sorted(kube.list(EVENTS, "ns").items, key=lambda e: e["reason"])
+    for e in written:
+        assert e["metadata"]["name"].startswith(e["metadata"]["generateName"])
+        for generated in ("name", "uid", "resourceVersion", "creationTimestamp"):
+            e["metadata"].pop(generated, None)
+    stamp = "2026-03-04T05:06:07Z"
+    common = {"apiVersion": "v1", "kind": "Event", "type": "Warning", "count": 1,
+              "source": {"component": "tessera-scheduler"},
+              "reportingComponent": "tessera-scheduler", "reportingInstance": "replica-1",
+              "firstTimestamp": stamp, "lastTimestamp": stamp}  # fmt: skip
+    assert written == [
+        {**common, "reason": "R", "message": "an object that says little",
+         "metadata": {"generateName": "object.", "namespace": "ns"},
+         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": "ns",
+                            "name": None, "uid": "", "resourceVersion": None}},
+        {**common, "reason": "TesseraUnschedulable", "message": "no card",
+         "metadata": {"generateName": "p.", "namespace": "ns"},
+         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": "ns",
+                            "name": "p", "uid": "u1", "resourceVersion": "42"}},
+    ]  # fmt: skip
+
+
+def test_objects_without_a_uid_in_two_namespaces_are_two_objects() -> None:
+    rec = EventRecorder(FakeKube(), "c")
+    assert rec.record({"metadata": {"namespace": "a", "name": "p"}}, "R", "m")
+    assert rec.record({"metadata": {"namespace": "b", "name": "p"}}, "R", "m")

@@ -33,7 +33,7 @@ tessera_agent_call_seconds{node,call}                  device-plugin calls, hist
 tessera_agent_calls_total{node,call,result}            and their results
 tessera_agent_match_corrections_total{node}            Allocate matches corrected at PreStart
 tessera_agent_registered{node,plugin}                  1 while kubelet has accepted the plugin
-tessera_agent_registration_failures_total{node,plugin} registrations kubelet failed or refused
+tessera_agent_registration_failures_total             {node,plugin}: those kubelet failed or refused
 tessera_agent_info{node,...}                           1; labels cuda_version, driver_version,
                                                        isolation, library
 =====================================================  ========================================
