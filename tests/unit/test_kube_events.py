@@ -28,7 +28,7 @@ def test_same_message_is_sent_once_per_interval() -> None:
     assert {e["involvedObject"]["uid"] for e in events} == {"u1"}
 
 
-def test_api_failure_is_swallowed() -> None:
+def test_api_failure_is_swallowed(caplog: pytest.LogCaptureFixture) -> None:
     kube = FakeKube()
     kube.fail_next("create", ApiError(403, "Forbidden", "no"))
     rec = EventRecorder(kube, "c")
@@ -39,6 +39,7 @@ def test_api_failure_is_swallowed() -> None:
     rec.flush()
     rec.stop()
     assert [e["message"] for e in kube.list(EVENTS, "ns").items] == ["m2"]
+    assert logged(caplog, "tessera.kube.events") == ["event R on p not recorded: 403 Forbidden: no"]
 
 
 def test_an_event_dropped_on_a_full_queue_is_not_taken_as_sent() -> None:
@@ -187,3 +188,4 @@ def test_objects_without_a_uid_in_two_namespaces_are_two_objects() -> None:
     rec = EventRecorder(FakeKube(), "c")
     assert rec.record({"metadata": {"namespace": "a", "name": "p"}}, "R", "m")
     assert rec.record({"metadata": {"namespace": "b", "name": "p"}}, "R", "m")
+    assert rec.record({}, "R", "m")  # not even metadata: recorded, not a crash
