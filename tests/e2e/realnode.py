@@ -13,8 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.kube import EVENTS, PODS, Kind
 from tessera.kube.client import KubeClient
@@ -40,6 +42,7 @@ __all__ = [
     "PROBE",
     "Child",
     "RealWorld",
+    "agent_registered",
     "gpu_pod",
     "probe_facts",
     "scheduler_config",
@@ -283,3 +286,11 @@ def probe_facts(out: str) -> dict[str, str]:
     (f,) = FILL.findall(out)
     facts.update(uuid=m[1], total_mib=m[2], free_mib=m[3], filled=f[1], oom=f[2])
     return facts
+
+
+def agent_registered(metrics_port: int | str) -> dict[str, float]:
+    """tessera_agent_registered by plugin, from the agent's /metrics on this host."""
+    with urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {s.labels["plugin"]: s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "tessera_agent_registered"}  # fmt: skip

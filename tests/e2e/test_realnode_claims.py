@@ -21,10 +21,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.request import urlopen
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.claims.devices import slice_name
 from tessera.kube.errors import NotFound
@@ -39,6 +37,7 @@ from tests.e2e.realnode import (
     NS,
     PROBE,
     RealWorld,
+    agent_registered,
     gpu_pod,
     probe_facts,
     scheduler_config,
@@ -83,12 +82,8 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def _registered(w: RealWorld) -> dict[str, float]:
-    """tessera_agent_registered by plugin, from the agent's /metrics."""
     port = next(a for a in w.agent.argv if a.startswith("--metrics-port=")).split("=")[1]
-    with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {s.labels["plugin"]: s.value for f in text_string_to_metric_families(text)
-            for s in f.samples if s.name == "tessera_agent_registered"}  # fmt: skip
+    return agent_registered(port)
 
 
 def _claim(name: str, memory: str, compute: str) -> dict[str, Any]:

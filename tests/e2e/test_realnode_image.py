@@ -21,7 +21,6 @@ from urllib.request import urlopen
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.kube import EVENTS, NODES, PODS, Kind
 from tessera.testenv.chart import CHART, NAMESPACE, helm_on
@@ -29,7 +28,15 @@ from tessera.testenv.images import ImageConfig, ImageFile, build_gpu_probe, oci_
 from tessera.testenv.process import free_port
 from tessera.testenv.realnode import RealNode, missing_prerequisites
 from tests.e2e.plugin import run
-from tests.e2e.realnode import CARDS, LIBVGPU_BUILD, NODE, NS, RealWorld, gpu_pod
+from tests.e2e.realnode import (
+    CARDS,
+    LIBVGPU_BUILD,
+    NODE,
+    NS,
+    RealWorld,
+    agent_registered,
+    gpu_pod,
+)
 from tests.e2e.wait import wait_for
 
 _MISSING = missing_prerequisites() + [
@@ -171,11 +178,7 @@ def test_helm_install_runs_tessera_and_a_gpu_pod_gets_its_slice(world: ImageWorl
         if label != "tessera-kube-scheduler":
             assert pod["spec"]["containers"][0]["image"] == f"{IMAGE}:{w.tag}"
     assert "registered with kubelet as tessera.io/gpu" in w.agent_log()
-    with urlopen(f"http://127.0.0.1:{w.metrics_port}/metrics", timeout=10) as r:
-        exposition = r.read().decode()
-    registered = {s.labels["plugin"]: s.value for f in text_string_to_metric_families(exposition)
-                  for s in f.samples if s.name == "tessera_agent_registered"}  # fmt: skip
-    assert registered == {"device-plugin": 1}  # the real kubelet took it
+    assert agent_registered(w.metrics_port) == {"device-plugin": 1}  # the real kubelet took it
     # and the DaemonSet counts the agent ready on that (helm --wait waited for it).
     with urlopen(f"http://127.0.0.1:{w.metrics_port}/readyz", timeout=10) as r:
         assert (r.status, r.read()) == (200, b"ok\n")
