@@ -10,6 +10,7 @@ answers. A claim's key has no pod and ``claim/NAME`` in the container's place.
 from __future__ import annotations
 
 import json
+from urllib.error import HTTPError
 from urllib.parse import urlencode
 from urllib.request import urlopen
 
@@ -27,10 +28,21 @@ ACHIEVED = (
 
 
 def query(base_url: str, promql: str, timeout_s: float = 10.0) -> list[dict[str, object]]:
-    """The result vector of an instant query; OSError when Prometheus cannot answer."""
+    """The result vector of an instant query; OSError when Prometheus cannot answer, or
+    what answers is not Prometheus."""
     url = f"{base_url.rstrip('/')}/api/v1/query?{urlencode({'query': promql})}"
-    with urlopen(url, timeout=timeout_s) as r:
-        body = json.load(r)
+    try:
+        with urlopen(url, timeout=timeout_s) as r:
+            status, raw = r.status, r.read()
+    except HTTPError as err:  # Prometheus says why in the body (400, 422, 503)
+        with err:
+            status, raw = err.code, err.read()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise OSError(f"query {promql!r}: HTTP {status}, not an answer of Prometheus's API")
     if body.get("status") != "success":
         raise OSError(f"query {promql!r} failed: {body.get('error', body)}")
     data = body.get("data") or {}
