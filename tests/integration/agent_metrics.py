@@ -3,12 +3,12 @@ text parser."""
 
 from __future__ import annotations
 
-from urllib.error import HTTPError
 from urllib.request import urlopen
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tessera.node.agent import Agent
+from tests._http import get
 
 __all__ = ["Samples", "one", "probe", "scrape"]
 
@@ -36,9 +36,5 @@ def one(samples: Samples, name: str, **labels: str) -> float:
 def probe(agent: Agent, path: str) -> tuple[int, str]:
     """The status and text of GET ``path`` (/healthz, /readyz) on the agent's port."""
     assert agent.metrics_port is not None
-    try:
-        with urlopen(f"http://127.0.0.1:{agent.metrics_port}{path}", timeout=10) as r:
-            return r.status, r.read().decode()
-    except HTTPError as err:
-        with err:
-            return err.code, err.read().decode()
+    status, _, text = get(f"http://127.0.0.1:{agent.metrics_port}{path}")
+    return status, text

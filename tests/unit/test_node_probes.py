@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from urllib.error import HTTPError
-from urllib.request import urlopen
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from tessera.node.probes import serve
-
-
-def _get(url: str) -> tuple[int, str, str]:
-    try:
-        with urlopen(url, timeout=5) as r:
-            return r.status, r.headers["Content-Type"], r.read().decode()
-    except HTTPError as err:
-        with err:
-            return err.code, err.headers["Content-Type"], err.read().decode()
+from tests._http import get
 
 
 def _has_ipv6_loopback() -> bool:
@@ -54,11 +44,11 @@ def test_probes_answer_what_the_agent_says_and_metrics_are_served_beside_them(
     base = f"http://{host}:{server.server_port}"
     try:
         plain = "text/plain; charset=utf-8"
-        assert _get(f"{base}/healthz") == (200, plain, "ok\n")
-        assert _get(f"{base}/readyz") == (503, plain, f"{why[0]}\n")
+        assert get(f"{base}/healthz") == (200, plain, "ok\n")
+        assert get(f"{base}/readyz") == (503, plain, f"{why[0]}\n")
         why[0] = ""
-        assert _get(f"{base}/readyz") == (200, plain, "ok\n")
-        status, kind, text = _get(f"{base}/metrics")
+        assert get(f"{base}/readyz") == (200, plain, "ok\n")
+        status, kind, text = get(f"{base}/metrics")
         assert status == 200 and kind.startswith("text/plain; version=0.0.4")
         assert "tessera_test_things_total 3.0" in text.splitlines()
     finally:
