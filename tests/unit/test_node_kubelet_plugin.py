@@ -395,7 +395,10 @@ def test_its_folder_is_made_and_made_again_and_stop_leaves_nothing_running(
     root = tmp_path / "plugins" / "device-plugins"
     server = Server(root)
     assert server.plugin.socket_path.exists()
-    shutil.rmtree(tmp_path / "plugins")  # the whole tree gone, as on a node wipe
+    # The whole tree gone at once, as on a node wipe (a rename: removing it file by file
+    # would race the watch, which makes the folder again as soon as it sees it gone).
+    (tmp_path / "plugins").rename(tmp_path / "wiped")
+    shutil.rmtree(tmp_path / "wiped")
     eventually(server.plugin.socket_path.exists)
     watcher = server.plugin._watcher
     server.close()
