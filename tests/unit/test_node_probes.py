@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 from collections.abc import Iterator
 
@@ -36,7 +37,7 @@ def address(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def test_probes_answer_what_the_agent_says_and_metrics_are_served_beside_them(
-    registry: CollectorRegistry, address: str
+    registry: CollectorRegistry, address: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     why = ["kubelet has not registered the device plugin tessera.io/gpu"]
     server = serve(0, address, registry, lambda: why[0])
@@ -51,6 +52,28 @@ def test_probes_answer_what_the_agent_says_and_metrics_are_served_beside_them(
         status, kind, text = get(f"{base}/metrics")
         assert status == 200 and kind.startswith("text/plain; version=0.0.4")
         assert "tessera_test_things_total 3.0" in text.splitlines()
+        # A probe every few seconds and a scrape a minute are not news in the agent's log.
+        assert capsys.readouterr().err == ""
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_probe_answer_says_its_length(registry: CollectorRegistry) -> None:
+    # kubelet's prober is Go's HTTP client: a Content-Length that is missing or not the
+    # body's length is a failed probe there, whatever the status.
+    server = serve(0, "127.0.0.1", registry, lambda: "not yet")
+    try:
+        for path, status in (("/healthz", 200), ("/readyz", 503)):
+            conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+            try:
+                conn.request("GET", path)
+                resp = conn.getresponse()
+                body = resp.read()
+                assert resp.status == status
+                assert resp.getheader("Content-Length") == str(len(body)) != "0"
+            finally:
+                conn.close()
     finally:
         server.shutdown()
         server.server_close()

@@ -19,6 +19,7 @@ from cryptography import x509
 from tessera.scheduler.http import serve
 from tessera.scheduler.metrics import Metrics
 from tessera.scheduler.tls import RECHECK_S, ReloadingContext, ServingCert, generate_serving_cert
+from tests._logs import logged
 from tests.unit._scheduler_world import World, node_obj, pod_obj
 
 HOSTS = ["localhost", "127.0.0.1"]
@@ -71,14 +72,18 @@ class SecretVolume:
         return ServingCert(self.root / "tls.crt", self.root / "tls.key", self.root / "ca.crt")
 
 
-def _issued(tmp: Path, name: str) -> dict[str, bytes]:
+def _issued(tmp: Path, name: str, days: int = 365) -> dict[str, bytes]:
     """A fresh CA and serving certificate, as a renewal by a self-signed issuer makes."""
-    cert = generate_serving_cert(tmp / name, HOSTS)
+    cert = generate_serving_cert(tmp / name, HOSTS, days)
     return {
         "tls.crt": cert.cert_file.read_bytes(),
         "tls.key": cert.key_file.read_bytes(),
         "ca.crt": cert.ca_pem(),
     }
+
+
+def _not_after(files: dict[str, bytes]) -> float:
+    return x509.load_pem_x509_certificate(files["tls.crt"]).not_valid_after_utc.timestamp()
 
 
 def _ca(tmp: Path, name: str, files: dict[str, bytes]) -> Path:
@@ -168,17 +173,26 @@ def test_a_pair_that_does_not_match_is_never_served(
         with caplog.at_level(logging.WARNING, logger="tessera.scheduler.tls"):
             assert tls.check() is False
             assert tls.check() is False
-        assert [r.getMessage().split(" changed")[0] for r in caplog.records] == [
-            f"webhook certificate {volume.root / 'tls.crt'}"
-        ]
+        [refused] = logged(caplog, "tessera.scheduler.tls")
+        assert refused.startswith(f"webhook certificate {volume.root / 'tls.crt'} changed but ")
+        assert refused.endswith("); serving the loaded one until it does")
+        assert "KEY_VALUES_MISMATCH" in refused  # OpenSSL's reason, as it gave it
         assert _trusted_by(server.port, old_ca) and len(loads) == 1
         # A file gone for a moment (a mount being replaced): nothing changes either.
         (volume.root / "..data").unlink()
-        assert tls.check() is False
-        assert _trusted_by(server.port, old_ca)
-        # The rotation completes: the next check serves it.
-        volume.write(second)
-        assert tls.check() is True
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="tessera.scheduler.tls"):
+            assert tls.check() is False
+            assert _trusted_by(server.port, old_ca)
+            # The rotation completes: the next check serves it, and says until when.
+            volume.write(second)
+            assert tls.check() is True
+        until = dt.datetime.fromtimestamp(tls.not_after, dt.UTC).isoformat()
+        assert logged(caplog, "tessera.scheduler.tls") == [
+            "webhook certificate files unreadable, serving the loaded one: [Errno 2] No "
+            f"such file or directory: '{volume.root / 'tls.crt'}'",
+            f"webhook certificate reloaded from {volume.root / 'tls.crt'}, valid until {until}",
+        ]
         assert _trusted_by(server.port, new_ca) and not _trusted_by(server.port, old_ca)
         assert len(loads) == 2
         assert tls.check() is False  # unchanged since: nothing loaded again
@@ -186,6 +200,36 @@ def test_a_pair_that_does_not_match_is_never_served(
     finally:
         server.stop()
         w.close()
+
+
+def test_files_that_change_while_they_are_read_are_read_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    volume = SecretVolume(tmp_path / "mount")
+    # Three lifetimes, so that which pair is served shows in its expiry.
+    first, second, third = (
+        _issued(tmp_path, n, d) for n, d in (("1", 300), ("2", 200), ("3", 100))
+    )
+    volume.write(first)
+    tls = ReloadingContext(volume.serving())
+    at_start = tls.not_after
+    real_load = tls._load
+
+    def load_while_rotated() -> tuple[ssl.SSLContext, float]:
+        loaded = real_load()
+        monkeypatch.setattr(tls, "_load", real_load)  # once
+        volume.write(third)  # the next rotation lands between the read and the check
+        return loaded
+
+    monkeypatch.setattr(tls, "_load", load_while_rotated)
+    volume.write(second)
+    with caplog.at_level(logging.WARNING, logger="tessera.scheduler.tls"):
+        assert tls.check() is False
+    [refused] = logged(caplog, "tessera.scheduler.tls")
+    assert "(the files changed while they were read)" in refused
+    assert tls.not_after == at_start  # the first pair still served
+    assert tls.check() is True  # the files as they are now
+    assert tls.not_after == _not_after(third) < _not_after(second) < at_start
 
 
 def test_files_that_do_not_load_at_start_are_an_error(tmp_path: Path) -> None:
