@@ -311,10 +311,13 @@ def test_the_webhook_refuses_a_pod_that_could_never_fit_its_quota() -> None:
         big = pod_obj("big", memory=30000, ns="team-a")
         del big["metadata"]["namespace"]  # as on CREATE: the request carries it
         out = review(big)
-        assert out["allowed"] is False
-        assert out["status"]["message"] == (
-            "quota: team-a/gpus a100 (A100) allows 20000 MiB of memory, the pod alone asks 30000"
-        )
+        assert (out["uid"], out["allowed"]) == ("u", False)
+        assert out["status"] == {  # as the API server's own quota refuses: 403
+            "code": 403,
+            "reason": "Forbidden",
+            "message": "quota: team-a/gpus a100 (A100) allows 20000 MiB of memory, "
+            "the pod alone asks 30000",
+        }
         assert review(pod_obj("fits-a100", memory=15000, ns="team-a"))["allowed"] is True
         assert review(pod_obj("other-ns", memory=30000, ns="team-b"))["allowed"] is True
     finally:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tessera.model.names import ResourceNames
 from tessera.model.podspec import Compat
 from tessera.scheduler.webhook import Webhook
 from tessera.scheduler.wire import WireError
@@ -141,10 +142,18 @@ def test_impossible_specs_are_refused_naming_the_field(
 
 def test_validate_refuses_a_hand_written_assignment_and_wrong_scheduler() -> None:
     pod = pod_obj("p", annotations={"tessera.io/assignment": "{}"})
-    assert "tessera.io/assignment" in answer(HOOK.validate(review(pod)).body)["status"]["message"]
+    assert answer(HOOK.validate(review(pod)).body)["status"] == {
+        "code": 422,
+        "reason": "Invalid",
+        "message": "metadata.annotations[tessera.io/assignment]: is written by the Tessera "
+        "scheduler when it binds the pod; a new pod must not carry it",
+    }
     pod = pod_obj("p")
     pod["spec"]["schedulerName"] = "default-scheduler"
-    assert "schedulerName" in answer(HOOK.validate(review(pod)).body)["status"]["message"]
+    assert answer(HOOK.validate(review(pod)).body)["status"]["message"] == (
+        "spec.schedulerName: a pod asking for GPU resources must use 'tessera-scheduler' "
+        "(the mutating webhook sets it; is it installed?)"
+    )
 
 
 def test_validate_refuses_a_gpu_pod_that_names_its_node_itself() -> None:
@@ -163,13 +172,32 @@ def test_validate_refuses_a_gpu_pod_that_names_its_node_itself() -> None:
     assert answer(HOOK.validate(review(pod, "UPDATE")).body)["allowed"]  # a bound pod
 
 
-def test_updates_pass_and_malformed_reviews_raise_wire_errors() -> None:
+def test_updates_pass() -> None:
     pod = pod_obj("bad", gpu=None)
     pod["spec"]["containers"][0]["resources"] = {"limits": {"tessera.io/gpu-cores": "150"}}
     assert answer(HOOK.mutate(review(pod, "UPDATE")).body)["allowed"]
-    for body in (b"{", b"[]", b'{"request": {}}', b'{"request": {"uid": "u", "object": 3}}'):
-        with pytest.raises(WireError):
-            HOOK.mutate(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{", "AdmissionReview: body is not valid JSON: Expecting property name enclosed in "
+               "double quotes: line 1 column 2 (char 1)"),
+        (b"[]", "AdmissionReview: a 'request' object is required"),
+        (b'{"request": 3}', "AdmissionReview: a 'request' object is required"),
+        (b'{"request": {}}', "AdmissionReview.request.uid: must be a non-empty string"),
+        (b'{"request": {"uid": "u"}}', "AdmissionReview.request.object: must be an object"),
+        (b'{"request": {"uid": "u", "object": 3}}',
+         "AdmissionReview.request.object: must be an object"),
+        (b'{"request": {"uid": "u", "object": {}, "oldObject": []}}',
+         "AdmissionReview.request.oldObject: must be an object"),
+    ],
+)  # fmt: skip
+def test_a_malformed_review_is_refused_naming_the_field(body: bytes, message: str) -> None:
+    for verb in (HOOK.mutate, HOOK.validate):
+        with pytest.raises(WireError) as err:
+            verb(body)
+        assert str(err.value) == message
 
 
 def _with_resources(resources: dict[str, Any], **container: Any) -> dict[str, Any]:
@@ -241,13 +269,17 @@ def test_what_each_answer_reports_for_the_metrics() -> None:
     bad["spec"]["containers"][0]["resources"] = {"limits": {"tessera.io/gpu-cores": "150"}}
     gpu["spec"]["schedulerName"] = "tessera-scheduler"
     results = [HOOK.mutate(review(p)) for p in (gpu, plain, bad)]
-    assert [(r.allowed, r.mutated, r.gpu) for r in results] == [
-        (True, True, True), (True, False, False), (False, False, True)
-    ]  # fmt: skip
+    assert [(r.allowed, r.mutated) for r in results] == [
+        (True, True),
+        (True, False),
+        (False, False),
+    ]
     results = [HOOK.validate(review(p)) for p in (gpu, plain, bad)]
-    assert [(r.allowed, r.mutated, r.gpu) for r in results] == [
-        (True, False, True), (True, False, False), (False, False, True)
-    ]  # fmt: skip
+    assert [(r.allowed, r.mutated) for r in results] == [
+        (True, False),
+        (True, False),
+        (False, False),
+    ]
 
 
 def test_the_namespace_comes_from_the_request_when_the_object_has_none() -> None:
@@ -293,9 +325,25 @@ def test_a_v1beta1_review_is_answered_in_v1beta1_and_a_refusal_says_invalid() ->
 
 
 @pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
-def test_other_operations_are_allowed_untouched_and_not_counted_as_gpu_pods(
-    operation: str,
-) -> None:
+def test_other_operations_are_allowed_untouched(operation: str) -> None:
     verdict = HOOK.mutate(review(pod_obj("g", gpu=1), operation))
-    assert (verdict.allowed, verdict.mutated, verdict.gpu) == (True, False, False)
+    assert (verdict.allowed, verdict.mutated) == (True, False)
     assert "patch" not in answer(verdict.body)
+
+
+def test_a_review_that_names_no_operation_is_read_as_a_create() -> None:
+    pod = pod_obj("g", gpu=1)
+    del pod["spec"]["schedulerName"]
+    body = json.loads(review(pod))
+    del body["request"]["operation"]
+    verdict = HOOK.mutate(json.dumps(body).encode())
+    assert (verdict.allowed, verdict.mutated) == (True, True)  # routed, as on CREATE
+
+
+def test_the_webhook_reads_pods_with_its_resource_names() -> None:
+    hook = Webhook("tessera-scheduler", ResourceNames(gpu="example.com/gpu"))
+    pod = pod_obj("p", gpu=None)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"example.com/gpu": "1"}}
+    del pod["spec"]["schedulerName"]
+    assert patched(pod, hook)["spec"]["schedulerName"] == "tessera-scheduler"
+    assert "schedulerName" not in patched(pod)["spec"]  # not resources the default names know

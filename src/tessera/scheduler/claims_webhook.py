@@ -21,11 +21,10 @@ from collections.abc import Callable
 
 from tessera.claims.allocation import allocated_pools
 from tessera.kube.port import Obj
-from tessera.scheduler.webhook import AdmissionResult, decode_review, review_answer
+from tessera.scheduler.webhook import FORBIDDEN, AdmissionResult, decode_review, review_answer
 
-__all__ = ["FORBIDDEN", "UNAVAILABLE", "review_claim"]
+__all__ = ["UNAVAILABLE", "review_claim"]
 
-FORBIDDEN = (403, "Forbidden")  # over a quota, as the API server's own quota answers
 UNAVAILABLE = (503, "ServiceUnavailable")  # a standby, or not synced: try again
 
 
@@ -39,11 +38,11 @@ def review_claim(
     old_status = r.old_object.get("status") or {}
     first = r.sub_resource == "status" and allocated_pools(new) and not old_status.get("allocation")
     if not first:
-        return AdmissionResult(review_answer(api_version, uid, True), True, False, False)
+        return AdmissionResult(review_answer(api_version, uid, True), True, False)
     why, code = ready(), UNAVAILABLE
     if not why:
         why, code = admit(new), FORBIDDEN
     if why:
         answer = review_answer(api_version, uid, False, why, code=code)
-        return AdmissionResult(answer, False, False, True, why)
-    return AdmissionResult(review_answer(api_version, uid, True), True, False, True)
+        return AdmissionResult(answer, False, False)
+    return AdmissionResult(review_answer(api_version, uid, True), True, False)

@@ -39,13 +39,15 @@ from tessera.scheduler.wire import WireError
 __all__ = ["AdmissionResult", "Review", "Webhook", "decode_review", "review_answer"]
 
 
+INVALID = (422, "Invalid")  # a spec that breaks a rule
+FORBIDDEN = (403, "Forbidden")  # over a quota, as the API server's own quota answers
+
+
 @dataclass(frozen=True, slots=True)
 class AdmissionResult:
-    body: bytes
-    allowed: bool
+    body: bytes  # the AdmissionReview answer
+    allowed: bool  # the two read for tessera_scheduler_admissions_total
     mutated: bool
-    gpu: bool
-    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +100,7 @@ def review_answer(
     allowed: bool,
     message: str = "",
     patch: list[Any] | None = None,
-    code: tuple[int, str] = (422, "Invalid"),
+    code: tuple[int, str] = INVALID,
 ) -> bytes:
     """An AdmissionReview response; a refusal carries ``code`` (HTTP status, reason)."""
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
@@ -112,19 +114,15 @@ def review_answer(
     ).encode()
 
 
-def _refuse(api_version: str, uid: str, message: str) -> AdmissionResult:
-    """Refuse a GPU pod with ``message`` (it names the field and the rule)."""
-    return AdmissionResult(
-        review_answer(api_version, uid, False, message), False, False, True, message
-    )
-
-
-def _allow(
-    api_version: str, uid: str, gpu: bool, patch: list[Any] | None = None
+def _refuse(
+    api_version: str, uid: str, message: str, code: tuple[int, str] = INVALID
 ) -> AdmissionResult:
-    return AdmissionResult(
-        review_answer(api_version, uid, True, patch=patch), True, bool(patch), gpu
-    )
+    """Refuse a GPU pod with ``message`` (it names the field and the rule)."""
+    return AdmissionResult(review_answer(api_version, uid, False, message, code=code), False, False)
+
+
+def _allow(api_version: str, uid: str, patch: list[Any] | None = None) -> AdmissionResult:
+    return AdmissionResult(review_answer(api_version, uid, True, patch=patch), True, bool(patch))
 
 
 class Webhook:
@@ -153,7 +151,7 @@ class Webhook:
         operation but CREATE is allowed, a pod spec that does not parse refused."""
         r = decode_review(body)
         if r.operation not in ("CREATE", ""):
-            return r, None, _allow(r.api_version, r.uid, gpu=False)
+            return r, None, _allow(r.api_version, r.uid)
         try:
             return r, self._parse(r.object), None
         except SpecError as exc:
@@ -164,8 +162,8 @@ class Webhook:
         if answer is not None:
             return answer
         if request is None:
-            return _allow(r.api_version, r.uid, gpu=False)
-        return _allow(r.api_version, r.uid, gpu=True, patch=self._patch(r.object, request))
+            return _allow(r.api_version, r.uid)
+        return _allow(r.api_version, r.uid, self._patch(r.object, request))
 
     def _canonical(self, gpu: GpuRequest) -> dict[str, str]:
         n = self.names
@@ -262,5 +260,5 @@ class Webhook:
         if request is not None and self.quota_check is not None:
             why = self.quota_check(request)
             if why:
-                return _refuse(api_version, uid, why)
-        return _allow(api_version, uid, gpu=request is not None)
+                return _refuse(api_version, uid, why, FORBIDDEN)
+        return _allow(api_version, uid)
