@@ -462,7 +462,8 @@ def test_the_map_goes_gzip_encoded_to_a_client_that_accepts_it() -> None:
 
 @pytest.mark.parametrize(
     ("header", "ok"),
-    [("gzip", True), ("deflate, gzip;q=0.5", True), ("GZIP", True), ("x-gzip", True),
+    [("gzip", True), ("deflate, gzip;q=0.5", True), ("gzip;q=1", True), ("GZIP", True),
+     ("x-gzip", True),
      ("gzip;q=0", False), ("gzip; q=0.0", False), ("br", False), ("", False),
      ("gzip;q=nope", False)],
 )  # fmt: skip

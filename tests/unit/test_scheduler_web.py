@@ -65,6 +65,13 @@ def test_a_hold_is_the_whole_node_unless_both_its_pod_and_placement_are_known() 
                     request=request, decision=decision)  # fmt: skip
 
     assert _held(hold(pod("p"), one)) == "held for team/p (priority 1000): card 2"
+    cards = state.cluster.node("n1").cards
+    two = Assignment(  # listed by index, whatever order the placement gives them in
+        "n1",
+        (ContainerAssignment("main", tuple(CardSlice(c.uuid, c.memory_mib, 100)
+                                           for c in (cards[2], cards[0])), True),),
+    )  # fmt: skip
+    assert _held(hold(pod("p"), two)) == "held for team/p (priority 1000): cards 0, 2"
     whole = "held for team/p (priority 1000): the whole node"
     assert _held(hold(pod("p"), None)) == whole  # a record written without its placement
     assert _held(hold(None, one)) == whole  # the pod's spec does not parse

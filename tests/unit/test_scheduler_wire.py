@@ -92,7 +92,10 @@ def test_answers_use_the_protocols_field_names() -> None:
     out = json.loads(encode_filter_result(["a"], {"b": "no card"}, {"c": "cordoned"}, "e"))
     assert out == {"NodeNames": ["a"], "FailedNodes": {"b": "no card"},
                    "FailedAndUnresolvableNodes": {"c": "cordoned"}, "Error": "e"}  # fmt: skip
-    assert json.loads(encode_filter_result([], {}))["FailedAndUnresolvableNodes"] == {}
+    # No error unless one is given: kube-scheduler takes any Error as the extender failing.
+    assert encode_filter_result(["a"], {}) == (
+        b'{"NodeNames":["a"],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
+    )
     assert json.loads(encode_priorities({"a": 10, "b": 0})) == [
         {"Host": "a", "Score": 10}, {"Host": "b", "Score": 0}]  # fmt: skip
     assert encode_binding_result() == b'{"Error":""}'
