@@ -130,7 +130,7 @@ def _claim(kube: FakeKube, name: str, device: str, **consumed: str) -> dict[str,
         "spec": {"devices": {"requests": [{"name": "gpu"}]}},
         "status": {"allocation": {"devices": {"results": [result]}}},
     }
-    return kube.create(RESOURCE_CLAIMS, obj, "team")
+    return kube.seed(RESOURCE_CLAIMS, obj, "team")
 
 
 def _ref(claim: dict[str, Any]) -> pb.Claim:

@@ -136,7 +136,7 @@ class World:
         self.kube.close()
 
     def create(self, pod: dict[str, Any]) -> dict[str, Any]:
-        return self.kube.create(PODS, pod, pod["metadata"]["namespace"])
+        return self.kube.seed(PODS, pod, pod["metadata"]["namespace"])
 
     def post(self, verb: str, body: Any) -> tuple[int, Any]:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()

@@ -304,7 +304,7 @@ def _claim_on(kube: FakeKube, name: str, device: str, *users: str) -> None:
     """A claim allocated on ``device`` of n1's slice, reserved for the pods ``users``."""
     result = {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device,
               "consumedCapacity": {"memory": "1Gi", "compute": "10", "slots": "1"}}  # fmt: skip
-    kube.create(RESOURCE_CLAIMS, {
+    kube.seed(RESOURCE_CLAIMS, {
         "metadata": {"name": name, "namespace": "default"},
         "status": {"allocation": {"devices": {"results": [result]}},
                    "reservedFor": [{"resource": "pods", "name": u, "uid": f"u-{u}"}
@@ -330,7 +330,7 @@ def test_the_tenants_of_a_claims_card_are_the_pods_its_claims_are_reserved_for()
     templated["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
     made = [{"name": "gpu", "resourceClaimName": "user-2-gpu-x7"}]
     templated["status"] = {"resourceClaimStatuses": made}
-    kube.create(PODS, templated, "default")
+    kube.seed(PODS, templated, "default")
     assert [t.pod for t in tenants(kube, "n1", frozenset({cards[2].uuid}))] == ["user"]
     assert [t.pod for t in tenants(kube, "n1", frozenset({cards[3].uuid}))] == ["templated"]
     assert tenants(kube, "n1", frozenset({cards[0].uuid})) == []

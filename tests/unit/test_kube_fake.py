@@ -292,9 +292,9 @@ def _budget(name: str, allowed: int, selector: dict | None = None) -> dict:
 
 def test_evict_keeps_pod_disruption_budgets_as_the_api_server() -> None:
     kube = FakeKube()
-    a = kube.create(PODS, _running("a", {"app": "train"}), "default")
-    b = kube.create(PODS, _running("b", {"app": "train"}), "default")
-    kube.create(POD_DISRUPTION_BUDGETS, _budget("keep", 1), "default")
+    a = kube.seed(PODS, _running("a", {"app": "train"}), "default")
+    b = kube.seed(PODS, _running("b", {"app": "train"}), "default")
+    kube.seed(POD_DISRUPTION_BUDGETS, _budget("keep", 1), "default")
     kube.evict("default", "a", a["metadata"]["uid"])  # the budget allows one: taken
     stored = kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")["status"]
     assert stored["disruptionsAllowed"] == 0 and "a" in stored["disruptedPods"]
@@ -325,12 +325,12 @@ def test_evict_weighs_an_unready_pod_and_a_stale_budget_as_the_api_server() -> N
     ]
     for change, ready, answer in cases:
         kube = FakeKube()
-        pod = kube.create(PODS, _running("a", {"app": "train"}, ready=ready), "default")
+        pod = kube.seed(PODS, _running("a", {"app": "train"}, ready=ready), "default")
         budget = _budget("keep", 0)
         if "policy" in change:
             budget["spec"]["unhealthyPodEvictionPolicy"] = change.pop("policy")
         budget["status"].update(change)
-        kube.create(POD_DISRUPTION_BUDGETS, budget, "default")
+        kube.seed(POD_DISRUPTION_BUDGETS, budget, "default")
         if answer:
             with pytest.raises(ApiError) as refused:
                 kube.evict("default", "a", pod["metadata"]["uid"])
@@ -372,11 +372,29 @@ def test_a_write_to_the_object_keeps_the_status_a_subresource_holds() -> None:
     assert "status" not in out  # its CRD declares subresources.status
 
 
+def test_a_created_object_gets_the_servers_status_and_seed_writes_the_bodys() -> None:
+    """As the API server's create strategies: a Pod starts Pending and a budget with no
+    status whatever the body says; a Node keeps the status kubelet creates it with.
+    ``seed`` is the create and then the status write a controller would make."""
+    kube = FakeKube()
+    running = {**_pod("a"), "status": {"phase": "Running", "podIP": "10.0.0.1"}}
+    assert kube.create(PODS, running, "ns")["status"] == {"phase": "Pending"}
+    assert "status" not in kube.create(POD_DISRUPTION_BUDGETS, _budget("b", 1), "default")
+    node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "8"}}}
+    assert kube.create(NODES, node)["status"] == {"allocatable": {"cpu": "8"}}
+    since = kube.get(PODS, "a", "ns")["metadata"]["resourceVersion"]
+    seeded = kube.seed(PODS, {**running, "metadata": {"name": "s"}}, "ns")
+    assert seeded["status"] == {"phase": "Running", "podIP": "10.0.0.1"}
+    events = [(e.type, e.object["status"]["phase"])
+              for e in kube.watch(PODS, since, "ns", timeout_s=0)]  # fmt: skip
+    assert events == [("ADDED", "Pending"), ("MODIFIED", "Running")]
+
+
 def test_evict_refuses_a_pod_two_budgets_cover() -> None:
     kube = FakeKube()
-    a = kube.create(PODS, _running("a", {"app": "train"}), "default")
-    kube.create(POD_DISRUPTION_BUDGETS, _budget("one", 5), "default")
-    kube.create(POD_DISRUPTION_BUDGETS, _budget("two", 5, selector={}), "default")
+    a = kube.seed(PODS, _running("a", {"app": "train"}), "default")
+    kube.seed(POD_DISRUPTION_BUDGETS, _budget("one", 5), "default")
+    kube.seed(POD_DISRUPTION_BUDGETS, _budget("two", 5, selector={}), "default")
     with pytest.raises(ApiError) as refused:
         kube.evict("default", "a", a["metadata"]["uid"])
     assert refused.value.status == 500

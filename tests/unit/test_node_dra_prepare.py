@@ -37,7 +37,7 @@ U1 = CARDS[1].uuid
 def claim(kube: FakeKube, name: str, pool: str = NODE, memory: str = "2Gi") -> dict[str, Any]:
     """A claim allocated 20 % of card 1 and ``memory`` on ``pool``, as the API server has it."""
     obj = a_claim(name, memory=memory, device="gpu-1", pool=pool, ns="team", compute="20")
-    return kube.create(RESOURCE_CLAIMS, obj, "team")
+    return kube.seed(RESOURCE_CLAIMS, obj, "team")
 
 
 def uid(obj: dict[str, Any]) -> str:

@@ -56,7 +56,7 @@ def claim(kube: FakeKube, name: str) -> dict[str, Any]:
     obj = a_claim(
         name, memory="1Gi", device="gpu-1", pool=NODE, ns="team", share_id=f"share-{name}"
     )
-    return kube.create(RESOURCE_CLAIMS, obj, "team")
+    return kube.seed(RESOURCE_CLAIMS, obj, "team")
 
 
 def ref(obj: dict[str, Any]) -> pb.Claim:

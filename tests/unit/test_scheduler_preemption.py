@@ -787,7 +787,7 @@ def budgeted_world(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
         assert w.schedule(w.create(p))
     confirmed(w)
     for b in budgets:
-        w.kube.create(POD_DISRUPTION_BUDGETS, b, "default")
+        w.kube.seed(POD_DISRUPTION_BUDGETS, b, "default")
     selected = [Disruptee("default", b["spec"]["selector"]["matchLabels"], True, False)
                 for b in budgets]  # fmt: skip
     eventually(lambda: all(w.app.budgets.covering(d) for d in selected))

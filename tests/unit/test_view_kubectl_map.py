@@ -269,9 +269,9 @@ def test_quota_counts_the_namespaces_claims_and_notes_one_that_does_not_read(
     quotas: FakeKube,
 ) -> None:
     quotas.create(RESOURCE_SLICES, a_slice("c1", "A100"))
-    quotas.create(RESOURCE_CLAIMS, claim("x", memory="8Gi"), "team-a")
-    quotas.create(RESOURCE_CLAIMS, claim("odd", device="gpu-9"), "team-a")  # no such device
-    quotas.create(RESOURCE_CLAIMS, claim("theirs", ns="team-b"), "team-b")
+    quotas.seed(RESOURCE_CLAIMS, claim("x", memory="8Gi"), "team-a")
+    quotas.seed(RESOURCE_CLAIMS, claim("odd", device="gpu-9"), "team-a")  # no such device
+    quotas.seed(RESOURCE_CLAIMS, claim("theirs", ns="team-b"), "team-b")
     result = CliRunner().invoke(kubectl.app, ["quota", "-o", "json"])
     assert result.exit_code == 0, result.output
     [a100, _] = json.loads(result.stdout)["quotas"]

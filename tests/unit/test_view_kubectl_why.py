@@ -151,7 +151,7 @@ def test_the_preemption_line_follows_the_pods_policy_and_the_budgets(
     never["spec"]["preemptionPolicy"] = "Never"
     full.create(PODS, never, "default")
     assert "preemption: none (preemptionPolicy: Never)" in _why(monkeypatch, full, "never")
-    full.create(POD_DISRUPTION_BUDGETS, pdb("keep", "low", 0), "default")
+    full.seed(POD_DISRUPTION_BUDGETS, pdb("keep", "low", 0), "default")
     out = _why(monkeypatch, full, "urgent")
     assert "would make room, but the Eviction API would refuse default/low-" in out
     assert "PodDisruptionBudget keep needs 2 healthy pods and has 2" in out

@@ -11,7 +11,9 @@ a malformed one refused (400); label selectors in every form ``labels.Parse`` re
 one it cannot read refused (400), as is a field selector on a label the real server
 does not index; a namespaced object written with no namespace in the call, or naming
 another than the call's, refused (405, 400); a written body whose ``apiVersion`` or
-``kind`` is not the resource's refused (400; absent, they are the resource's).
+``kind`` is not the resource's refused (400; absent, they are the resource's); a
+created object's status the server's own, not the body's (Pods Pending, and so on), where
+the kind has a status subresource -- ``seed`` writes one as a test's cluster would hold it.
 ``fail_next`` injects an error into the next call of an operation, the way a flaky server
 would.
 """
@@ -267,6 +269,20 @@ class FakeKube:
         self._lock.notify_all()
 
     @staticmethod
+    def _fresh_status(kind: Kind, obj: Obj) -> None:
+        """A created object's status is the server's, not the body's: the create
+        strategies of Pods (Pending), Namespaces (Active), PodDisruptionBudgets,
+        ResourceClaims and CRDs with a status subresource drop what the body carries.
+        A Node keeps its status (kubelet creates its Node with one)."""
+        if kind not in WITH_STATUS or kind is NODES:
+            return
+        obj.pop("status", None)
+        if kind is PODS:
+            obj["status"] = {"phase": "Pending"}
+        elif kind is NAMESPACES:
+            obj["status"] = {"phase": "Active"}
+
+    @staticmethod
     def _default(kind: Kind, obj: Obj) -> None:
         """What the server changes in a ResourceSlice that Tessera writes: a device taint
         without ``timeAdded`` gets the time of the write, to the second (Kubernetes
@@ -421,11 +437,22 @@ class FakeKube:
                 raise Conflict(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" exists')
             meta["uid"] = meta.get("uid") or str(uuid.uuid4())
             meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            self._fresh_status(kind, obj)
             self._default(kind, obj)
             self._stamp(obj)
             self._objects[key] = obj
             self._record(kind, "ADDED", obj)
             return copy.deepcopy(obj)
+
+    def seed(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
+        """``body`` as the cluster would hold it, status included: a create, then the
+        status written through its subresource, as a controller or kubelet would."""
+        created = self.create(kind, body, namespace)
+        if "status" not in body or kind not in WITH_STATUS or kind is NODES:
+            return created
+        meta = created["metadata"]
+        return self.merge_patch(kind, meta["name"], {"status": body["status"]},
+                                meta.get("namespace"), subresource="status")  # fmt: skip
 
     @staticmethod
     def _check_type(kind: Kind, body: Obj) -> None:
