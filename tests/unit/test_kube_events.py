@@ -114,6 +114,29 @@ def test_pruning_the_memory_of_sent_messages_keeps_the_recent_ones(
     assert not rec.record(POD, "R", "m0")
 
 
+def test_a_burst_inside_the_interval_is_remembered_and_forgotten_once_it_is_old(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A burst of distinct messages that all stay inside the interval cannot be pruned;
+    it is not looked over again at each record, yet is forgotten once it is old."""
+    clock = Clock()
+    monkeypatch.setattr(events.time, "monotonic", clock)
+    monkeypatch.setattr(events, "_REMEMBER", 100)
+    rec = EventRecorder(FakeKube(), "c", interval_s=60, max_queue=10_000)  # not drained
+    prunes = 0  # each prune makes a new map (a copy of what it keeps)
+    for i in range(1_000):
+        before = rec._sent
+        assert rec.record(POD, "R", f"burst-{i}")
+        prunes += rec._sent is not before
+    assert not any(rec.record(POD, "R", f"burst-{i}") for i in range(1_000))  # all known
+    assert prunes == 4  # past 100, 202, 406 and 814 messages: not at each record
+    clock.now += 120
+    for i in range(1_100):
+        rec.record(POD, "R", f"later-{i}")
+    assert {k[2].split("-")[0] for k in rec._sent} == {"later"}  # the old burst went
+    assert rec.record(POD, "R", "burst-0")  # and its messages may go again
+
+
 class _Breaks(FakeKube):
     """An API whose next create raises what no client should (a bug, a library error)."""
 

@@ -22,6 +22,8 @@ __all__ = ["EventRecorder"]
 
 log = logging.getLogger(__name__)
 
+_REMEMBER = 50_000  # messages remembered before the old ones are looked for
+
 
 class EventRecorder:
     def __init__(
@@ -38,6 +40,7 @@ class EventRecorder:
         self._interval = interval_s
         self._queue: queue.Queue[Obj | None] = queue.Queue(max_queue)
         self._sent: dict[tuple[str, str, str], float] = {}
+        self._prune_above = _REMEMBER
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.dropped = 0
@@ -61,9 +64,14 @@ class EventRecorder:
             if last is not None and now - last < self._interval:
                 return False
             self._sent[key] = now
-            if len(self._sent) > 50_000:  # forget the old half
+            if len(self._sent) > self._prune_above:  # forget those past their interval
                 cutoff = now - self._interval
                 self._sent = {k: t for k, t in self._sent.items() if t >= cutoff}
+                # A burst of distinct messages all inside the interval prunes nothing:
+                # the next prune waits for twice as many, not the next record (each
+                # prune copies the map; 50,000 pending pods told once each would copy
+                # it on every record, on the caller's thread).
+                self._prune_above = max(_REMEMBER, 2 * len(self._sent))
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = meta.get("namespace") or "default"
         event = {
