@@ -1,5 +1,6 @@
 """Every command the docs name exists: `kubectl tessera X`, `tessera X [Y] [--flag]` and
-`make X`, read from the CLIs themselves and the Makefile."""
+`make X`, read from the CLIs themselves and the Makefile; and the defaults that
+operations.md's flag tables give are the commands' own."""
 
 from __future__ import annotations
 
@@ -89,3 +90,52 @@ def test_every_command_the_docs_name_exists() -> None:
 def test_a_misnamed_command_is_caught(line: str) -> None:
     docs = {"x.md": line}
     assert {**_missing_kubectl(docs), **_missing_tessera(docs), **_missing_make(docs)}
+
+
+FLAG_ROW = r"^\| `(--[a-z-]+)` \| ([^|]+) \|"  # | `--flag` | default | when to change it |
+
+
+def _reads_as(told: str, default: Any) -> bool:
+    """Whether a table's default cell (backticks and remarks gone) says ``default``."""
+    if isinstance(default, bool):
+        return told == ("on" if default else "off")
+    if default == "":
+        return told in ('""', "off")
+    if isinstance(default, int | float):
+        try:
+            return float(told.removesuffix(" s")) == float(default)
+        except ValueError:
+            return False
+    return told == str(default)
+
+
+def _defaults_told_wrong(text: str) -> dict[str, tuple[str, Any]]:
+    """Rows of the docs' flag tables whose default is not the command's: flag -> (what
+    the row says, the default), the default None for a flag neither command has."""
+    commands = _group(tessera_app).commands
+    wrong = {}
+    for flag, cell in re.findall(FLAG_ROW, text, re.M):
+        told = cell.split(" (")[0].replace("`", "").strip()
+        params = [p for name in ("scheduler", "node-agent") for p in commands[name].params
+                  if flag in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])]  # fmt: skip
+        if len(params) != 1:
+            wrong[flag] = (told, None)
+            continue
+        if not _reads_as(told, params[0].default):
+            wrong[flag] = (told, params[0].default)
+    return wrong
+
+
+def test_the_defaults_operations_md_gives_are_the_commands() -> None:
+    text = DOCS["operations.md"]
+    assert len(re.findall(FLAG_ROW, text, re.M)) >= 10  # the reading works
+    assert _defaults_told_wrong(text) == {}
+
+
+def test_a_default_told_wrong_is_caught() -> None:
+    rows = "| `--slots-per-card` | 8 | x |\n| `--leader-elect` | off | x |\n| `--nope` | 1 | x |"
+    assert _defaults_told_wrong(rows) == {
+        "--slots-per-card": ("8", 16),
+        "--leader-elect": ("off", True),
+        "--nope": ("1", None),
+    }
