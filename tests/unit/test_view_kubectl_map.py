@@ -1,7 +1,7 @@
-"""The commands that read the GPU map -- ``kubectl tessera top``, ``pod`` and ``quota`` --
-against a FakeKube the scheduler placed pods in: the filters, the orders, the wide
-columns, the live use and the quotas' rows (tests/e2e runs them on the real control
-plane with the viewer role)."""
+"""The commands that read the GPU map -- ``kubectl tessera top``, ``pod``, ``capacity`` and
+``quota`` -- against a FakeKube the scheduler placed pods in: the filters, the orders, the
+wide columns, the live use, the sums per model and the quotas' rows (tests/e2e runs them
+on the real control plane with the viewer role)."""
 
 from __future__ import annotations
 
@@ -225,6 +225,41 @@ def test_pod_with_prometheus_shows_each_cards_live_use(
 
 
 # --- quota -----------------------------------------------------------------------------
+
+
+def test_capacity_sums_each_model_and_all(placed: FakeKube) -> None:
+    """A100: card 0 holds 12000 + 4000 MiB and 30 + 10 % of 2 x 40960 MiB; card 1 is sick.
+    T4: its one 15360 MiB card held whole, and cordoned. No card is free anywhere."""
+    head = ("NODES", "CARDS", "UNHEALTHY", "CORDONED", "FREE", "MOST-FREE", "NODES-FREE-1/2/4/8")
+    table = {r["MODEL"]: tuple(r[h] for h in (*head, "MEMORY", "COMPUTE"))
+             for r in _rows(_run("capacity"))}  # fmt: skip
+    assert table == {
+        "A100": ("1", "2", "1", "0", "0", "0", "0/0/0/0", "15/80Gi 20%", "20%"),
+        "T4": ("1", "1", "0", "1", "0", "0", "0/0/0/0", "15/15Gi 100%", "100%"),
+        "all": ("2", "3", "1", "1", "0", "0", "0/0/0/0", "30/95Gi 32%", "47%"),
+    }
+    assert [r["MODEL"] for r in _rows(_run("capacity", "--model", "A100"))] == ["A100", "all"]
+    doc = json.loads(_run("capacity", "-o", "json"))
+    assert [(m["model"], m["allocatedMiB"]) for m in doc["models"]] == [
+        ("A100", 16000),
+        ("T4", 15360),
+        ("all", 31360),
+    ]
+
+
+def test_cordon_and_uncordon_say_what_changed_and_who_keeps_running(placed: FakeKube) -> None:
+    """t1's card was cordoned by the fixture; a1's two cards are not."""
+    assert _run("cordon", "t1", "0") == (
+        f"node t1: card 0 ({T0}) already cordoned\n"
+        "  card 0: 1 tenant(s) keep running: team-a/whole\n"
+    )
+    assert _run("cordon", "a1", "0", "1") == (
+        f"node a1: card 0 ({A0}), card 1 ({A1}) cordoned\n"
+        "  card 0: 2 tenant(s) keep running: team-a/train, team-b/infer\n"
+        "  card 1: no tenants\n"
+    )
+    assert _run("uncordon", "t1", "0") == f"node t1: card 0 ({T0}) uncordoned\n"
+    assert _run("uncordon", "t1", "0") == f"node t1: card 0 ({T0}) already uncordoned\n"
 
 
 @pytest.fixture
