@@ -54,6 +54,9 @@ _Items = list[Obj]  # (inside FakeKube, ``list`` is its method)
 # stored, as the API server's update strategies do (GpuQuota: its CRD's subresources).
 WITH_STATUS = frozenset({GPUQUOTAS, NAMESPACES, NODES, POD_DISRUPTION_BUDGETS, PODS,
                          RESOURCE_CLAIMS})  # fmt: skip
+# ...and of those, the kinds whose create sets the status itself (a Node keeps the status
+# kubelet creates it with).
+STATUS_SET_ON_CREATE = WITH_STATUS - {NODES}
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -274,7 +277,7 @@ class FakeKube:
         strategies of Pods (Pending), Namespaces (Active), PodDisruptionBudgets,
         ResourceClaims and CRDs with a status subresource drop what the body carries.
         A Node keeps its status (kubelet creates its Node with one)."""
-        if kind not in WITH_STATUS or kind is NODES:
+        if kind not in STATUS_SET_ON_CREATE:
             return
         obj.pop("status", None)
         if kind is PODS:
@@ -448,7 +451,7 @@ class FakeKube:
         """``body`` as the cluster would hold it, status included: a create, then the
         status written through its subresource, as a controller or kubelet would."""
         created = self.create(kind, body, namespace)
-        if "status" not in body or kind not in WITH_STATUS or kind is NODES:
+        if "status" not in body or kind not in STATUS_SET_ON_CREATE:
             return created
         meta = created["metadata"]
         return self.merge_patch(kind, meta["name"], {"status": body["status"]},

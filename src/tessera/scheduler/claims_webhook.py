@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from tessera.claims.allocation import allocated_pools
 from tessera.kube.port import Obj
-from tessera.scheduler.webhook import FORBIDDEN, AdmissionResult, decode_review, review_answer
+from tessera.scheduler.webhook import FORBIDDEN, AdmissionResult, allow, decode_review, refuse
 
 __all__ = ["UNAVAILABLE", "review_claim"]
 
@@ -38,11 +38,10 @@ def review_claim(
     old_status = r.old_object.get("status") or {}
     first = r.sub_resource == "status" and allocated_pools(new) and not old_status.get("allocation")
     if not first:
-        return AdmissionResult(review_answer(api_version, uid, True), True, False)
+        return allow(api_version, uid)
     why, code = ready(), UNAVAILABLE
     if not why:
         why, code = admit(new), FORBIDDEN
     if why:
-        answer = review_answer(api_version, uid, False, why, code=code)
-        return AdmissionResult(answer, False, False)
-    return AdmissionResult(review_answer(api_version, uid, True), True, False)
+        return refuse(api_version, uid, why, code)
+    return allow(api_version, uid)

@@ -36,7 +36,16 @@ from tessera.model.podspec import Compat, gpu_resource_names, parse_pod
 from tessera.model.types import GpuRequest, PodRequest
 from tessera.scheduler.wire import WireError
 
-__all__ = ["AdmissionResult", "Review", "Webhook", "decode_review", "review_answer"]
+__all__ = [
+    "FORBIDDEN",
+    "AdmissionResult",
+    "Review",
+    "Webhook",
+    "allow",
+    "decode_review",
+    "refuse",
+    "review_answer",
+]
 
 
 INVALID = (422, "Invalid")  # a spec that breaks a rule
@@ -114,14 +123,15 @@ def review_answer(
     ).encode()
 
 
-def _refuse(
+def refuse(
     api_version: str, uid: str, message: str, code: tuple[int, str] = INVALID
 ) -> AdmissionResult:
-    """Refuse a GPU pod with ``message`` (it names the field and the rule)."""
+    """Refuse the review's object with ``message`` (it names the field and the rule, or
+    the quota)."""
     return AdmissionResult(review_answer(api_version, uid, False, message, code=code), False, False)
 
 
-def _allow(api_version: str, uid: str, patch: list[Any] | None = None) -> AdmissionResult:
+def allow(api_version: str, uid: str, patch: list[Any] | None = None) -> AdmissionResult:
     return AdmissionResult(review_answer(api_version, uid, True, patch=patch), True, bool(patch))
 
 
@@ -151,19 +161,19 @@ class Webhook:
         operation but CREATE is allowed, a pod spec that does not parse refused."""
         r = decode_review(body)
         if r.operation not in ("CREATE", ""):
-            return r, None, _allow(r.api_version, r.uid)
+            return r, None, allow(r.api_version, r.uid)
         try:
             return r, self._parse(r.object), None
         except SpecError as exc:
-            return r, None, _refuse(r.api_version, r.uid, str(exc))
+            return r, None, refuse(r.api_version, r.uid, str(exc))
 
     def mutate(self, body: bytes) -> AdmissionResult:
         r, request, answer = self._read(body)
         if answer is not None:
             return answer
         if request is None:
-            return _allow(r.api_version, r.uid)
-        return _allow(r.api_version, r.uid, self._patch(r.object, request))
+            return allow(r.api_version, r.uid)
+        return allow(r.api_version, r.uid, self._patch(r.object, request))
 
     def _canonical(self, gpu: GpuRequest) -> dict[str, str]:
         n = self.names
@@ -240,7 +250,7 @@ class Webhook:
                 f"metadata.annotations[{keys.ASSIGNMENT}]: is written by the Tessera scheduler "
                 "when it binds the pod; a new pod must not carry it"
             )
-            return _refuse(api_version, uid, message)
+            return refuse(api_version, uid, message)
         spec = pod.get("spec") or {}
         if request is not None and spec.get("nodeName"):
             # No scheduler would see it, so no cards would be assigned: kubelet would fail
@@ -250,15 +260,15 @@ class Webhook:
                 f"scheduler, which picks its cards (got {spec['nodeName']!r}); to pin it "
                 "to a node, use a nodeSelector on kubernetes.io/hostname"
             )
-            return _refuse(api_version, uid, message)
+            return refuse(api_version, uid, message)
         if request is not None and spec.get("schedulerName") != self.scheduler_name:
             message = (
                 "spec.schedulerName: a pod asking for GPU resources must use "
                 f"{self.scheduler_name!r} (the mutating webhook sets it; is it installed?)"
             )
-            return _refuse(api_version, uid, message)
+            return refuse(api_version, uid, message)
         if request is not None and self.quota_check is not None:
             why = self.quota_check(request)
             if why:
-                return _refuse(api_version, uid, why, FORBIDDEN)
-        return _allow(api_version, uid)
+                return refuse(api_version, uid, why, FORBIDDEN)
+        return allow(api_version, uid)
