@@ -179,12 +179,18 @@ def test_helm_install_runs_tessera_and_a_gpu_pod_gets_its_slice(world: ImageWorl
             assert pod["spec"]["containers"][0]["image"] == f"{IMAGE}:{w.tag}"
     assert "registered with kubelet as tessera.io/gpu" in w.agent_log()
     assert agent_registered(w.metrics_port) == {"device-plugin": 1}  # the real kubelet took it
-    # and the DaemonSet counts the agent ready on that (helm --wait waited for it).
+    # and the DaemonSet counts the agent ready on that, once kubelet's readiness probe
+    # (every 5 s) has asked. helm --wait does not wait for it here: with one node and
+    # maxUnavailable 1, helm expects 1 - 1 = 0 ready pods of a DaemonSet.
     with urlopen(f"http://127.0.0.1:{w.metrics_port}/readyz", timeout=10) as r:
         assert (r.status, r.read()) == (200, b"ok\n")
-    ds = w.api.get(Kind("apps/v1", "DaemonSet", "daemonsets", True), "tessera-node-agent",
-                   NAMESPACE)  # fmt: skip
-    assert ds["status"]["numberReady"] == 1
+    daemonsets = Kind("apps/v1", "DaemonSet", "daemonsets", True)
+
+    def ready() -> bool:
+        ds = w.api.get(daemonsets, "tessera-node-agent", NAMESPACE)
+        return bool(ds["status"].get("numberReady") == 1)
+
+    wait_for("the agent's DaemonSet to count it ready", ready, 60, 0.5, w.agent_log)
 
     # No scheduler name: the chart's webhook routes the pod to the chart's kube-scheduler.
     probe = gpu_pod("helm-slice", 1500, 30, "tool_slice; echo rc=$?; sleep 600", w.devices)
