@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import socket
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography import x509
 from typer.testing import CliRunner
 
 from tessera.cli import app
-from tessera.scheduler.tls import generate_serving_cert
+from tessera.model.podspec import Compat
+from tessera.scheduler import cli
+from tessera.scheduler.config import SchedulerConfig
+from tessera.scheduler.tls import ReloadingContext, generate_serving_cert
+from tests._logs import logged
 
 
 def _run(*args: str) -> tuple[int, str]:
@@ -106,3 +113,64 @@ def test_a_port_in_use_is_told_before_anything_starts(tmp_path: Path) -> None:
         assert code == 1 and f"tessera scheduler: error: --webhook-port {used}: " in err, err
     with socket.socket() as again:  # the --port it had bound was let go
         again.bind(("0.0.0.0", free))
+
+
+def _served(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Any, ...]:
+    """What ``_serve`` was handed: the config the flags made, and where it listens."""
+    seen: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(cli, "_serve", lambda *a: seen.append(a))
+    code, err = _run(*args)
+    assert code == 0, err
+    [handed] = seen
+    return handed
+
+
+def test_the_defaults_are_the_configs_and_the_webhook_gets_a_certificate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config, kubeconfig, host, port, webhook_port, tls = _served(monkeypatch)
+    assert replace(config, identity="") == SchedulerConfig(identity="", freeze_heap=True)
+    assert (kubeconfig, host, port, webhook_port) == (None, "0.0.0.0", 8888, 8443)
+    assert isinstance(tls, ReloadingContext)
+
+
+def test_each_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    args = ["--kubeconfig", str(tmp_path / "kc"), "--scheduler-name", "gpus",
+            "--policy", "spread", "--seed", "7", "--scored", "--compat", " hami, gpu-manager ,",
+            "--host", "127.0.0.1", "--port", "9000", "--webhook-port", "0",
+            "--no-leader-elect", "--lease-namespace", "ops", "--lease-name", "lease",
+            "--reservation-ttl", "12.5", "--quota-status-s", "0.5", "--web",
+            "--no-preemption"]  # fmt: skip
+    config, kubeconfig, host, port, webhook_port, tls = _served(monkeypatch, *args)
+    assert replace(config, identity="") == SchedulerConfig(
+        scheduler_name="gpus", policy="spread", seed=7, narrow=False,
+        compat=Compat(hami=True, gpu_manager=True), reservation_ttl_s=12.5,
+        quota_status_s=0.5, web=True, preemption=False, leader_elect=False,
+        lease_namespace="ops", lease_name="lease", identity="", freeze_heap=True,
+    )  # fmt: skip
+    assert (kubeconfig, host, port, webhook_port, tls) == (tmp_path / "kc", "127.0.0.1", 9000,
+                                                           0, None)  # fmt: skip
+    config = _served(monkeypatch, "--webhook-port", "0", "--compat", "hami")[0]
+    assert config.compat == Compat(hami=True, gpu_manager=False)
+
+
+def _names(cert_file: Path) -> tuple[list[str], list[str]]:
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return san.get_values_for_type(x509.DNSName), [
+        str(ip) for ip in san.get_values_for_type(x509.IPAddress)
+    ]
+
+
+def test_a_generated_certificate_names_the_hosts_given_else_this_host(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="tessera.scheduler")
+    _served(monkeypatch, "--tls-dir", str(tmp_path / "a"))
+    assert _names(tmp_path / "a" / "tls.crt") == (["localhost"], ["127.0.0.1"])
+    assert logged(caplog, "tessera.scheduler") == [
+        f"webhook certificate generated in {tmp_path / 'a'} (caBundle: ca.crt)"
+    ]
+    hosts = ["--tls-host", "tessera.kube-system.svc", "--tls-host", "10.0.0.7"]
+    _served(monkeypatch, "--tls-dir", str(tmp_path / "b"), *hosts)
+    assert _names(tmp_path / "b" / "tls.crt") == (["tessera.kube-system.svc"], ["10.0.0.7"])

@@ -1,11 +1,11 @@
-"""The scheduler process's settings (the CLI fills them; tests build them directly)."""
+"""The scheduler's settings (the CLI fills them; tests build them directly). Where it
+listens and its certificate are the CLI's alone (scheduler/cli.py): the app serves no port."""
 
 from __future__ import annotations
 
 import os
 import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tessera.model.names import ResourceNames
 from tessera.model.podspec import Compat
@@ -36,14 +36,6 @@ class SchedulerConfig:
     lease_s: float = 15.0
     renew_deadline_s: float = 10.0
     retry_s: float = 2.0
-    extender_host: str = "0.0.0.0"
-    extender_port: int = 8888  # plain HTTP: filter/prioritize/bind, healthz/readyz/metrics
-    webhook_host: str = "0.0.0.0"
-    webhook_port: int | None = 8443  # HTTPS: mutate/validate (None: no webhook)
-    tls_cert: Path | None = None  # given serving certificate (with tls_key) ...
-    tls_key: Path | None = None
-    tls_dir: Path | None = None  # ... or generate one here, for tls_hosts
-    tls_hosts: tuple[str, ...] = ("localhost", "127.0.0.1")
     watch_timeout_s: int = 300
     quota_status_s: float = 5.0  # how often GpuQuota statuses are brought up to date
     web: bool = False  # serve the GPU map page (/gpus, /gpus.json) on the extender port
