@@ -25,7 +25,6 @@ __all__ = ["KubeClaims", "KubeEvents", "KubeNode", "KubePods"]
 class KubePods:
     def __init__(self, api: KubeApi, node: str, resource: str, cards: frozenset[str]) -> None:
         self.api = api
-        self.node = node
         self.resource = resource
         self.cards = cards
         self.selector = f"spec.nodeName={node}"
