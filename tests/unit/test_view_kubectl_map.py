@@ -11,8 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
+from tessera.claims.devices import DRIVER
+from tessera.kube.errors import ApiError
 from tessera.kube.fake import FakeKube
 from tessera.kube.kinds import GPUQUOTAS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tessera.model.annotations import ASSIGNMENT, COMPUTE_POLICY, GPU_UUID, INVENTORY
@@ -85,6 +88,8 @@ def test_top_shows_a_row_per_holder_and_one_for_a_free_card(placed: FakeKube) ->
         ("t1", "0", "team-a/whole", "whole"),
     ]
     assert rows[0]["MEMORY"] == "16000/40960Mi" and rows[0]["COMPUTE"] == "40%"
+    assert (rows[0]["MODEL"], rows[0]["CONTAINER"]) == ("A100", "main")
+    assert all(line == line.rstrip() for line in out.splitlines())  # kubectl's: none trails
     assert "1 GPU pod(s) waiting (kubectl tessera why NAME -n NS)" in out
 
 
@@ -191,6 +196,7 @@ def test_a_gpu_pod_bound_by_someone_else_is_a_problem_not_a_pod_without_gpus(
     told = "bound to a1 without a tessera.io/assignment annotation: its cards are not known"
     assert _run("pod", "stray", code=1) == f"pod team-a/stray: {told}\n"
     assert json.loads(_run("top", "-o", "json"))["podProblems"] == {"team-a/stray": told}
+    assert json.loads(_run("pod", "stray", "-o", "json"))["problem"] == told
 
 
 def test_pod_shows_its_cards_or_why_it_has_none(placed: FakeKube) -> None:
@@ -222,6 +228,127 @@ def test_pod_with_prometheus_shows_each_cards_live_use(
     assert (row["MEMORY"], row["USED"], row["ACHIEVED"]) == ("4000Mi", "512Mi", "10%")
     doc = json.loads(_run("pod", "whole", "--prometheus", "u", "-o", "json"))
     assert (doc["cards"][0]["usedBytes"], doc["cards"][0]["achievedPercent"]) == (None, None)
+
+
+def test_pod_json_and_yaml_carry_every_field_sorted(placed: FakeKube) -> None:
+    out = _run("pod", "infer", "-n", "team-b", "-o", "json")
+    doc = json.loads(out)
+    assert doc == {
+        "pod": "team-b/infer", "node": "a1", "problem": None, "waiting": None,
+        "cards": [{"container": "main", "init": False, "card": 0, "model": "A100", "uuid": A0,
+                   "memoryMiB": 4000, "coresPercent": 10, "policy": "burst-share",
+                   "exclusive": False, "usedBytes": None, "achievedPercent": None}],
+    }  # fmt: skip
+    # kubectl's look: two-space indents, keys sorted; YAML the same document.
+    assert out == json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    yml = _run("pod", "infer", "-n", "team-b", "-o", "yaml")
+    assert yml == yaml.safe_dump(doc, sort_keys=True)
+    assert yml.startswith("cards:\n- achievedPercent: null\n")
+    top = _run("top", "-o", "yaml")
+    assert yaml.safe_load(top) == json.loads(_run("top", "-o", "json"))
+    assert list(yaml.safe_load(top)) == [
+        "cards", "claimProblems", "nodeProblems", "pending", "podProblems"
+    ]  # fmt: skip
+    problem = json.loads(_run("pod", "waits", "-n", "team-b", "-o", "json"))
+    assert problem["problem"] is None and problem["cards"] == []
+    assert problem["waiting"] == "main: 1 card 8000 MiB 0%"
+
+
+def test_pod_table_says_whole_for_a_card_held_whole_and_marks_init_containers() -> None:
+    w = World([node_obj("a1", 2, "A100")])
+    obj = pod_obj("prep", gpu=1, memory=2000, cores=20)
+    obj["spec"]["initContainers"] = [
+        {"name": "fetch", "image": "x", "resources": {"limits": {"tessera.io/gpu": "1"}}}
+    ]
+    assert w.schedule(w.create(obj)) == "a1"
+    w.app.stop()
+    runner = CliRunner()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(common.Conn, "client", lambda self: w.kube)
+            result = runner.invoke(kubectl.app, ["pod", "prep", "-n", "default"])
+            assert result.exit_code == 0, result.output
+            rows = _rows(result.output.split("\n", 1)[1])
+            got = [(r["CONTAINER"], r["MEMORY"], r["COMPUTE"]) for r in rows]
+            assert got == [("fetch (init)", "whole", "100%"), ("main", "2000Mi", "20%")]
+            result = runner.invoke(kubectl.app, ["pod", "prep", "-n", "default", "-o", "json"])
+            cards = json.loads(result.output)["cards"]
+            assert [(c["container"], c["init"], c["exclusive"]) for c in cards] == [
+                ("fetch", True, True), ("main", False, False)
+            ]  # fmt: skip
+    finally:
+        w.kube.close()
+
+
+def test_pod_that_asks_no_gpu_holds_none(placed: FakeKube) -> None:
+    placed.create(PODS, pod_obj("web", gpu=None, ns="team-a"), "team-a")
+    assert _run("pod", "web") == "pod team-a/web holds no Tessera GPU\n"
+
+
+def test_top_shows_a_claims_holders_by_their_pods_and_their_live_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim's row names the pods it is reserved for (none yet: ``<none>``) and
+    ``claim/NAME`` as its container; the exporter's series for a claim carry no pod."""
+    kube = FakeKube()
+    kube.create(RESOURCE_SLICES, a_slice("c1", "A100"))
+    held = claim("x", memory="8Gi")
+    held["status"]["reservedFor"] = [{"resource": "pods", "name": "job-0", "uid": "u1"}]
+    kube.seed(RESOURCE_CLAIMS, held, "team-a")
+    kube.seed(RESOURCE_CLAIMS, claim("spare", memory="4Gi", device="gpu-1"), "team-a")
+    c0, c1 = (c.uuid for c in make_cards("c1", 2, "A100"))
+    use = {("team-a", "", "claim/x", c0): (2**30, 40.0),
+           ("team-a", "job-0", "claim/x", c0): (9 * 2**30, 90.0)}  # fmt: skip
+    monkeypatch.setattr(prom, "container_use", lambda url: use)
+    monkeypatch.setattr(common.Conn, "client", lambda self: kube)
+    rows = _rows(_run("top", "--prometheus", "u"))
+    got = [(r["CARD"], r["POD"], r["CONTAINER"], r["SLICE"], r["USED"], r["ACHIEVED"])
+           for r in rows]  # fmt: skip
+    assert got == [
+        ("0", "team-a/job-0", "claim/x", "8192Mi 10%", "1024Mi", "40%"),
+        ("1", "team-a/<none>", "claim/spare", "4096Mi 10%", "-", "-"),
+        ("2", "<free>", "", "", "", ""),
+        ("3", "<free>", "", "", "", ""),
+    ]
+    doc = json.loads(_run("top", "--prometheus", "u", "-o", "json"))
+    [x] = doc["cards"][0]["holders"]
+    assert (x["claim"], x["usedBytes"], x["achievedPercent"]) == ("x", 2**30, 40.0)
+    assert doc["cards"][0]["uuid"] == c0 and doc["cards"][1]["uuid"] == c1
+
+
+def test_the_claims_path_unreadable_is_a_note_and_other_failures_are_not_hidden(
+    placed: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    placed.create(RESOURCE_SLICES, a_slice("c1", "A100"))
+    placed.unserved.add(RESOURCE_SLICES.plural)  # a cluster without resource.k8s.io/v1
+    result = CliRunner().invoke(kubectl.app, ["top"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "note: cannot list resourceslices (404 NotFound): cards on the claims path are not shown\n"
+    )
+    assert "c1" not in result.stdout and "team-a/train" in result.stdout
+    placed.unserved.add(RESOURCE_CLAIMS.plural)  # claims are not listed without slices
+    result = CliRunner().invoke(kubectl.app, ["top"])
+    assert result.exit_code == 0 and result.stderr.count("note: ") == 1, result.output
+    placed.unserved.clear()
+    listing = placed.list
+
+    def refusing(status: int, reason: str) -> None:
+        def refuse(kind: Any, *args: Any, **kw: Any) -> Any:
+            if kind is RESOURCE_CLAIMS:
+                raise ApiError(status, reason, "no")
+            return listing(kind, *args, **kw)
+
+        monkeypatch.setattr(placed, "list", refuse)
+
+    refusing(403, "Forbidden")  # the role may list slices but not claims
+    result = CliRunner().invoke(kubectl.app, ["top"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("note: cannot list resourceclaims (403 Forbidden)")
+    assert [r["NODE"] for r in _rows(result.stdout)].count("c1") == 4  # slices still shown
+    refusing(500, "InternalError")
+    result = CliRunner().invoke(kubectl.app, ["top"])
+    assert isinstance(result.exception, ApiError) and result.exception.status == 500
 
 
 # --- quota -----------------------------------------------------------------------------
@@ -303,6 +430,10 @@ def test_quota_of_every_namespace_shows_one_that_does_not_read(quotas: FakeKube)
 def test_quota_counts_the_namespaces_claims_and_notes_one_that_does_not_read(
     quotas: FakeKube,
 ) -> None:
+    # Read past another driver's slice and a broken one of Tessera's, listed first.
+    nic = {"metadata": {"name": "a-nic"}, "spec": {"driver": "nic.example.com"}}
+    quotas.create(RESOURCE_SLICES, nic)
+    quotas.create(RESOURCE_SLICES, {"metadata": {"name": "b-broken"}, "spec": {"driver": DRIVER}})
     quotas.create(RESOURCE_SLICES, a_slice("c1", "A100"))
     quotas.seed(RESOURCE_CLAIMS, claim("x", memory="8Gi"), "team-a")
     quotas.seed(RESOURCE_CLAIMS, claim("odd", device="gpu-9"), "team-a")  # no such device
