@@ -391,18 +391,26 @@ def test_events_recorded_through_events_k8s_io_are_shown_by_their_event_time(
     monkeypatch: pytest.MonkeyPatch, full: FakeKube
 ) -> None:
     """kube-scheduler records through events.k8s.io/v1: read as core Events, they carry
-    ``eventTime`` and no ``lastTimestamp``."""
+    ``eventTime`` (the first time) and no ``lastTimestamp``; one that repeated, its
+    ``series.lastObservedTime``."""
     full.create(PODS, prio_pod("waits", 10, gpu=1), "default")
+    repeated = {
+        "eventTime": "2026-11-28T09:00:00.000000Z",
+        "lastTimestamp": None,
+        "series": {"count": 40, "lastObservedTime": "2026-11-28T10:00:09.000000Z"},
+    }
     for name, stamps in (("old", {"lastTimestamp": "2026-11-28T10:00:05Z"}),
                          ("new", {"eventTime": "2026-11-28T10:00:07.000000Z",
-                                  "lastTimestamp": None})):  # fmt: skip
+                                  "lastTimestamp": None}),
+                         ("again", repeated)):  # fmt: skip
         event = {"metadata": {"name": name, "namespace": "default"},
                  "involvedObject": {"kind": "Pod", "name": "waits", "namespace": "default"},
                  "type": "Warning", "reason": "FailedScheduling", "message": name,
                  **stamps}  # fmt: skip
         full.create(EVENTS, event, "default")
-    lines = [line.strip() for line in _why(monkeypatch, full, "waits").splitlines()[-2:]]
+    lines = [line.strip() for line in _why(monkeypatch, full, "waits").splitlines()[-3:]]
     assert lines == [
         "2026-11-28T10:00:05Z FailedScheduling: old",
         "2026-11-28T10:00:07.000000Z FailedScheduling: new",
+        "2026-11-28T10:00:09.000000Z FailedScheduling: again",
     ]

@@ -205,10 +205,15 @@ def why(
         typer.echo(f"pod {key} fits nowhere: {summarise(failed, len(names))}")
         typer.echo(_preemption_plan(planner, unread, state, obj, outcome))
     events = api.list(EVENTS, ns, field_selector=f"involvedObject.name={name}").items
-    recent = sorted(
-        (e for e in events if e.get("type") == "Warning"),
-        key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
-    )[-3:]
+    recent = sorted((e for e in events if e.get("type") == "Warning"), key=_last_seen)[-3:]
     for e in recent:
-        when = e.get("lastTimestamp") or e.get("eventTime") or ""
-        typer.echo(f"  {when} {e.get('reason')}: {e.get('message')}")
+        typer.echo(f"  {_last_seen(e)} {e.get('reason')}: {e.get('message')}")
+
+
+def _last_seen(event: Any) -> str:
+    """When an Event was last seen: ``lastTimestamp`` where a core recorder wrote it; one
+    recorded through events.k8s.io/v1 (kube-scheduler's) has only ``eventTime``, its
+    first time, and ``series.lastObservedTime`` once it repeats."""
+    series = event.get("series") or {}
+    return str(event.get("lastTimestamp") or series.get("lastObservedTime")
+               or event.get("eventTime") or "")  # fmt: skip
