@@ -144,3 +144,24 @@ def test_a_removal_that_stops_half_way_is_finished_by_the_next_cleanup(
     later = time.time() + GRACE
     assert cleanup(NODE, ledger, layout, Pods([]), Kubelet(), "v1", later, GRACE) == ["a1"]
     assert layout.alloc_ids() == []
+
+
+def test_a_folder_gone_between_the_listing_and_its_age_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another removal took a folder after it was listed: the orphans after it still go."""
+    layout, ledger = world(tmp_path)
+    layout.alloc_dir("b-orphan").mkdir(parents=True)
+    os.utime(layout.alloc_dir("b-orphan"), (NOW - 100, NOW - 100))
+    monkeypatch.setattr(layout, "alloc_ids", lambda: ["a-vanished", "b-orphan"])
+    assert cleanup(NODE, ledger, layout, Pods([]), Kubelet(), "v1", NOW, GRACE) == ["b-orphan"]
+
+
+def test_a_preferred_slot_set_is_forgotten_past_the_grace(tmp_path: Path) -> None:
+    """GetPreferredAllocation's reservation for a container whose Allocate never came."""
+    layout, ledger = world(tmp_path)
+    ledger.reserve(frozenset({"s1"}), ("old", "main"), NOW - GRACE - 1)
+    ledger.reserve(frozenset({"s2"}), ("new", "main"), NOW - GRACE)
+    cleanup(NODE, ledger, layout, Pods([]), Kubelet(), "v1", NOW, GRACE)
+    assert ledger.take_reservation(frozenset({"s1"})) is None
+    assert ledger.take_reservation(frozenset({"s2"})) == ("new", "main")

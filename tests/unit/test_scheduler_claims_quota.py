@@ -187,7 +187,9 @@ def review(new: dict[str, Any], old: dict[str, Any] | None = None, sub: str = "s
 def answer(w: World, body: bytes) -> dict[str, Any]:
     r = w.app.handle("POST", "/validate-claims", body)
     assert r.status == 200, r.body
-    out = json.loads(r.body)["response"]
+    doc = json.loads(r.body)
+    assert (doc["apiVersion"], doc["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    out = doc["response"]
     assert out["uid"] == "r1"
     return dict(out)
 

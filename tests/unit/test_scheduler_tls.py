@@ -126,6 +126,11 @@ def test_a_generated_certificate_lasts_a_year_under_a_ca_that_signs_nothing_else
     usage = usage_ext.value
     assert usage_ext.critical and usage.key_cert_sign and usage.crl_sign and usage.digital_signature
     assert not (usage.content_commitment or usage.key_encipherment or usage.data_encipherment)
+    assert not usage.key_agreement  # (encipher_only and decipher_only are read only with it)
+    # The leaf: CA:FALSE critical; its usage and names not (the subject is not empty).
+    kinds = {type(e.value): e.critical for e in leaf.extensions}
+    assert kinds[x509.BasicConstraints] is True
+    assert kinds[x509.ExtendedKeyUsage] is False and kinds[x509.SubjectAlternativeName] is False
 
 
 def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path) -> None:

@@ -78,6 +78,8 @@ def test_memory_and_achieved_share_join_per_container_and_claim(prom: FakePromet
         ((400, "application/json",
           b'{"status":"error","errorType":"bad_data","error":"parse error at char 3"}'),
          "failed: parse error at char 3"),
+        ((503, "application/json", b'{"status":"unavailable"}'),
+         "failed: {'status': 'unavailable'}"),
         ((200, "application/json",
           b'{"status":"success","data":{"resultType":"matrix","result":[]}}'),
          "expected a vector, got matrix"),
