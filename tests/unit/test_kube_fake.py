@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -40,6 +41,7 @@ def test_a_body_naming_another_type_than_the_resources_is_refused_and_nothing_wr
     with pytest.raises(ApiError, match=r"lease in version .* cannot be handled as a Lease") as kind:
         kube.create(LEASES, {"kind": "lease", "metadata": {"name": "l"}}, "ns")
     assert (version.value.status, kind.value.status) == (400, 400)
+    assert (version.value.reason, kind.value.reason) == ("BadRequest", "BadRequest")
     with pytest.raises(NotFound):
         kube.get(LEASES, "l", "ns")
     # Neither named: the resource's own, as the server takes the path's.
@@ -57,8 +59,35 @@ def test_create_stamps_uid_and_resource_version() -> None:
     b = kube.create(PODS, _pod("b"), "ns")
     assert a["metadata"]["uid"] != b["metadata"]["uid"]
     assert int(b["metadata"]["resourceVersion"]) > int(a["metadata"]["resourceVersion"])
-    with pytest.raises(Conflict):
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", a["metadata"]["creationTimestamp"])
+    with pytest.raises(Conflict) as taken:
         kube.create(PODS, _pod("a"), "ns")
+    assert (taken.value.status, taken.value.reason, taken.value.message) == (
+        409, "AlreadyExists", 'pods "a" exists'
+    )  # fmt: skip
+    made = kube.create(PODS, {"metadata": {"generateName": "job-"}, "spec": {}}, "ns")
+    assert re.fullmatch(r"job-[0-9a-f]{5}", made["metadata"]["name"])
+
+
+def test_what_a_write_returns_and_what_it_was_given_are_not_what_is_stored() -> None:
+    """The API server answers with a copy: changing the body sent, or the object
+    returned, changes nothing stored."""
+    kube = FakeKube()
+    body = _pod("a")
+    body["metadata"]["labels"] = {"app": "x"}
+    made = kube.create(PODS, body, "ns")
+    body["metadata"]["labels"]["app"] = "changed-body"
+    made["metadata"]["labels"]["app"] = "changed-answer"
+    got = kube.get(PODS, "a", "ns")
+    assert got["metadata"]["labels"] == {"app": "x"}
+    got["metadata"]["labels"]["app"] = "changed-get"
+    replaced = kube.replace(PODS, kube.get(PODS, "a", "ns"), "ns")
+    replaced["metadata"]["labels"]["app"] = "changed-replace"
+    patched = kube.merge_patch(PODS, "a", {"metadata": {"annotations": {"k": "v"}}}, "ns")
+    patched["metadata"]["labels"]["app"] = "changed-patch"
+    [listed] = kube.list(PODS, "ns").items
+    listed["metadata"]["labels"]["app"] = "changed-list"
+    assert kube.get(PODS, "a", "ns")["metadata"]["labels"] == {"app": "x"}
 
 
 def test_merge_patch_with_stale_resource_version_conflicts() -> None:
@@ -69,10 +98,30 @@ def test_merge_patch_with_stale_resource_version_conflicts() -> None:
         PODS, "a", {"metadata": {"resourceVersion": rv, "annotations": {"k": "v"}}}, "ns"
     )
     assert patched["metadata"]["annotations"] == {"k": "v"}
-    with pytest.raises(Conflict):
+    with pytest.raises(Conflict) as stale:
         kube.merge_patch(PODS, "a", {"metadata": {"resourceVersion": rv}}, "ns")
-    with pytest.raises(Conflict):
+    assert (stale.value.status, stale.value.reason, stale.value.message) == (
+        409, "Conflict", 'Operation cannot be fulfilled on pods "a": the object has been '
+        "modified; please apply your changes to the latest version and try again",
+    )  # fmt: skip
+    # A patch's UID is no precondition to the API server: a change of an immutable field.
+    with pytest.raises(ApiError) as other:
         kube.merge_patch(PODS, "a", {"metadata": {"uid": "other"}}, "ns")
+    assert (other.value.status, other.value.reason, other.value.message) == (
+        422, "Invalid",
+        'Pod "a" is invalid: metadata.uid: Invalid value: "other": field is immutable',
+    )  # fmt: skip
+    # A PUT's is (the words are the real API server's, tests/e2e/test_kube_binder.py).
+    stored = kube.get(PODS, "a", "ns")
+    uid = stored["metadata"]["uid"]
+    stored["metadata"]["uid"] = "other"
+    with pytest.raises(Conflict) as put:
+        kube.replace(PODS, stored, "ns")
+    assert put.value.message == (
+        'Operation cannot be fulfilled on pods "a": StorageError: invalid object, Code: 4, '
+        "Key: /registry/pods/ns/a, ResourceVersion: 0, AdditionalErrorMsg: Precondition "
+        f"failed: UID in precondition: other, UID in object meta: {uid}"
+    )
     removed = kube.merge_patch(PODS, "a", {"metadata": {"annotations": {"k": None}}}, "ns")
     assert removed["metadata"]["annotations"] == {}
 

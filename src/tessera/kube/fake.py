@@ -175,6 +175,17 @@ def _binding_refusal(pod: Obj) -> str:
     return ""
 
 
+def _uid_refusal(kind: Kind, stored: Obj, uid: str) -> str:
+    """The API server's words for a write whose UID precondition (a PUT's metadata.uid, a
+    Binding's) fails: its storage layer's, wrapped in the Conflict."""
+    meta = stored["metadata"]
+    where = "/".join(p for p in (kind.plural, meta.get("namespace"), meta["name"]) if p)
+    return (f'Operation cannot be fulfilled on {kind.plural} "{meta["name"]}": StorageError: '
+            f"invalid object, Code: 4, Key: /registry/{where}, ResourceVersion: 0, "
+            f"AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in "
+            f"object meta: {meta['uid']}")  # fmt: skip
+
+
 def _set_scheduled(pod: Obj) -> None:
     """The condition a binding sets: PodScheduled True, replacing the scheduler's False
     (its reason and message go); the transition time moves only when the status does."""
@@ -486,7 +497,9 @@ class FakeKube:
                            "match the namespace sent on the request")  # fmt: skip
         return namespace
 
-    def _precondition(self, kind: Kind, stored: Obj, meta: dict[str, Any]) -> None:
+    def _precondition(
+        self, kind: Kind, stored: Obj, meta: dict[str, Any], patch: bool = False
+    ) -> None:
         name = stored["metadata"]["name"]
         rv = meta.get("resourceVersion")
         if rv is not None and rv != stored["metadata"]["resourceVersion"]:
@@ -498,7 +511,10 @@ class FakeKube:
             )
         uid = meta.get("uid")
         if uid is not None and uid != stored["metadata"]["uid"]:
-            raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+            if patch:  # a patch's UID is a change of an immutable field (422), not a check
+                raise ApiError(422, "Invalid", f'{kind.kind} "{name}" is invalid: metadata.uid: '
+                               f'Invalid value: "{uid}": field is immutable')  # fmt: skip
+            raise Conflict(409, "Conflict", _uid_refusal(kind, stored, uid))
 
     def replace(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
         with self._lock:
@@ -546,7 +562,7 @@ class FakeKube:
             stored = self._objects.get(key)
             if stored is None:
                 raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
-            self._precondition(kind, stored, patch.get("metadata") or {})
+            self._precondition(kind, stored, patch.get("metadata") or {}, patch=True)
             if subresource == "status":  # as the API server does: the status only
                 patch = {"status": patch.get("status")} if "status" in patch else {}
             elif kind in WITH_STATUS:  # ...and the main resource keeps the stored status
@@ -584,7 +600,10 @@ class FakeKube:
             if stored is None:
                 raise NotFound(404, "NotFound", f'pods "{name}" not found')
             if stored["metadata"]["uid"] != uid:
-                raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+                raise Conflict(409, "Conflict", f'Operation cannot be fulfilled on Pod "{name}": '
+                               f"the UID in the precondition ({uid}) does not match the UID in "
+                               f"record ({stored['metadata']['uid']}). The object might have "
+                               "been deleted and then recreated")  # fmt: skip
             self._charge_budget(stored)
             if self.graceful_evictions:
                 if not stored["metadata"].get("deletionTimestamp"):
@@ -663,7 +682,7 @@ class FakeKube:
             if stored is None:
                 raise NotFound(404, "NotFound", f'pods "{name}" not found')
             if uid and stored["metadata"]["uid"] != uid:
-                raise Conflict(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+                raise Conflict(409, "Conflict", _uid_refusal(PODS, stored, uid))
             refusal = _binding_refusal(stored)
             if refusal:
                 raise Conflict(
