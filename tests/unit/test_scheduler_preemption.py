@@ -517,6 +517,9 @@ def test_a_pod_replaced_since_its_filter_has_nothing_evicted_for_it(world: World
     assert PREEMPTING not in (w.kube.get(PODS, "urgent", "default")["metadata"]
                               .get("annotations") or {})  # fmt: skip
     assert again["metadata"]["uid"] == w.kube.get(PODS, "urgent", "default")["metadata"]["uid"]
+    # The API server refuses the record as a change of the immutable metadata.uid (422,
+    # not a 409): that too is "another pod", not an answer to wait for and retry.
+    assert blocked(w, "unanswered") == 0
 
 
 def test_a_pod_placed_since_its_filter_has_nothing_evicted_for_it(world: World) -> None:

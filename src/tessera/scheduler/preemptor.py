@@ -293,6 +293,10 @@ class Preemptor:
         except (NotFound, Conflict):
             return False
         except ApiError as exc:
+            # A patch's UID is no precondition to the API server: another pod under the
+            # name makes it a change of the immutable metadata.uid, refused as Invalid.
+            if exc.status == 422 and "metadata.uid" in exc.message:
+                return False
             log.warning("could not record %s's preemption on its pod: %s", key, exc)
             return None
         return True
