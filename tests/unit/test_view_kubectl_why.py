@@ -32,6 +32,27 @@ from tests.unit._scheduler_world import World, node_obj, pdb, pod_obj, prio_pod,
 HOST = "kubernetes.io/hostname"
 
 
+def _nodes_a_and_b() -> FakeKube:
+    """Nodes a and b, one card each, labelled with their host names (for topology keys)."""
+    kube = FakeKube()
+    for name in ("a", "b"):
+        node = node_obj(name, 1)
+        node["metadata"]["labels"] = {HOST: name}
+        kube.create(NODES, node)
+    return kube
+
+
+def _waits_away_from_db(**term: Any) -> dict[str, Any]:
+    """Pod waits (one card), kept off the hosts of pods labelled app=db; ``term``: more
+    fields of its anti-affinity term (namespaces, namespaceSelector)."""
+    waits = pod_obj("waits", gpu=1)
+    away = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOST, **term}
+    waits["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [away]}
+    }
+    return waits
+
+
 def _why(monkeypatch: pytest.MonkeyPatch, kube: FakeKube, name: str, ns: str = "default") -> str:
     monkeypatch.setattr(common.Conn, "client", lambda self: kube)
     result = CliRunner().invoke(kubectl.app, ["why", name, "-n", ns])
@@ -40,11 +61,7 @@ def _why(monkeypatch: pytest.MonkeyPatch, kube: FakeKube, name: str, ns: str = "
 
 
 def test_what_the_last_page_holds_keeps_the_pod_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    kube = FakeKube()
-    for name in ("a", "b"):
-        node = node_obj(name, 1)
-        node["metadata"]["labels"] = {HOST: name}
-        kube.create(NODES, node)
+    kube = _nodes_a_and_b()
     for i in range(600):  # a first page and more of pods without a GPU
         filler = pod_obj(f"filler-{i:03d}", gpu=None)
         filler["spec"]["nodeName"] = "a"
@@ -60,12 +77,7 @@ def test_what_the_last_page_holds_keeps_the_pod_off(monkeypatch: pytest.MonkeyPa
     db["metadata"]["labels"] = {"app": "db"}
     db["spec"]["nodeName"] = "b"
     kube.create(PODS, db, "default")
-    waits = pod_obj("waits", gpu=1)
-    away = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOST}
-    waits["spec"]["affinity"] = {
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [away]}
-    }
-    kube.create(PODS, waits, "default")
+    kube.create(PODS, _waits_away_from_db(), "default")
     assert len(kube.list(PODS, limit=500).items) == 500  # so the last ones are on page 2
 
     out = _why(monkeypatch, kube, "waits")
@@ -106,22 +118,13 @@ def test_a_pod_that_fits_is_told_its_node_and_cards(monkeypatch: pytest.MonkeyPa
 def test_namespaces_that_cannot_be_read_are_said_and_named_ones_still_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kube = FakeKube()
-    for name in ("a", "b"):
-        node = node_obj(name, 1)
-        node["metadata"]["labels"] = {HOST: name}
-        kube.create(NODES, node)
+    kube = _nodes_a_and_b()
     db = pod_obj("db", gpu=None, ns="prod")
     db["metadata"]["labels"] = {"app": "db"}
     db["spec"]["nodeName"] = "a"
     kube.create(PODS, db, "prod")
-    waits = pod_obj("waits", gpu=1)
-    away = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOST,
-            "namespaces": ["prod"],
-            "namespaceSelector": {"matchLabels": {"tier": "x"}}}  # fmt: skip
-    waits["spec"]["affinity"] = {
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [away]}
-    }
+    waits = _waits_away_from_db(namespaces=["prod"],
+                                namespaceSelector={"matchLabels": {"tier": "x"}})  # fmt: skip
     kube.create(PODS, waits, "default")
     kube.unserved.add(NAMESPACES.plural)
     out = _why(monkeypatch, kube, "waits")
@@ -138,24 +141,15 @@ def test_namespaces_that_cannot_be_read_are_said_and_named_ones_still_count(
 def test_a_namespace_selector_reads_the_namespaces_labels(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kube = FakeKube()
-    for name in ("a", "b"):
-        node = node_obj(name, 1)
-        node["metadata"]["labels"] = {HOST: name}
-        kube.create(NODES, node)
+    kube = _nodes_a_and_b()
     for ns, labels in (("prod", {"tier": "x"}), ("dev", {})):
         kube.create(NAMESPACES, {"metadata": {"name": ns, "labels": labels}})
         db = pod_obj(f"db-{ns}", gpu=None, ns=ns)
         db["metadata"]["labels"] = {"app": "db"}
         db["spec"]["nodeName"] = "a" if ns == "prod" else "b"
         kube.create(PODS, db, ns)
-    waits = pod_obj("waits", gpu=1)
-    away = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOST,
-            "namespaceSelector": {"matchLabels": {"tier": "x"}}}  # fmt: skip
-    waits["spec"]["affinity"] = {
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [away]}
-    }
-    kube.create(PODS, waits, "default")
+    kube.create(PODS, _waits_away_from_db(namespaceSelector={"matchLabels": {"tier": "x"}}),
+                "default")  # fmt: skip
     out = _why(monkeypatch, kube, "waits")
     assert "namespaces not read" not in out
     assert "kube-scheduler's own filters leave out 1 of 2 nodes" in out
