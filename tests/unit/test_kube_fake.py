@@ -67,6 +67,10 @@ def test_create_stamps_uid_and_resource_version() -> None:
     )  # fmt: skip
     made = kube.create(PODS, {"metadata": {"generateName": "job-"}, "spec": {}}, "ns")
     assert re.fullmatch(r"job-[0-9a-f]{5}", made["metadata"]["name"])
+    # A UID and a creation time the body names are the server's to set, not the writer's.
+    told = {"name": "c", "uid": "chosen", "creationTimestamp": "2020-01-01T00:00:00Z"}
+    c = kube.create(PODS, {"metadata": told, "spec": {}}, "ns")["metadata"]
+    assert c["uid"] != "chosen" and c["creationTimestamp"] != told["creationTimestamp"]
 
 
 def test_what_a_write_returns_and_what_it_was_given_are_not_what_is_stored() -> None:

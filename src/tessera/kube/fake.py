@@ -2,7 +2,9 @@
 
 For unit tests of everything above the port. It keeps what the real server guarantees
 and Tessera relies on: a cluster-wide resourceVersion; ``Conflict`` on a stale
-resourceVersion or UID precondition; ``Conflict`` when binding a bound, terminating or
+resourceVersion or a PUT's, Binding's or eviction's UID precondition, and 422 for a
+patch that changes ``metadata.uid`` (each in the real server's words); a UID and creation
+time set by the server, whatever the body says; ``Conflict`` when binding a bound, terminating or
 gated pod, and a binding's PodScheduled condition; watches that deliver every change
 after a resourceVersion, in order, and ``Gone`` once that version has left the
 (bounded) history, or, from no version, an ADDED for each object there is; paged lists
@@ -449,8 +451,9 @@ class FakeKube:
             key = self._key(kind, meta["name"], meta.get("namespace"))
             if key in self._objects:
                 raise Conflict(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" exists')
-            meta["uid"] = meta.get("uid") or str(uuid.uuid4())
-            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            # The server's to set, whatever the body says (apiserver's BeforeCreate).
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             self._fresh_status(kind, obj)
             self._default(kind, obj)
             self._stamp(obj)
