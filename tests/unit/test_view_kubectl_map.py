@@ -254,7 +254,9 @@ def test_pod_json_and_yaml_carry_every_field_sorted(placed: FakeKube) -> None:
     assert problem["waiting"] == "main: 1 card 8000 MiB 0%"
 
 
-def test_pod_table_says_whole_for_a_card_held_whole_and_marks_init_containers() -> None:
+def test_pod_table_says_whole_for_a_card_held_whole_and_marks_init_containers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     w = World([node_obj("a1", 2, "A100")])
     obj = pod_obj("prep", gpu=1, memory=2000, cores=20)
     obj["spec"]["initContainers"] = [
@@ -262,20 +264,15 @@ def test_pod_table_says_whole_for_a_card_held_whole_and_marks_init_containers() 
     ]
     assert w.schedule(w.create(obj)) == "a1"
     w.app.stop()
-    runner = CliRunner()
+    monkeypatch.setattr(common.Conn, "client", lambda self: w.kube)
     try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(common.Conn, "client", lambda self: w.kube)
-            result = runner.invoke(kubectl.app, ["pod", "prep", "-n", "default"])
-            assert result.exit_code == 0, result.output
-            rows = _rows(result.output.split("\n", 1)[1])
-            got = [(r["CONTAINER"], r["MEMORY"], r["COMPUTE"]) for r in rows]
-            assert got == [("fetch (init)", "whole", "100%"), ("main", "2000Mi", "20%")]
-            result = runner.invoke(kubectl.app, ["pod", "prep", "-n", "default", "-o", "json"])
-            cards = json.loads(result.output)["cards"]
-            assert [(c["container"], c["init"], c["exclusive"]) for c in cards] == [
-                ("fetch", True, True), ("main", False, False)
-            ]  # fmt: skip
+        rows = _rows(_run("pod", "prep", "-n", "default").split("\n", 1)[1])
+        got = [(r["CONTAINER"], r["MEMORY"], r["COMPUTE"]) for r in rows]
+        assert got == [("fetch (init)", "whole", "100%"), ("main", "2000Mi", "20%")]
+        cards = json.loads(_run("pod", "prep", "-n", "default", "-o", "json"))["cards"]
+        assert [(c["container"], c["init"], c["exclusive"]) for c in cards] == [
+            ("fetch", True, True), ("main", False, False)
+        ]  # fmt: skip
     finally:
         w.kube.close()
 
