@@ -1,15 +1,18 @@
-"""FakeKube refuses as the real API server does: the same write with a UID that is not
-the stored object's, sent to both, is refused with the same status, reason and words.
-The unit suite's fakes stand in for the API server only as far as these hold."""
+"""FakeKube answers as the real API server does: the same writes, sent to both, are
+taken or refused alike, refusals with the same status, reason and words (a UID that is
+not the stored object's; a create with no name or a taken one; a PUT without a
+resourceVersion; a PUT of a missing object; a stale write). The unit suite's fakes
+stand in for the API server only as far as these hold."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tessera.kube import PODS, ApiError, FakeKube
+from tessera.kube import LEASES, PODS, ApiError, FakeKube
 from tessera.kube.client import KubeClient
 from tessera.testenv import TestEnv
 
@@ -52,3 +55,74 @@ def test_a_write_with_another_uid_is_refused_alike(api: KubeClient) -> None:
     said = [_refusal(write, api) for write in writes]
     assert [_refusal(write, fake) for write in writes] == said
     assert [status for status, _, _ in said] == [422, 409, 409]
+
+
+SEQUENCE = "fake-sequence"
+
+
+def _outcome(write: Callable[[Any], Any], kube: Any) -> tuple[Any, ...]:
+    try:
+        write(kube)
+    except ApiError as exc:
+        return exc.status, exc.reason, exc.message
+    return ("written",)
+
+
+def test_writes_tessera_makes_are_answered_alike(testenv: TestEnv) -> None:
+    """The same writes, in order, to the real API server and to the fake: each is taken or
+    refused alike, refusals in the same words (leases named with their group, a PUT
+    without a resourceVersion taken for a Pod and refused for a Lease, a PUT of a missing
+    Lease creating it, a create with no name refused)."""
+    api = KubeClient.from_kubeconfig(str(testenv.kubeconfig))
+    pod = {
+        "metadata": {"name": SEQUENCE},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
+    }
+    lease = {"metadata": {"name": SEQUENCE}, "spec": {"holderIdentity": "a"}}
+
+    def unversioned(kind: Any, labels: dict[str, str]) -> Callable[[Any], Any]:
+        def write(kube: Any) -> Any:
+            stored = kube.get(kind, SEQUENCE, "default")
+            del stored["metadata"]["resourceVersion"]
+            stored["metadata"]["labels"] = labels
+            return kube.replace(kind, stored, "default")
+
+        return write
+
+    def stale(kind: Any) -> Callable[[Any], Any]:
+        def write(kube: Any) -> Any:
+            stored = kube.get(kind, SEQUENCE, "default")
+            kube.merge_patch(kind, SEQUENCE, {"metadata": {"labels": {"moved": "1"}}}, "default")
+            return kube.replace(kind, stored, "default")
+
+        return write
+
+    missing = {**lease, "metadata": {"name": f"{SEQUENCE}-put", "resourceVersion": "7"}}
+    writes: list[Callable[[Any], Any]] = [
+        lambda kube: kube.create(PODS, pod, "default"),
+        lambda kube: kube.create(PODS, pod, "default"),  # AlreadyExists
+        lambda kube: kube.create(PODS, {**pod, "metadata": {}}, "default"),  # no name
+        unversioned(PODS, {"a": "1"}),  # taken: a Pod updates unconditionally
+        stale(PODS),
+        lambda kube: kube.get(LEASES, SEQUENCE, "default"),
+        lambda kube: kube.create(LEASES, lease, "default"),
+        lambda kube: kube.create(LEASES, lease, "default"),
+        lambda kube: kube.create(LEASES, {"spec": {}}, "default"),
+        unversioned(LEASES, {"a": "1"}),  # refused: a Lease's update is conditional
+        stale(LEASES),
+        lambda kube: kube.replace(LEASES, missing, "default"),  # created
+        lambda kube: kube.replace(PODS, {**pod, "metadata": missing["metadata"]}, "default"),
+        lambda kube: kube.delete(LEASES, "nothing", "default"),
+    ]
+    try:
+        said = [_outcome(write, api) for write in writes]
+        fake = FakeKube()
+        assert [_outcome(write, fake) for write in writes] == said
+    finally:
+        for kind, name in ((PODS, SEQUENCE), (LEASES, SEQUENCE), (LEASES, f"{SEQUENCE}-put")):
+            with contextlib.suppress(ApiError):
+                api.delete(kind, name, "default")
+    assert [s[0] for s in said] == [
+        "written", 409, 422, "written", 409, 404, "written", 409, 422, 422, 409, "written",
+        404, 404,
+    ]  # fmt: skip

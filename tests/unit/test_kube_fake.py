@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -63,7 +64,7 @@ def test_create_stamps_uid_and_resource_version() -> None:
     with pytest.raises(Conflict) as taken:
         kube.create(PODS, _pod("a"), "ns")
     assert (taken.value.status, taken.value.reason, taken.value.message) == (
-        409, "AlreadyExists", 'pods "a" exists'
+        409, "AlreadyExists", 'pods "a" already exists'
     )  # fmt: skip
     made = kube.create(PODS, {"metadata": {"generateName": "job-"}, "spec": {}}, "ns")
     assert re.fullmatch(r"job-[0-9a-f]{5}", made["metadata"]["name"])
@@ -71,6 +72,107 @@ def test_create_stamps_uid_and_resource_version() -> None:
     told = {"name": "c", "uid": "chosen", "creationTimestamp": "2020-01-01T00:00:00Z"}
     c = kube.create(PODS, {"metadata": told, "spec": {}}, "ns")["metadata"]
     assert c["uid"] != "chosen" and c["creationTimestamp"] != told["creationTimestamp"]
+
+
+def _refused(write: Callable[[], object]) -> tuple[int, str, str]:
+    with pytest.raises(ApiError) as refused:
+        write()
+    return refused.value.status, refused.value.reason, refused.value.message
+
+
+def test_a_create_names_the_object_or_is_refused_and_nothing_written() -> None:
+    kube = FakeKube()
+    assert _refused(lambda: kube.create(PODS, {"metadata": {}, "spec": {}}, "ns")) == (
+        422, "Invalid",
+        'Pod "" is invalid: metadata.name: Required value: name or generateName is required',
+    )  # fmt: skip
+    assert _refused(lambda: kube.create(LEASES, {"spec": {}}, "ns"))[2].startswith(
+        'Lease.coordination.k8s.io "" is invalid: metadata.name: Required value'
+    )
+    assert kube.list(PODS).items == [] and kube.list(LEASES).items == []
+
+
+def test_messages_name_a_grouped_resource_with_its_group() -> None:
+    kube = FakeKube()
+    assert _refused(lambda: kube.get(LEASES, "l", "ns")) == (
+        404, "NotFound", 'leases.coordination.k8s.io "l" not found'
+    )  # fmt: skip
+    assert _refused(lambda: kube.delete(RESOURCE_SLICES, "s"))[2] == (
+        'resourceslices.resource.k8s.io "s" not found'
+    )
+    budget = kube.create(POD_DISRUPTION_BUDGETS, _budget("b", 1), "default")
+    assert _refused(lambda: kube.create(POD_DISRUPTION_BUDGETS, _budget("b", 1), "default"))[2] == (
+        'poddisruptionbudgets.policy "b" already exists'
+    )
+    kube.merge_patch(POD_DISRUPTION_BUDGETS, "b", {"metadata": {"labels": {"a": "b"}}}, "default")
+    assert _refused(lambda: kube.replace(POD_DISRUPTION_BUDGETS, budget, "default")) == (
+        409, "Conflict", 'Operation cannot be fulfilled on poddisruptionbudgets.policy "b": '
+        "the object has been modified; please apply your changes to the latest version and "
+        "try again",
+    )  # fmt: skip
+    assert _refused(lambda: kube.get(PODS, "p", "ns"))[2] == 'pods "p" not found'  # core: bare
+
+
+def test_a_put_without_a_resource_version_is_taken_or_refused_per_kind() -> None:
+    """Pods, Nodes, Events, ResourceSlices and ResourceClaims take a PUT without a
+    resourceVersion as "over whatever is stored"; Leases, PodDisruptionBudgets and custom
+    resources refuse it."""
+    kube = FakeKube()
+    kube.create(PODS, _pod("a"), "ns")
+    unversioned = {**_pod("a"), "metadata": {"name": "a", "labels": {"x": "1"}}}
+    assert kube.replace(PODS, unversioned, "ns")["metadata"]["labels"] == {"x": "1"}
+    lease = {"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}}
+    kube.create(LEASES, lease, "ns")
+    assert _refused(lambda: kube.replace(LEASES, {**lease, "spec": {}}, "ns")) == (
+        422, "Invalid", 'leases.coordination.k8s.io "l" is invalid: metadata.resourceVersion: '
+        "Invalid value: 0: must be specified for an update",
+    )  # fmt: skip
+    quota = {"apiVersion": GPUQUOTAS.api_version, "kind": "GpuQuota",
+             "metadata": {"name": "q"}, "spec": {"limits": []}}  # fmt: skip
+    kube.create(GPUQUOTAS, quota, "ns")
+    assert _refused(lambda: kube.replace(GPUQUOTAS, quota, "ns"))[:2] == (422, "Invalid")
+    assert kube.get(LEASES, "l", "ns")["spec"] == {"holderIdentity": "a"}
+
+
+def test_a_put_of_a_missing_lease_creates_it_and_of_a_missing_pod_is_refused() -> None:
+    kube = FakeKube()
+    rv = kube.list(LEASES).resource_version
+    lease = {"metadata": {"name": "l", "resourceVersion": "7", "uid": "mine"},
+             "spec": {"holderIdentity": "a"}}  # fmt: skip
+    made = kube.replace(LEASES, lease, "ns")
+    assert made["spec"] == {"holderIdentity": "a"} and made["metadata"]["uid"] != "mine"
+    assert made["metadata"]["namespace"] == "ns"
+    [added] = list(kube.watch(LEASES, rv, timeout_s=0))
+    assert added.type == "ADDED" and added.object == made
+    pod = {**_pod("p"), "metadata": {"name": "p", "resourceVersion": "7"}}
+    assert _refused(lambda: kube.replace(PODS, pod, "ns"))[:2] == (404, "NotFound")
+
+
+def test_a_custom_resources_body_must_name_its_type() -> None:
+    kube = FakeKube()
+    quota = {"metadata": {"name": "q"}, "spec": {"limits": []}}
+    assert _refused(lambda: kube.create(GPUQUOTAS, quota, "ns")) == (
+        400, "BadRequest", "the object provided is unrecognized (must be of type GpuQuota): "
+        "Object 'Kind' is missing",
+    )  # fmt: skip
+    assert (
+        "'apiVersion' is missing"
+        in _refused(lambda: kube.create(GPUQUOTAS, {**quota, "kind": "GpuQuota"}, "ns"))[2]
+    )
+    assert kube.list(GPUQUOTAS).items == []
+
+
+def test_a_nodes_allocatable_defaults_to_its_capacity() -> None:
+    kube = FakeKube()
+    capacity = {"cpu": "8", "tessera.io/vgpu": "16"}
+    made = kube.create(NODES, {"metadata": {"name": "a"}, "status": {"capacity": capacity}})
+    assert made["status"]["allocatable"] == capacity
+    kept = {"metadata": {"name": "b"}, "status": {"capacity": capacity, "allocatable": {}}}
+    assert kube.create(NODES, kept)["status"]["allocatable"] == {}
+    patched = kube.merge_patch(NODES, "a", {"status": {"capacity": {"cpu": "4"},
+                                                       "allocatable": None}},
+                               subresource="status")  # fmt: skip
+    assert patched["status"]["allocatable"] == {"cpu": "4", "tessera.io/vgpu": "16"}
 
 
 def test_what_a_write_returns_and_what_it_was_given_are_not_what_is_stored() -> None:

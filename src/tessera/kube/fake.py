@@ -3,8 +3,11 @@
 For unit tests of everything above the port. It keeps what the real server guarantees
 and Tessera relies on: a cluster-wide resourceVersion; ``Conflict`` on a stale
 resourceVersion or a PUT's, Binding's or eviction's UID precondition, and 422 for a
-patch that changes ``metadata.uid`` (each in the real server's words); a UID and creation
-time set by the server, whatever the body says; ``Conflict`` when binding a bound, terminating or
+patch that changes ``metadata.uid`` (each in the real server's words, the resource named
+as it names it: ``leases.coordination.k8s.io``); a PUT without a resourceVersion taken
+or refused per kind, and a PUT of a missing Lease or Event creating it; a create with no
+name refused (422); a UID and creation time set by the server, whatever the body says;
+a Node's allocatable defaulted to its capacity; ``Conflict`` when binding a bound, terminating or
 gated pod, and a binding's PodScheduled condition; watches that deliver every change
 after a resourceVersion, in order, and ``Gone`` once that version has left the
 (bounded) history, or, from no version, an ADDED for each object there is; paged lists
@@ -34,7 +37,9 @@ from typing import Any, Literal
 
 from tessera.kube.errors import ApiError, Conflict, Gone, NotFound
 from tessera.kube.kinds import (
+    EVENTS,
     GPUQUOTAS,
+    LEASES,
     NAMESPACES,
     NODES,
     POD_DISRUPTION_BUDGETS,
@@ -59,6 +64,25 @@ WITH_STATUS = frozenset({GPUQUOTAS, NAMESPACES, NODES, POD_DISRUPTION_BUDGETS, P
 # ...and of those, the kinds whose create sets the status itself (a Node keeps the status
 # kubelet creates it with).
 STATUS_SET_ON_CREATE = WITH_STATUS - {NODES}
+# The kinds whose update strategy refuses a PUT without metadata.resourceVersion (the
+# others take it as "whatever is stored"), and those whose PUT of a missing name creates
+# it (AllowUnconditionalUpdate, AllowCreateOnUpdate; a custom resource allows neither).
+CONDITIONAL_UPDATE = frozenset({GPUQUOTAS, LEASES, POD_DISRUPTION_BUDGETS})
+CREATE_ON_UPDATE = frozenset({EVENTS, LEASES})
+CUSTOM = frozenset({GPUQUOTAS})  # served from a CRD: a body must name its type
+
+
+def _resource(kind: Kind) -> str:
+    """The resource as the API server names it in its messages: ``pods``,
+    ``leases.coordination.k8s.io``."""
+    group = kind.api_version.rpartition("/")[0]
+    return f"{kind.plural}.{group}" if group else kind.plural
+
+
+def _type(kind: Kind) -> str:
+    """The type as a validation message names it: ``Pod``, ``Lease.coordination.k8s.io``."""
+    group = kind.api_version.rpartition("/")[0]
+    return f"{kind.kind}.{group}" if group else kind.kind
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -182,7 +206,7 @@ def _uid_refusal(kind: Kind, stored: Obj, uid: str) -> str:
     Binding's) fails: its storage layer's, wrapped in the Conflict."""
     meta = stored["metadata"]
     where = "/".join(p for p in (kind.plural, meta.get("namespace"), meta["name"]) if p)
-    return (f'Operation cannot be fulfilled on {kind.plural} "{meta["name"]}": StorageError: '
+    return (f'Operation cannot be fulfilled on {_resource(kind)} "{meta["name"]}": StorageError: '
             f"invalid object, Code: 4, Key: /registry/{where}, ResourceVersion: 0, "
             f"AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in "
             f"object meta: {meta['uid']}")  # fmt: skip
@@ -300,10 +324,15 @@ class FakeKube:
 
     @staticmethod
     def _default(kind: Kind, obj: Obj) -> None:
-        """What the server changes in a ResourceSlice that Tessera writes: a device taint
-        without ``timeAdded`` gets the time of the write, to the second (Kubernetes
+        """What the server's defaulting changes in a written object: a Node's status
+        without ``allocatable`` gets its ``capacity`` as allocatable (core/v1
+        SetDefaults_NodeStatus); in a ResourceSlice, a device taint without ``timeAdded``
+        gets the time of the write, to the second (Kubernetes
         pkg/apis/resource/v1/defaults.go), and capacity quantities are stored in
         canonical form (``40960Mi`` as ``40Gi``)."""
+        status = obj.get("status") if kind is NODES else None
+        if isinstance(status, dict) and status.get("capacity") and "allocatable" not in status:
+            status["allocatable"] = copy.deepcopy(status["capacity"])
         if kind.plural != "resourceslices":
             return
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -434,7 +463,7 @@ class FakeKube:
             self.calls.append(("get", f"{kind.plural}/{name}"))
             obj = self._objects.get(self._key(kind, name, namespace))
             if obj is None:
-                raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
+                raise NotFound(404, "NotFound", f'{_resource(kind)} "{name}" not found')
             return copy.deepcopy(obj)
 
     def create(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
@@ -446,20 +475,29 @@ class FakeKube:
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            if not meta.get("name"):
+                raise ApiError(422, "Invalid", f'{_type(kind)} "" is invalid: metadata.name: '
+                               "Required value: name or generateName is required")  # fmt: skip
             if kind.namespaced:
                 meta["namespace"] = self._namespace_of(kind, namespace, meta)
             key = self._key(kind, meta["name"], meta.get("namespace"))
             if key in self._objects:
-                raise Conflict(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" exists')
-            # The server's to set, whatever the body says (apiserver's BeforeCreate).
-            meta["uid"] = str(uuid.uuid4())
-            meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            self._fresh_status(kind, obj)
-            self._default(kind, obj)
-            self._stamp(obj)
-            self._objects[key] = obj
-            self._record(kind, "ADDED", obj)
-            return copy.deepcopy(obj)
+                raise Conflict(409, "AlreadyExists",
+                               f'{_resource(kind)} "{meta["name"]}" already exists')  # fmt: skip
+            return self._insert(kind, key, obj)
+
+    def _insert(self, kind: Kind, key: _Key, obj: Obj) -> Obj:
+        """Store a new object (lock held), with what the server sets on a create."""
+        meta = obj["metadata"]
+        # The server's to set, whatever the body says (apiserver's BeforeCreate).
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._fresh_status(kind, obj)
+        self._default(kind, obj)
+        self._stamp(obj)
+        self._objects[key] = obj
+        self._record(kind, "ADDED", obj)
+        return copy.deepcopy(obj)
 
     def seed(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
         """``body`` as the cluster would hold it, status included: a create, then the
@@ -476,8 +514,13 @@ class FakeKube:
         """The body of a create or replace names the resource's own type, if any: the
         server takes the path's when it names none, refuses another version (apiserver
         endpoints/handlers create.go and update.go) and fails to decode a kind that is
-        not the resource's (400 both)."""
+        not the resource's (400 both). A custom resource's body must name both: the
+        server cannot decode one that does not (400)."""
         version, name = body.get("apiVersion"), body.get("kind")
+        if kind in CUSTOM and not (version and name):
+            missing = "Kind" if not name else "apiVersion"
+            raise ApiError(400, "BadRequest", f"the object provided is unrecognized (must be of "
+                           f"type {kind.kind}): Object '{missing}' is missing")  # fmt: skip
         if version and version != kind.api_version:
             raise ApiError(400, "BadRequest", f"the API version in the data ({version}) does "
                            f"not match the expected API version ({kind.api_version})")  # fmt: skip
@@ -509,13 +552,13 @@ class FakeKube:
             raise Conflict(
                 409,
                 "Conflict",
-                f'Operation cannot be fulfilled on {kind.plural} "{name}": the object has '
+                f'Operation cannot be fulfilled on {_resource(kind)} "{name}": the object has '
                 "been modified; please apply your changes to the latest version and try again",
             )
         uid = meta.get("uid")
         if uid is not None and uid != stored["metadata"]["uid"]:
             if patch:  # a patch's UID is a change of an immutable field (422), not a check
-                raise ApiError(422, "Invalid", f'{kind.kind} "{name}" is invalid: metadata.uid: '
+                raise ApiError(422, "Invalid", f'{_type(kind)} "{name}" is invalid: metadata.uid: '
                                f'Invalid value: "{uid}": field is immutable')  # fmt: skip
             raise Conflict(409, "Conflict", _uid_refusal(kind, stored, uid))
 
@@ -529,10 +572,18 @@ class FakeKube:
                 namespace = self._namespace_of(kind, namespace, meta)
             key = self._key(kind, meta.get("name", ""), namespace)
             stored = self._objects.get(key)
+            if stored is None and kind in CREATE_ON_UPDATE:
+                obj = copy.deepcopy(body)
+                obj["metadata"].pop("resourceVersion", None)
+                if kind.namespaced:
+                    obj["metadata"]["namespace"] = namespace
+                return self._insert(kind, key, obj)
             if stored is None:
-                raise NotFound(404, "NotFound", f'{kind.plural} "{meta.get("name")}" not found')
-            if meta.get("resourceVersion") is None:
-                raise ApiError(422, "Invalid", "metadata.resourceVersion: must be specified")
+                raise NotFound(404, "NotFound", f'{_resource(kind)} "{meta.get("name")}" not found')
+            if meta.get("resourceVersion") is None and kind in CONDITIONAL_UPDATE:
+                raise ApiError(422, "Invalid", f'{_resource(kind)} "{meta.get("name")}" is '
+                               "invalid: metadata.resourceVersion: Invalid value: 0: must be "
+                               "specified for an update")  # fmt: skip
             self._precondition(kind, stored, meta)
             obj = copy.deepcopy(body)
             obj["metadata"]["uid"] = stored["metadata"]["uid"]
@@ -564,7 +615,7 @@ class FakeKube:
             key = self._key(kind, name, namespace)
             stored = self._objects.get(key)
             if stored is None:
-                raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
+                raise NotFound(404, "NotFound", f'{_resource(kind)} "{name}" not found')
             self._precondition(kind, stored, patch.get("metadata") or {}, patch=True)
             if subresource == "status":  # as the API server does: the status only
                 patch = {"status": patch.get("status")} if "status" in patch else {}
@@ -584,7 +635,7 @@ class FakeKube:
             self._check_failure("delete", kind)
             obj = self._objects.pop(self._key(kind, name, namespace), None)
             if obj is None:
-                raise NotFound(404, "NotFound", f'{kind.plural} "{name}" not found')
+                raise NotFound(404, "NotFound", f'{_resource(kind)} "{name}" not found')
             self._stamp(obj)
             self._record(kind, "DELETED", obj)
 
