@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from tessera.kube import LEASES, ApiError, FakeKube
-from tessera.kube.errors import NotFound
+from tessera.kube.errors import Conflict, NotFound
 from tessera.scheduler.leader import LeaderElector
 from tests._logs import logged
 from tests.unit._wait import eventually
@@ -222,15 +222,37 @@ def test_each_failed_call_on_the_lease_is_logged_with_its_reason(
     a.try_acquire_or_renew()
     kube.fail_next("replace", UNAVAILABLE)
     a.stop()
+    refused = "0 Unavailable: connection refused"
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("INFO", "lease tessera: not created (0 Unavailable: connection refused)"),
+        ("WARNING", f"lease ns/tessera: not created ({refused})"),
         ("INFO", "lease ns/tessera: leading"),
-        ("WARNING", "lease tessera: cannot read (0 Unavailable: connection refused)"),
-        ("INFO", "lease tessera: not renewed this round (0 Unavailable: connection refused)"),
-        ("INFO", "lease tessera: not released (0 Unavailable: connection refused)"),
+        ("WARNING", f"lease ns/tessera: cannot read ({refused})"),
+        ("WARNING", f"lease ns/tessera: not renewed this round ({refused})"),
+        ("WARNING", f"lease ns/tessera: not released ({refused})"),
         ("INFO", "lease ns/tessera: standing by (holder 'a')"),
     ]
     assert not a.is_leader()
+
+
+def test_a_lost_race_for_the_lease_is_said_quietly_and_a_refusal_loudly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Conflict is the protocol working (another replica wrote first); a Forbidden
+    (the Role lacks a verb) or a missing namespace keeps the replica from ever leading."""
+    caplog.set_level(logging.INFO, logger="tessera.scheduler.leader")
+    kube, now = FakeKube(), [0.0]
+    a, _ = _pair(kube, now)
+    kube.fail_next("create", Conflict(409, "AlreadyExists", "leases.coordination.k8s.io "
+                                      '"tessera" already exists'))  # fmt: skip
+    kube.fail_next("create", ApiError(403, "Forbidden", "cannot create leases"))
+    kube.fail_next("create", NotFound(404, "NotFound", 'namespaces "ns" not found'))
+    assert not any(a.try_acquire_or_renew() for _ in range(3))
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", 'lease ns/tessera: not created (409 AlreadyExists: leases.coordination.k8s.io '
+                 '"tessera" already exists)'),
+        ("WARNING", "lease ns/tessera: not created (403 Forbidden: cannot create leases)"),
+        ("WARNING", 'lease ns/tessera: not created (404 NotFound: namespaces "ns" not found)'),
+    ]  # fmt: skip
 
 
 def test_the_election_thread_leads_and_a_plain_stop_hands_the_lease_over() -> None:

@@ -100,7 +100,7 @@ class LeaderElector:
             try:
                 self._api.create(LEASES, body, self.namespace)
             except ApiError as exc:
-                log.info("lease %s: not created (%s)", self.name, exc)
+                self._refused("not created", exc)
                 return self._round(self.is_leader())
             self.holder = self.identity
             self._renewed_at = now
@@ -108,7 +108,7 @@ class LeaderElector:
         except ApiError as exc:
             # As for a write that fails below: a leader leads until renew_deadline_s has
             # passed without a renewal, whatever one round could not do.
-            log.warning("lease %s: cannot read (%s)", self.name, exc)
+            log.warning("lease %s/%s: cannot read (%s)", self.namespace, self.name, exc)
             return self._round(self.is_leader())
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -127,11 +127,18 @@ class LeaderElector:
             # Conflict: someone wrote the Lease between our read and write -- if it was
             # a takeover, the next round sees the new holder. Either way, a leader keeps
             # leading until renew_deadline_s has passed without a renewal.
-            log.info("lease %s: not renewed this round (%s)", self.name, exc)
+            self._refused("not renewed this round", exc)
             return self._round(self.is_leader())
         self.holder = self.identity
         self._renewed_at = now
         return self._round(True)
+
+    def _refused(self, what: str, exc: ApiError) -> None:
+        """A write that did not land: a Conflict is the race with another replica, the
+        protocol working; anything else (Forbidden, a missing namespace, an API server
+        out of reach) keeps this replica from leading, and an operator must see it."""
+        level = logging.INFO if exc.status == 409 else logging.WARNING
+        log.log(level, "lease %s/%s: %s (%s)", self.namespace, self.name, what, exc)
 
     def _round(self, leading: bool) -> bool:
         leading = leading and self.is_leader()
@@ -169,6 +176,6 @@ class LeaderElector:
                     lease["spec"] = spec
                     self._api.replace(LEASES, lease, self.namespace)
             except ApiError as exc:
-                log.info("lease %s: not released (%s)", self.name, exc)
+                self._refused("not released", exc)
         self._renewed_at = None
         self._round(False)
