@@ -51,6 +51,10 @@ class FakePrometheus:
         self.answers[promql] = (200, "application/json", json.dumps(body).encode())
 
 
+def _vector(data: dict[str, Any]) -> bytes:
+    return json.dumps({"status": "success", "data": {"resultType": "vector", **data}}).encode()
+
+
 @pytest.fixture
 def prom() -> Iterator[FakePrometheus]:
     p = FakePrometheus()
@@ -72,6 +76,15 @@ def test_memory_and_achieved_share_join_per_container_and_claim(prom: FakePromet
     assert prom.asked == [MEMORY_USED, ACHIEVED]
 
 
+def test_a_query_reads_each_series_as_its_labels_and_value(prom: FakePrometheus) -> None:
+    prom.vector("up", [({"job": "a", "instance": "x:1"}, "1"), ({}, "NaN")])
+    [(labels, up), (none, nan)] = query(prom.url, "up")
+    assert (labels, up, none) == ({"job": "a", "instance": "x:1"}, 1.0, {})
+    assert nan != nan  # Prometheus's NaN, read as one
+    prom.vector("none", [])
+    assert query(prom.url, "none") == []
+
+
 @pytest.mark.parametrize(
     ("answer", "says"),
     [
@@ -88,6 +101,17 @@ def test_memory_and_achieved_share_join_per_container_and_claim(prom: FakePromet
         ((404, "text/plain", b"404 page not found"),
          "HTTP 404, not an answer of Prometheus's API"),
         ((200, "application/json", b"[1, 2]"), "HTTP 200, not an answer of Prometheus's API"),
+        # A vector whose series are not Prometheus's (a proxy's, another version's): said,
+        # not an AssertionError or a TypeError.
+        ((200, "application/json", _vector({"result": [{"metric": {}, "value": "7"}]})),
+         "a vector that is not Prometheus's (each series its labels and a [time, value] "
+         "pair): [{'metric': {}, 'value': '7'}]"),
+        ((200, "application/json", _vector({"result": [{"metric": [], "value": [1, "7"]}]})),
+         "[{'metric': [], 'value': [1, '7']}]"),
+        ((200, "application/json", _vector({"result": [{"value": [1, "seven"]}]})),
+         "[{'value': [1, 'seven']}]"),
+        ((200, "application/json", _vector({"result": ["up"]})), "['up']"),
+        ((200, "application/json", _vector({"result": {"up": 1}})), "{'up': 1}"),
     ],
 )  # fmt: skip
 def test_an_answer_that_is_not_a_result_says_why(

@@ -14,7 +14,7 @@ from urllib.error import HTTPError
 from urllib.parse import urlencode
 from urllib.request import urlopen
 
-__all__ = ["ACHIEVED", "MEMORY_USED", "container_use", "query"]
+__all__ = ["ACHIEVED", "MEMORY_USED", "Sample", "container_use", "query"]
 
 Key = tuple[str, str, str, str]  # namespace, pod, container, uuid
 
@@ -27,9 +27,12 @@ ACHIEVED = (
 )
 
 
-def query(base_url: str, promql: str, timeout_s: float = 10.0) -> list[dict[str, object]]:
-    """The result vector of an instant query; OSError when Prometheus cannot answer, or
-    what answers is not Prometheus."""
+Sample = tuple[dict[str, str], float]  # a series' labels and its value
+
+
+def query(base_url: str, promql: str, timeout_s: float = 10.0) -> list[Sample]:
+    """The result vector of an instant query, as (labels, value) pairs; OSError when
+    Prometheus cannot answer, or what answers is not Prometheus."""
     url = f"{base_url.rstrip('/')}/api/v1/query?{urlencode({'query': promql})}"
     try:
         with urlopen(url, timeout=timeout_s) as r:
@@ -48,21 +51,35 @@ def query(base_url: str, promql: str, timeout_s: float = 10.0) -> list[dict[str,
     data = body.get("data") or {}
     if data.get("resultType") != "vector":
         raise OSError(f"query {promql!r}: expected a vector, got {data.get('resultType')}")
-    return list(data.get("result") or [])
+    result = data.get("result") or []
+    samples = [_sample(s) for s in result] if isinstance(result, list) else [None]
+    if None in samples:
+        shape = "each series its labels and a [time, value] pair"
+        seen = str(result)[:300]
+        raise OSError(f"query {promql!r}: a vector that is not Prometheus's ({shape}): {seen}")
+    return [s for s in samples if s is not None]
 
 
-def _by_key(series: list[dict[str, object]]) -> dict[Key, float]:
+def _sample(series: object) -> Sample | None:
+    """One series of a vector as (labels, value); None if it is not of that shape."""
+    if not isinstance(series, dict):
+        return None
+    labels, value = series.get("metric", {}), series.get("value")
+    if not (isinstance(labels, dict) and isinstance(value, list) and len(value) == 2):
+        return None
+    try:
+        return {str(k): str(v) for k, v in labels.items()}, float(value[1])
+    except (TypeError, ValueError):
+        return None
+
+
+def _by_key(samples: list[Sample]) -> dict[Key, float]:
     out: dict[Key, float] = {}
-    for s in series:
-        labels = s.get("metric") or {}
-        value = s.get("value") or [0, "nan"]
-        assert isinstance(labels, dict) and isinstance(value, list)
-        ns, pod, ctr, uuid = (
-            str(labels.get(k, "")) for k in ("namespace", "pod", "container", "uuid")
-        )
+    for labels, value in samples:
+        ns, pod, ctr, uuid = (labels.get(k, "") for k in ("namespace", "pod", "container", "uuid"))
         if labels.get("claim"):
             ctr = f"claim/{labels['claim']}"
-        out[(ns, pod, ctr, uuid)] = float(value[1])
+        out[(ns, pod, ctr, uuid)] = value
     return out
 
 
