@@ -269,6 +269,7 @@ def test_bind_refuses_a_terminating_or_gated_pod_and_marks_the_pod_scheduled() -
     with pytest.raises(Conflict, match="pod t is being deleted, cannot be assigned to a host"):
         kube.bind("ns", "t", going, "n1")
     assert "nodeName" not in kube.get(PODS, "t", "ns")["spec"]
+    assert kube.get(PODS, "t", "ns")["metadata"]["deletionGracePeriodSeconds"] == 30  # default
 
 
 def test_watch_delivers_changes_in_order_then_gone_after_expiry() -> None:
@@ -300,9 +301,44 @@ def test_a_watch_without_a_version_starts_with_what_there_is_not_the_history() -
     labelled = kube.watch(PODS, "", "ns", label_selector="k=v", timeout_s=5)
     assert next(labelled).object["metadata"]["name"] == "a"
     kube.merge_patch(PODS, "c", {"metadata": {"labels": {"k": "v"}}}, "ns")
-    following = next(labelled)  # then the changes made after it started
-    assert (following.type, following.object["metadata"]["name"]) == ("MODIFIED", "c")
+    following = next(labelled)  # then the changes made after it started: c comes in
+    assert (following.type, following.object["metadata"]["name"]) == ("ADDED", "c")
     assert kube.list(NODES).resource_version != "0"  # "0" would read as "any" to a watch
+
+
+def test_a_watch_with_a_selector_sees_objects_come_into_it_and_leave_it() -> None:
+    """As the API server's watch cache sends them: ADDED when a change brings an object
+    into the selection, DELETED (its state before, at the change's version) when one
+    takes it out, MODIFIED while it stays in, nothing while it stays out."""
+    kube = FakeKube()
+    rv = kube.list(PODS).resource_version
+    kube.create(PODS, _pod("a"), "ns")  # out
+    kube.merge_patch(PODS, "a", {"metadata": {"labels": {"k": "v"}}}, "ns")  # comes in
+    kube.merge_patch(PODS, "a", {"metadata": {"annotations": {"n": "1"}}}, "ns")  # stays
+    left = kube.merge_patch(PODS, "a", {"metadata": {"labels": {"k": "w"}}}, "ns")  # leaves
+    kube.merge_patch(PODS, "a", {"metadata": {"annotations": {"n": "2"}}}, "ns")  # stays out
+    kube.merge_patch(PODS, "a", {"metadata": {"labels": {"k": "v"}}}, "ns")
+    kube.delete(PODS, "a", "ns")
+    kube.create(PODS, {**_pod("b"), "metadata": {"name": "b", "labels": {"k": "v"}}}, "ns")
+    kube.bind("ns", "b", "", "node-a")
+    seen = [(e.type, e.object["metadata"]["name"], e.object["metadata"].get("labels"),
+             e.object["metadata"]["resourceVersion"])
+            for e in kube.watch(PODS, rv, "ns", label_selector="k=v", timeout_s=0)]  # fmt: skip
+    assert [s[:3] for s in seen] == [
+        ("ADDED", "a", {"k": "v"}),
+        ("MODIFIED", "a", {"k": "v"}),
+        ("DELETED", "a", {"k": "v"}),  # as it was in the selection...
+        ("ADDED", "a", {"k": "v"}),
+        ("MODIFIED", "a", {"k": "v"}),  # a pod's deletion: terminating first...
+        ("DELETED", "a", {"k": "v"}),  # ...then gone
+        ("ADDED", "b", {"k": "v"}),
+        ("MODIFIED", "b", {"k": "v"}),
+    ]
+    assert seen[2][3] == left["metadata"]["resourceVersion"]  # ...at the change's version
+    [deleted] = [e for e in kube.watch(PODS, rv, "ns", timeout_s=0) if e.type == "DELETED"]
+    assert deleted.object["metadata"]["deletionGracePeriodSeconds"] == 0
+    bound = kube.watch(PODS, rv, field_selector="spec.nodeName=node-a", timeout_s=0)
+    assert [(e.type, e.object["metadata"]["name"]) for e in bound] == [("ADDED", "b")]
 
 
 def test_lists_and_watches_read_every_form_of_a_selector_and_refuse_what_they_cannot() -> None:

@@ -8,8 +8,10 @@ as it names it: ``leases.coordination.k8s.io``); a PUT without a resourceVersion
 or refused per kind, and a PUT of a missing Lease or Event creating it; a create with no
 name refused (422); a UID and creation time set by the server, whatever the body says;
 a Node's allocatable defaulted to its capacity; ``Conflict`` when binding a bound, terminating or
-gated pod, and a binding's PodScheduled condition; watches that deliver every change
-after a resourceVersion, in order, and ``Gone`` once that version has left the
+gated pod, and a binding's PodScheduled condition; a pod's deletion as a MODIFIED
+(``deletionTimestamp``) before its DELETED; watches that deliver every change
+after a resourceVersion, in order (with a selector, an object coming into it ADDED and
+leaving it DELETED), and ``Gone`` once that version has left the
 (bounded) history, or, from no version, an ADDED for each object there is; paged lists
 (``limit``) read from one snapshot, their continue tokens ``Gone`` on the same terms and
 a malformed one refused (400); label selectors in every form ``labels.Parse`` reads, and
@@ -20,7 +22,10 @@ another than the call's, refused (405, 400); a written body whose ``apiVersion``
 created object's status the server's own, not the body's (Pods Pending, and so on), where
 the kind has a status subresource -- ``seed`` writes one as a test's cluster would hold it.
 ``fail_next`` injects an error into the next call of an operation, the way a flaky server
-would.
+would. What it does not keep: namespaces (the real server refuses a write into one that
+does not exist, 404) and a deleted pod's grace period (it goes at once, as if its
+kubelet had stopped it; ``graceful_evictions`` keeps an evicted one terminating).
+tests/e2e/test_kube_fake_vs_real.py sends the same calls to both and compares.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 from tessera.kube.errors import ApiError, Conflict, Gone, NotFound
 from tessera.kube.kinds import (
@@ -201,6 +206,26 @@ def _binding_refusal(pod: Obj) -> str:
     return ""
 
 
+def _as_selected(
+    type_: str, obj: Obj, before: Obj | None, wanted: Callable[[Obj], bool]
+) -> WatchEvent | None:
+    """A change as a watch with a selector sees it (the watch cache's
+    ``convertToWatchEvent``): an object that comes into the selection is ADDED, one that
+    leaves it DELETED (its state before, at the change's resourceVersion), one that
+    stays MODIFIED; a change outside the selection is not sent."""
+    now = type_ != "DELETED" and wanted(obj)
+    was = before is not None and wanted(before)
+    if now:
+        return WatchEvent(type="MODIFIED" if was else "ADDED", object=copy.deepcopy(obj))
+    if not was or before is None:
+        return None
+    if type_ == "DELETED":
+        return WatchEvent(type="DELETED", object=copy.deepcopy(obj))
+    left = copy.deepcopy(before)
+    left["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+    return WatchEvent(type="DELETED", object=left)
+
+
 def _uid_refusal(kind: Kind, stored: Obj, uid: str) -> str:
     """The API server's words for a write whose UID precondition (a PUT's metadata.uid, a
     Binding's) fails: its storage layer's, wrapped in the Conflict."""
@@ -233,7 +258,9 @@ class FakeKube:
         self._lock = threading.Condition()
         self._objects: dict[_Key, Obj] = {}
         self._rv = 1  # as etcd: a list never answers "0", which a watch reads as "any"
-        self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
+        # (resourceVersion, plural, event type, the object, its state before or None)
+        self._history: deque[tuple[int, str, str, Obj, Obj | None]] = deque(maxlen=history)
+        self._last: dict[_Key, Obj] = {}  # each object's last recorded state
         # The paged lists: snapshot id -> (its resourceVersion, its items)
         self._snapshots: dict[int, tuple[int, _Items]] = {}
         self._snapshot_ids = itertools.count(1)
@@ -305,7 +332,14 @@ class FakeKube:
         return (kind.plural, (namespace or "") if kind.namespaced else "", name)
 
     def _record(self, kind: Kind, type_: str, obj: Obj) -> None:
-        self._history.append((self._rv, kind.plural, type_, copy.deepcopy(obj)))
+        meta = obj["metadata"]
+        key = self._key(kind, meta["name"], meta.get("namespace"))
+        now = copy.deepcopy(obj)
+        # The history's copies are never changed: the state before is the last one kept.
+        before = self._last.pop(key, None) if type_ == "DELETED" else self._last.get(key)
+        if type_ != "DELETED":
+            self._last[key] = now
+        self._history.append((self._rv, kind.plural, type_, now, before))
         self._lock.notify_all()
 
     @staticmethod
@@ -440,8 +474,8 @@ class FakeKube:
                 if self._compacted(since):
                     raise Gone(410, "Expired", f"too old resource version: {since}")
                 batch = [
-                    (rv, t, o)
-                    for rv, plural, t, o in self._history
+                    (rv, t, o, before)
+                    for rv, plural, t, o, before in self._history
                     if rv > since and plural == kind.plural
                 ]
                 if not batch or self._watches_held:
@@ -450,12 +484,11 @@ class FakeKube:
                         return
                     self._lock.wait(min(left, 0.5))
                     continue
-            for rv, t, o in batch:
+            for rv, t, o, before in batch:
                 since = rv
-                if not wanted(o):
-                    continue
-                type_: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"] = t  # type: ignore[assignment]
-                yield WatchEvent(type=type_, object=copy.deepcopy(o))
+                seen = _as_selected(t, o, before, wanted)
+                if seen is not None:
+                    yield seen
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
         with self._lock:
@@ -636,8 +669,25 @@ class FakeKube:
             obj = self._objects.pop(self._key(kind, name, namespace), None)
             if obj is None:
                 raise NotFound(404, "NotFound", f'{_resource(kind)} "{name}" not found')
+            if kind is PODS:
+                self._terminate(obj, grace_s=0)
             self._stamp(obj)
             self._record(kind, "DELETED", obj)
+
+    def _terminate(self, pod: Obj, grace_s: int) -> None:
+        """A pod's graceful deletion begins (lock held): the API server writes its
+        ``deletionTimestamp`` (now plus the grace period) first, a MODIFIED event, even
+        when the period is 0 and the DELETED follows at once (an unbound pod, or a
+        bound one once its kubelet has stopped it, which the fake takes as at once)."""
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        meta["deletionTimestamp"] = time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + grace_s)
+        )
+        meta["deletionGracePeriodSeconds"] = grace_s
+        self._stamp(pod)
+        self._record(PODS, "MODIFIED", pod)
 
     def evict(self, namespace: str, name: str, uid: str) -> None:
         """As the API server: NotFound for no such pod, Conflict for another UID; the
@@ -660,13 +710,11 @@ class FakeKube:
                                "been deleted and then recreated")  # fmt: skip
             self._charge_budget(stored)
             if self.graceful_evictions:
-                if not stored["metadata"].get("deletionTimestamp"):
-                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                    stored["metadata"]["deletionTimestamp"] = stamp
-                    self._stamp(stored)
-                    self._record(PODS, "MODIFIED", stored)
+                grace = (stored.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                self._terminate(stored, grace_s=grace)
                 self._check_lost_answer("evict")
                 return
+            self._terminate(stored, grace_s=0)
             del self._objects[key]
             self._stamp(stored)
             self._record(PODS, "DELETED", stored)

@@ -126,3 +126,47 @@ def test_writes_tessera_makes_are_answered_alike(testenv: TestEnv) -> None:
         "written", 409, 422, "written", 409, 404, "written", 409, 422, 422, 409, "written",
         404, 404,
     ]  # fmt: skip
+
+
+WATCHED = "fake-watched"
+
+
+def _watched(kube: Any) -> list[tuple[str, str, Any]]:
+    """A pod comes into a label selection, changes, leaves it, comes back and is
+    deleted; another is bound: what a label-selected and a node-selected watch see."""
+    start = kube.list(PODS, "default").resource_version
+    pod = {
+        "metadata": {"name": WATCHED},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
+    }
+    kube.create(PODS, pod, "default")
+    for patch in ({"labels": {"k": "v"}}, {"annotations": {"n": "1"}}, {"labels": {"k": "w"}},
+                  {"annotations": {"n": "2"}}, {"labels": {"k": "v"}}):  # fmt: skip
+        kube.merge_patch(PODS, WATCHED, {"metadata": patch}, "default")
+    kube.delete(PODS, WATCHED, "default")  # unbound: gone at once
+    kube.create(PODS, {**pod, "metadata": {"name": f"{WATCHED}-b"}}, "default")
+    kube.bind("default", f"{WATCHED}-b", "", f"{WATCHED}-node", {})
+
+    def seen(**selector: str) -> list[tuple[str, str, Any]]:
+        events = kube.watch(PODS, start, "default", timeout_s=3, **selector)
+        return [(e.type, e.object["metadata"]["name"], e.object["metadata"].get("labels"))
+                for e in events if e.type != "BOOKMARK"]  # fmt: skip
+
+    return seen(label_selector="k=v") + seen(field_selector=f"spec.nodeName={WATCHED}-node")
+
+
+def test_a_watch_with_a_selector_sees_what_the_api_server_sends(testenv: TestEnv) -> None:
+    """An object coming into a selection is ADDED, leaving it DELETED, on both; a pod's
+    deletion is a MODIFIED (terminating) before its DELETED."""
+    api = KubeClient.from_kubeconfig(str(testenv.kubeconfig))
+    try:
+        said = _watched(api)
+    finally:
+        for name in (WATCHED, f"{WATCHED}-b"):  # the bound one: podgc ends it (no node)
+            with contextlib.suppress(ApiError):
+                api.delete(PODS, name, "default")
+    assert _watched(FakeKube()) == said
+    assert [(t, n) for t, n, _ in said] == [
+        ("ADDED", WATCHED), ("MODIFIED", WATCHED), ("DELETED", WATCHED), ("ADDED", WATCHED),
+        ("MODIFIED", WATCHED), ("DELETED", WATCHED), ("ADDED", f"{WATCHED}-b"),
+    ]  # fmt: skip
