@@ -12,9 +12,13 @@ from typing import Any
 
 import pytest
 
-from tessera.kube import LEASES, PODS, ApiError, FakeKube
+from tessera.kube import LEASES, NODES, PODS, ApiError, FakeKube
 from tessera.kube.client import KubeClient
+from tessera.kube.errors import MANY_BUDGETS
+from tessera.kube.kinds import POD_DISRUPTION_BUDGETS
+from tessera.model.clusterspec import synthetic_nodes
 from tessera.testenv import TestEnv
+from tests.e2e.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -170,3 +174,69 @@ def test_a_watch_with_a_selector_sees_what_the_api_server_sends(testenv: TestEnv
         ("ADDED", WATCHED), ("MODIFIED", WATCHED), ("DELETED", WATCHED), ("ADDED", WATCHED),
         ("MODIFIED", WATCHED), ("DELETED", WATCHED), ("ADDED", f"{WATCHED}-b"),
     ]  # fmt: skip
+
+
+def test_evictions_under_budgets_are_answered_alike(testenv: TestEnv) -> None:
+    """Pods kwok runs, a budget its controller counted: the fake, given the same pods and
+    budget status, lets the same eviction go and refuses the next two in the same words
+    (the budget spent: 429; a second budget over the pod: the 500 the preemptor must
+    read as a refusal, not as a write that may have landed)."""
+    api = KubeClient.from_kubeconfig(str(testenv.kubeconfig))
+    (inv,) = synthetic_nodes(1, 0, "A100", prefix="budgets")
+    testenv.create_gpu_nodes([inv])
+    names = [f"budgeted-{i}" for i in range(3)]
+    budget = {
+        "metadata": {"name": "budgeted"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "budgeted"}}},
+    }
+    second = {
+        "metadata": {"name": "budgeted-too"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "budgeted"}}},
+    }
+
+    def evict(name: str) -> Callable[[Any], Any]:
+        return lambda kube: kube.evict("default", name, kube.get(PODS, name, "default")
+                                       ["metadata"]["uid"])  # fmt: skip
+
+    writes = [evict(names[0]), evict(names[1]),
+              lambda kube: kube.create(POD_DISRUPTION_BUDGETS, second, "default"),
+              evict(names[2])]  # fmt: skip
+    try:
+        for name in names:
+            api.create(PODS, {"metadata": {"name": name, "labels": {"app": "budgeted"}},
+                              "spec": {"schedulerName": "nobody", "nodeName": inv.name,
+                                       "tolerations": [{"operator": "Exists"}],
+                                       "containers": [{"name": "c", "image": "x"}]}},
+                       "default")  # fmt: skip
+        wait_for("kwok runs the pods",
+                 lambda: all(_ready(api.get(PODS, n, "default")) for n in names))  # fmt: skip
+        api.create(POD_DISRUPTION_BUDGETS, budget, "default")
+        counted = wait_for("the disruption controller counts the budget",
+                           lambda: _counted(api.get(POD_DISRUPTION_BUDGETS, "budgeted",
+                                                    "default")))  # fmt: skip
+        fake = FakeKube()
+        for name in names:
+            fake.seed(PODS, api.get(PODS, name, "default"), "default")
+        fake.seed(POD_DISRUPTION_BUDGETS, counted, "default")
+        said = [_outcome(write, api) for write in writes]
+    finally:
+        for kind, name in [(POD_DISRUPTION_BUDGETS, "budgeted"),
+                           (POD_DISRUPTION_BUDGETS, "budgeted-too"),
+                           *[(PODS, n) for n in names], (NODES, inv.name)]:  # fmt: skip
+            with contextlib.suppress(ApiError):
+                api.delete(kind, name, "default" if kind.namespaced else None)
+    assert [_outcome(write, fake) for write in writes] == said
+    assert said == [("written",), (429, "TooManyRequests", "Cannot evict pod as it would "
+                    "violate the pod's disruption budget."), ("written",),
+                    (500, "ApiError", MANY_BUDGETS)]  # fmt: skip
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _counted(budget: dict[str, Any]) -> dict[str, Any] | None:
+    status = budget.get("status") or {}
+    ok = status.get("observedGeneration") == 1 and status.get("disruptionsAllowed") == 1
+    return budget if ok else None

@@ -10,6 +10,7 @@ import pytest
 
 from tessera.kube.client import KubeClient
 from tessera.kube.errors import (
+    MANY_BUDGETS,
     ApiError,
     Conflict,
     Gone,
@@ -67,6 +68,9 @@ def test_a_status_inside_a_watch_stream_takes_its_own_code() -> None:
         (ApiError(400, "BadRequest", "malformed"), False),
         (ApiError(429, "TooManyRequests", "throttled"), False),
         (NotFound(404, "NotFound", 'pods "p" not found'), False),
+        # The Eviction API's 500 for a pod two budgets cover: a refusal, as read from it.
+        (error_from_status(500, _status(500, "", MANY_BUDGETS)), False),
+        (ApiError(500, "InternalError", f"{MANY_BUDGETS} And more."), True),
     ],
 )
 def test_which_failed_writes_may_have_landed(err: ApiError, unknown: bool) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tessera.kube import PODS, FakeKube
-from tessera.kube.errors import ApiError, NotFound, Unavailable
+from tessera.kube.errors import MANY_BUDGETS, ApiError, NotFound, Unavailable, error_from_status
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS, POD_DISRUPTION_BUDGETS
 from tessera.model.annotations import (
@@ -596,6 +596,22 @@ def test_a_refusal_other_than_a_budgets_says_what_the_api_server_said(world: Wor
     p.step()
     said = "evicting default/low-1 on a1 was refused: 403 Forbidden: pods/eviction is forbidden"
     eventually(lambda: events(w, "TesseraPreemptionBlocked") == [said])
+
+
+def test_a_victim_two_budgets_cover_is_refused_not_unanswered(world: World) -> None:
+    """A second budget made after the preemptor read them: the Eviction API's refusal is
+    a 500, but a definite one -- counted and said as a refusal, the victim not held as
+    if it might have gone."""
+    w = world
+    p = stepped_by_hand(w.app)
+    w.kube.fail_next("evict", error_from_status(500, {"code": 500, "message": MANY_BUDGETS}))
+    assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+    p.step()
+    said = ("evicting default/low-1 on a1 was refused: more than one PodDisruptionBudget "
+            "covers it")  # fmt: skip
+    eventually(lambda: events(w, "TesseraPreemptionBlocked") == [said])
+    assert blocked(w, "refused") == 1 and blocked(w, "unanswered") == 0
+    assert "default/low-1" in w.app.state.pods
 
 
 def test_a_replica_that_stops_leading_midway_evicts_no_more(world: World) -> None:

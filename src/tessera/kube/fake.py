@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tessera.kube.errors import ApiError, Conflict, Gone, NotFound
+from tessera.kube.errors import MANY_BUDGETS, ApiError, Conflict, Gone, NotFound, error_from_status
 from tessera.kube.kinds import (
     EVENTS,
     GPUQUOTAS,
@@ -737,9 +737,8 @@ class FakeKube:
             and selects((b.get("spec") or {}).get("selector"), labels)
         ]  # fmt: skip
         if len(budgets) > 1:
-            raise ApiError(500, "InternalError", "This pod has more than one "
-                           "PodDisruptionBudget, which the eviction subresource does not "
-                           "support.")  # fmt: skip
+            # A plain error there: a 500 whose Status has no reason, as the client reads it.
+            raise error_from_status(500, {"code": 500, "message": MANY_BUDGETS})
         if not budgets:
             return
         budget = budgets[0]

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable
 
 from tessera.errors import FormatError
-from tessera.kube.errors import ApiError, Conflict, NotFound, outcome_unknown
+from tessera.kube.errors import MANY_BUDGETS, ApiError, Conflict, NotFound, outcome_unknown
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
@@ -388,7 +388,12 @@ class Preemptor:
                     log.warning("preemption for %s on %s stopped at %s, whose eviction "
                                 "may have been made: %s", me, found.node, v.key, exc)  # fmt: skip
                     break
-                why = "a PodDisruptionBudget" if exc.status == 429 else str(exc)
+                if exc.status == 429:
+                    why = "a PodDisruptionBudget"
+                elif exc.message == MANY_BUDGETS:  # a 500, but a definite refusal
+                    why = "more than one PodDisruptionBudget covers it"
+                else:
+                    why = str(exc)
                 log.info("preemption for %s on %s stopped at %s: %s", me, found.node, v.key, why)
                 refused_msg = f"evicting {v.key} on {found.node} was refused: {why}"
                 self.events.record(pod, "TesseraPreemptionBlocked", refused_msg)
