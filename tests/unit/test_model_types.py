@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tessera.model.types import (
     Assignment,
+    Card,
     CardSlice,
     ContainerAssignment,
     GpuRequest,
@@ -29,6 +30,17 @@ def test_could_fit_on_weighs_the_model_and_a_fixed_size_together() -> None:
     assert not no_a10.could_fit_on("A10", 24576)
 
 
+def test_allows_weighs_the_cards_model_and_uuid() -> None:
+    a100 = Card("GPU-a", 0, "A100", 40960)
+    t4 = Card("GPU-t", 1, "T4", 16000)
+    assert GpuRequest(count=1, models=frozenset({"A100"})).allows(a100)
+    assert not GpuRequest(count=1, models=frozenset({"A100"})).allows(t4)
+    assert not GpuRequest(count=1, models_exclude=frozenset({"T4"})).allows(t4)
+    assert not GpuRequest(count=1, uuids=frozenset({"GPU-a"})).allows(t4)
+    assert not GpuRequest(count=1, uuids_exclude=frozenset({"GPU-a"})).allows(a100)
+    assert GpuRequest(count=1).allows(t4)
+
+
 def _container(name: str, *slices: tuple[str, int, int], init: bool = False) -> ContainerAssignment:
     return ContainerAssignment(name, tuple(CardSlice(*s) for s in slices), init=init)
 
@@ -49,6 +61,16 @@ def test_footprint_holds_the_larger_of_one_init_container_and_the_apps_together(
         "g2": (500, 0, False),  # best-effort: no compute booked
     }
     assert a.slots() == {"g0": 2, "g1": 1, "g2": 1}
+    # The apps together over every init container, in memory and in compute.
+    apps = Assignment(
+        "n",
+        (
+            _container("init", ("g0", 4000, 40), init=True),
+            _container("app", ("g0", 3000, 30)),
+            _container("side", ("g0", 2000, 30)),
+        ),
+    )
+    assert apps.footprint() == {"g0": (5000, 60, False)}
 
 
 def test_footprint_marks_cards_held_whole() -> None:
