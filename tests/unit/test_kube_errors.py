@@ -16,6 +16,7 @@ from tessera.kube.errors import (
     Gone,
     KubeconfigError,
     NotFound,
+    NotSent,
     Unavailable,
     error_from_status,
     outcome_unknown,
@@ -71,6 +72,7 @@ def test_a_status_inside_a_watch_stream_takes_its_own_code() -> None:
         # The Eviction API's 500 for a pod two budgets cover: a refusal, as read from it.
         (error_from_status(500, _status(500, "", MANY_BUDGETS)), False),
         (ApiError(500, "InternalError", f"{MANY_BUDGETS} And more."), True),
+        (NotSent(0, "Unavailable", "credentials: no token"), False),  # nothing went out
     ],
 )
 def test_which_failed_writes_may_have_landed(err: ApiError, unknown: bool) -> None:
@@ -109,7 +111,7 @@ def test_a_service_account_token_that_does_not_read_is_unavailable_not_a_crash(
     loader.load_and_set(cfg)
     api = KubeClient(cfg)
     token.unlink()
-    with pytest.raises(Unavailable, match=r"^0 Unavailable: credentials: \[Errno 2\] No such file"):
+    with pytest.raises(NotSent, match=r"^0 Unavailable: credentials: \[Errno 2\] No such file"):
         api.get(PODS, "p", "ns")
     token.write_text("")
     with pytest.raises(Unavailable, match=r"^0 Unavailable: credentials: Token file exists but"):

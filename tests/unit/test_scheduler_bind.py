@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tessera.kube import PODS, ApiError, Unavailable
+from tessera.kube.errors import NotSent
 from tessera.model.annotations import ASSIGNMENT, decode_assignment, encode_assignment
 from tessera.model.clusterspec import make_cards
 from tests.unit._scheduler_world import World, add_quota, gpu_quota, node_obj, pod_obj, scraped
@@ -280,6 +281,23 @@ def test_a_binding_that_landed_without_an_answer_keeps_its_cards(error: ApiError
         _eventually(lambda: "default/a" not in world.app.state.reservations)
         assert world.app.state.held("default/a") is not None
         assert world.filter(b)["NodeNames"] == []
+    finally:
+        world.close()
+
+
+def test_a_binding_never_sent_frees_its_cards_at_once() -> None:
+    """The service-account token could not be read (it rotates): no request went out,
+    so nothing can have landed and the cards are not held in doubt."""
+    world = World([node_obj("n1", 2)])
+    try:
+        a = world.create(pod_obj("a", gpu=2))
+        b = world.create(pod_obj("b", gpu=2))
+        node = world.filter(a)["NodeNames"][0]
+        world.kube.fail_next("bind", NotSent(0, "Unavailable", "credentials: no token"))
+        out = world.bind(a, node)["Error"]
+        assert out == f"pod default/a on {node}: 0 Unavailable: credentials: no token"
+        assert failures(world, "api") == 1 and failures(world, "outcome-unknown") == 0
+        assert world.schedule(b) == node  # free at once
     finally:
         world.close()
 

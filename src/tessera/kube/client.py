@@ -18,7 +18,13 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tessera.kube.errors import ApiError, KubeconfigError, Unavailable, error_from_status
+from tessera.kube.errors import (
+    ApiError,
+    KubeconfigError,
+    NotSent,
+    Unavailable,
+    error_from_status,
+)
 from tessera.kube.kinds import PODS, Kind
 from tessera.kube.port import ListResult, Obj, WatchEvent
 
@@ -105,13 +111,14 @@ class KubeClient:
     def headers(self, content_type: str | None = None) -> dict[str, str]:
         """Accept, User-Agent and the current bearer token (refreshed when it has a hook).
 
-        Unavailable when the token cannot be read now (in a pod, the service-account
-        token file is read again as it rotates): every caller already retries an API
-        server it cannot reach, and a background loop must not die of it."""
+        Unavailable (NotSent) when the token cannot be read now (in a pod, the
+        service-account token file is read again as it rotates): every caller already
+        retries an API server it cannot reach, and a background loop must not die of
+        it; a write that never went out is known not to have landed."""
         try:
             return self._headers(content_type)
         except (k8s_config.ConfigException, OSError) as exc:
-            raise Unavailable(0, "Unavailable", f"credentials: {exc}") from exc
+            raise NotSent(0, "Unavailable", f"credentials: {exc}") from exc
 
     # --- plumbing -------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ TesseraError
     ├── Conflict          409: a resourceVersion / UID precondition failed, or it exists
     ├── Gone              410: a watch's resourceVersion is too old; list again
     └── Unavailable       no answer: connection refused, reset or timed out
+        └── NotSent       no request went out: the credentials could not be read
 KubeconfigError           the kubeconfig (or the in-cluster config) does not load
 
 Every ApiError carries ``status`` (HTTP code, 0 when no answer), ``reason`` (the
@@ -25,6 +26,7 @@ __all__ = [
     "Gone",
     "KubeconfigError",
     "NotFound",
+    "NotSent",
     "Unavailable",
     "error_from_status",
     "outcome_unknown",
@@ -57,6 +59,11 @@ class Unavailable(ApiError):
     """No answer from the API server."""
 
 
+class NotSent(Unavailable):
+    """No request went out (the credentials could not be read now): retried as any
+    Unavailable, but nothing it would have written can have landed."""
+
+
 class KubeconfigError(TesseraError):
     """No client could be made: the message names the kubeconfig and why it does not
     load (a missing file, no such context, no in-cluster config)."""
@@ -76,9 +83,9 @@ def outcome_unknown(exc: ApiError) -> bool:
     """Whether a failed write may have landed all the same: no answer at all (the request
     may have reached the server), a 504 (the server gave up waiting, the handler may go
     on), or a 500 (e.g. "etcdserver: request timed out", after which the transaction may
-    still commit) but the eviction's refusal of a pod two budgets cover. A 4xx, or a 409
-    that was read and understood, is a definite no."""
-    if exc.status == 500 and exc.message == MANY_BUDGETS:
+    still commit) but the eviction's refusal of a pod two budgets cover. A 4xx, a 409
+    that was read and understood, or a request never sent, is a definite no."""
+    if isinstance(exc, NotSent) or (exc.status == 500 and exc.message == MANY_BUDGETS):
         return False
     return isinstance(exc, Unavailable) or exc.status in (500, 504)
 
