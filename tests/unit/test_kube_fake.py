@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import calendar
 import re
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -144,7 +146,9 @@ def test_a_put_of_a_missing_lease_creates_it_and_of_a_missing_pod_is_refused() -
     assert made["spec"] == {"holderIdentity": "a"} and made["metadata"]["uid"] != "mine"
     assert made["metadata"]["namespace"] == "ns"
     [added] = list(kube.watch(LEASES, rv, timeout_s=0))
-    assert added.type == "ADDED" and added.object == made
+    assert added.type == "ADDED" and added.object == made == kube.get(LEASES, "l", "ns")
+    lease["spec"]["holderIdentity"] = "b"  # the body sent is not what was stored
+    assert kube.get(LEASES, "l", "ns")["spec"] == {"holderIdentity": "a"}
     pod = {**_pod("p"), "metadata": {"name": "p", "resourceVersion": "7"}}
     assert _refused(lambda: kube.replace(PODS, pod, "ns"))[:2] == (404, "NotFound")
 
@@ -448,6 +452,9 @@ def test_a_resource_slice_is_stored_as_the_api_server_stores_it() -> None:
     [stored] = out["spec"]["devices"]
     assert stored["capacity"] == {"memory": {"value": "40Gi"}, "slots": {"value": "16"}}
     assert stored["taints"][0]["timeAdded"].endswith("Z")
+    out["spec"]["devices"][0]["capacity"]["memory"] = {"value": "24576Mi"}  # a PUT: the same
+    [replaced] = kube.replace(RESOURCE_SLICES, out)["spec"]["devices"]
+    assert replaced["capacity"]["memory"] == {"value": "24Gi"}
 
 
 @pytest.mark.parametrize(
@@ -504,16 +511,28 @@ def test_evict_weighs_an_unready_pod_and_a_stale_budget_as_the_api_server() -> N
     the budget is met (healthy >= desired > 0) or its policy is AlwaysAllow; otherwise
     it is weighed like any pod. A budget its controller has not seen since its last
     change answers 429, and a negative allowance 403."""
+    spent = (429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+             "disruption budget.")  # fmt: skip
+    stale = (429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+             "disruption budget keep.")  # fmt: skip
     cases = [
-        # (budget status and spec changes, the pod ready?, HTTP status or 0 for evicted)
-        ({"currentHealthy": 2, "desiredHealthy": 1}, False, 0),
-        ({"currentHealthy": 1, "desiredHealthy": 1}, False, 0),
-        ({"currentHealthy": 0, "desiredHealthy": 1}, False, 429),
-        ({"currentHealthy": 0, "desiredHealthy": 0}, False, 429),
-        ({"currentHealthy": 0, "desiredHealthy": 1, "policy": "AlwaysAllow"}, False, 0),
-        ({"currentHealthy": 2, "desiredHealthy": 1, "policy": "AlwaysAllow"}, True, 429),
-        ({"disruptionsAllowed": 3, "observedGeneration": 0}, True, 429),
-        ({"disruptionsAllowed": -1}, True, 403),
+        # (budget status and spec changes, the pod ready?, the refusal or None: evicted)
+        ({"currentHealthy": 2, "desiredHealthy": 1}, False, None),
+        ({"currentHealthy": 1, "desiredHealthy": 1}, False, None),
+        ({"currentHealthy": 0, "desiredHealthy": 1}, False, spent),
+        ({"currentHealthy": 0, "desiredHealthy": 0}, False, spent),
+        ({"currentHealthy": 1, "desiredHealthy": None}, False, spent),  # not counted: 0
+        ({"currentHealthy": None}, False, spent),  # none counted healthy: 0 of 1
+        ({"currentHealthy": 0, "desiredHealthy": 1, "policy": "AlwaysAllow"}, False, None),
+        ({"currentHealthy": 2, "desiredHealthy": 1, "policy": "AlwaysAllow"}, True, spent),
+        ({"disruptionsAllowed": 3, "observedGeneration": 0}, True, stale),
+        ({"disruptionsAllowed": 3, "observedGeneration": None}, True, stale),  # never seen
+        (
+            {"disruptionsAllowed": -1},
+            True,
+            (403, "Forbidden", "pdb disruptions allowed is negative"),
+        ),
+        ({"disruptionsAllowed": None}, True, spent),  # not counted yet: none allowed
     ]
     for change, ready, answer in cases:
         kube = FakeKube()
@@ -522,17 +541,211 @@ def test_evict_weighs_an_unready_pod_and_a_stale_budget_as_the_api_server() -> N
         if "policy" in change:
             budget["spec"]["unhealthyPodEvictionPolicy"] = change.pop("policy")
         budget["status"].update(change)
+        budget["status"] = {k: v for k, v in budget["status"].items() if v is not None}
         kube.seed(POD_DISRUPTION_BUDGETS, budget, "default")
         if answer:
             with pytest.raises(ApiError) as refused:
                 kube.evict("default", "a", pod["metadata"]["uid"])
-            assert refused.value.status == answer, (change, ready)
+            said = (refused.value.status, refused.value.reason, refused.value.message)
+            assert said == answer, (change, ready)
             continue
         kube.evict("default", "a", pod["metadata"]["uid"])
         with pytest.raises(NotFound):
             kube.get(PODS, "a", "default")
         status = kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")["status"]
         assert status["disruptionsAllowed"] == 0 and "disruptedPods" not in status, change
+
+
+def test_a_pod_that_is_not_running_or_already_going_is_evicted_whatever_its_budget() -> None:
+    """Pending, Succeeded, Failed or terminating: the budget is not weighed or charged."""
+    for phase, terminating in (("Pending", False), ("Succeeded", False), ("Failed", False),
+                               ("Running", True)):  # fmt: skip
+        kube = FakeKube()
+        kube.graceful_evictions = True  # the terminating one stays terminating
+        pod = _running("a", {"app": "train"})
+        pod["status"]["phase"] = phase
+        made = kube.seed(PODS, pod, "default")
+        if terminating:
+            kube.evict("default", "a", made["metadata"]["uid"])  # it turns terminating...
+        kube.seed(POD_DISRUPTION_BUDGETS, _budget("keep", 0), "default")
+        kube.evict("default", "a", made["metadata"]["uid"])  # ...and is not weighed again
+        status = kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")["status"]
+        assert status["disruptionsAllowed"] == 0 and "disruptedPods" not in status, phase
+
+
+def test_an_eviction_takes_a_disruption_and_marks_the_pod_in_the_budget() -> None:
+    kube = FakeKube()
+    a = kube.seed(PODS, _running("a", {"app": "train"}), "default")
+    start = kube.list(POD_DISRUPTION_BUDGETS).resource_version
+    kube.seed(POD_DISRUPTION_BUDGETS, _budget("keep", 2), "default")
+    kube.evict("default", "a", a["metadata"]["uid"])
+    status = kube.get(POD_DISRUPTION_BUDGETS, "keep", "default")["status"]
+    assert status["disruptionsAllowed"] == 1
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", status["disruptedPods"]["a"])
+    seen = [(e.type, e.object.get("status", {}).get("disruptionsAllowed"))
+            for e in kube.watch(POD_DISRUPTION_BUDGETS, start, timeout_s=0)]  # fmt: skip
+    assert seen == [("ADDED", None), ("MODIFIED", 2), ("MODIFIED", 1)]  # seeded, then taken
+
+
+def test_an_eviction_is_refused_in_the_api_servers_words_and_goes_as_a_deletion() -> None:
+    kube = FakeKube()
+    assert _refused(lambda: kube.evict("default", "a", "u")) == (
+        404, "NotFound", 'pods "a" not found'
+    )  # fmt: skip
+    uid = kube.seed(PODS, _running("a", {}), "default")["metadata"]["uid"]
+    assert _refused(lambda: kube.evict("default", "a", "other")) == (
+        409, "Conflict", 'Operation cannot be fulfilled on Pod "a": the UID in the '
+        f"precondition (other) does not match the UID in record ({uid}). The object might "
+        "have been deleted and then recreated",
+    )  # fmt: skip
+    start = kube.list(PODS).resource_version
+    kube.evict("default", "a", uid)
+    seen = [(e.type, e.object["metadata"].get("deletionGracePeriodSeconds"))
+            for e in kube.watch(PODS, start, timeout_s=0)]  # fmt: skip
+    assert seen == [("MODIFIED", 0), ("DELETED", 0)]  # terminating, then gone at once
+
+
+def test_a_graceful_eviction_waits_the_pods_own_grace_period() -> None:
+    kube = FakeKube()
+    kube.graceful_evictions = True
+    pod = _running("a", {})
+    pod["spec"]["terminationGracePeriodSeconds"] = 5
+    uid = kube.seed(PODS, pod, "default")["metadata"]["uid"]
+    before = time.time()
+    kube.evict("default", "a", uid)
+    meta = kube.get(PODS, "a", "default")["metadata"]
+    when = calendar.timegm(time.strptime(meta["deletionTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert meta["deletionGracePeriodSeconds"] == 5
+    assert before + 4 <= when <= time.time() + 5
+    kube.evict("default", "a", uid)  # again: still the first deletion's time and period
+    assert kube.get(PODS, "a", "default")["metadata"] == meta
+
+
+def test_a_binding_adds_its_annotations_to_the_pods_and_is_refused_in_the_servers_words() -> None:
+    kube = FakeKube()
+    assert _refused(lambda: kube.bind("ns", "a", "", "n1")) == (
+        404,
+        "NotFound",
+        'pods "a" not found',
+    )
+    pod = {**_pod("a"), "metadata": {"name": "a", "annotations": {"mine": "1"}}}
+    uid = kube.create(PODS, pod, "ns")["metadata"]["uid"]
+    assert _refused(lambda: kube.bind("ns", "a", "other", "n1")) == (
+        409, "Conflict", 'Operation cannot be fulfilled on pods "a": StorageError: invalid '
+        "object, Code: 4, Key: /registry/pods/ns/a, ResourceVersion: 0, AdditionalErrorMsg: "
+        f"Precondition failed: UID in precondition: other, UID in object meta: {uid}",
+    )  # fmt: skip
+    kube.bind("ns", "a", uid, "n1", {"tessera.io/assignment": "x"})
+    stored = kube.get(PODS, "a", "ns")
+    assert stored["metadata"]["annotations"] == {"mine": "1", "tessera.io/assignment": "x"}
+    assert _refused(lambda: kube.bind("ns", "a", uid, "n2")) == (
+        409, "Conflict", 'Operation cannot be fulfilled on pods/binding "a": pod a is already '
+        'assigned to node "n1"',
+    )  # fmt: skip
+    bare = kube.create(PODS, {"metadata": {"name": "bare"}}, "ns")  # no spec at all
+    kube.bind("ns", "bare", bare["metadata"]["uid"], "n1")
+    assert kube.get(PODS, "bare", "ns")["spec"] == {"nodeName": "n1"}
+
+
+def test_a_watch_tells_objects_of_one_name_in_two_namespaces_and_a_name_reused_apart() -> None:
+    kube = FakeKube()
+    start = kube.list(PODS).resource_version
+    labelled = {"name": "a", "labels": {"k": "v"}}
+    kube.create(PODS, {"metadata": labelled, "spec": {}}, "one")
+    kube.create(PODS, {"metadata": {"name": "a"}, "spec": {}}, "two")  # same name, not selected
+    kube.merge_patch(PODS, "a", {"metadata": {"annotations": {"n": "1"}}}, "one")
+    kube.delete(PODS, "a", "one")
+    kube.create(PODS, {"metadata": labelled, "spec": {}}, "one")  # the name again: new
+    seen = [(e.type, e.object["metadata"]["namespace"])
+            for e in kube.watch(PODS, start, label_selector="k=v", timeout_s=0)]  # fmt: skip
+    assert seen == [("ADDED", "one"), ("MODIFIED", "one"), ("MODIFIED", "one"),
+                    ("DELETED", "one"), ("ADDED", "one")]  # fmt: skip
+
+
+def test_a_replace_keeps_the_stored_uid_and_namespace_and_refuses_a_missing_name() -> None:
+    kube = FakeKube()
+    made = kube.create(PODS, _pod("a"), "ns")
+    body = {"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {}}  # no uid, no ns
+    replaced = kube.replace(PODS, body, "ns")
+    assert replaced["metadata"]["uid"] == made["metadata"]["uid"]
+    assert replaced["metadata"]["namespace"] == "ns" and body["metadata"] == {
+        "name": "a", "labels": {"x": "1"}}  # fmt: skip
+    assert _refused(lambda: kube.replace(PODS, {"metadata": {"name": "b"}}, "ns"))[2] == (
+        'pods "b" not found'
+    )
+    assert kube.calls[-1] == ("replace", "pods")
+
+
+def test_a_budgets_generation_is_the_servers_and_counts_its_spec_changes() -> None:
+    """Its controller reports the generation it has seen: an eviction right after a
+    change of the spec meets a budget not yet observed (429, its name in the words)."""
+    kube = FakeKube()
+    uid = kube.seed(PODS, _running("a", {"app": "train"}), "default")["metadata"]["uid"]
+    told = _budget("keep", 1)
+    told["metadata"]["generation"] = 7  # not the writer's to set
+    made = kube.seed(POD_DISRUPTION_BUDGETS, told, "default")
+    assert made["metadata"]["generation"] == 1  # the status write did not count
+    kube.merge_patch(POD_DISRUPTION_BUDGETS, "keep", {"metadata": {"labels": {"x": "1"}}},
+                     "default")  # fmt: skip
+    moved = {"spec": {"selector": {"matchLabels": {"app": "train"}}, "maxUnavailable": 1}}
+    changed = kube.merge_patch(POD_DISRUPTION_BUDGETS, "keep", moved, "default")
+    assert changed["metadata"]["generation"] == 2
+    assert _refused(lambda: kube.evict("default", "a", uid))[2].endswith("budget keep.")
+    kube.merge_patch(POD_DISRUPTION_BUDGETS, "keep", {"status": {"observedGeneration": 2}},
+                     "default", subresource="status")  # fmt: skip
+    kube.evict("default", "a", uid)
+    replaced = kube.replace(POD_DISRUPTION_BUDGETS, kube.get(POD_DISRUPTION_BUDGETS, "keep",
+                                                              "default"), "default")  # fmt: skip
+    assert replaced["metadata"]["generation"] == 2  # the same spec: no change
+    quota = {"apiVersion": GPUQUOTAS.api_version, "kind": "GpuQuota",
+             "metadata": {"name": "q"}, "spec": {"limits": []}}  # fmt: skip
+    assert kube.create(GPUQUOTAS, quota, "ns")["metadata"]["generation"] == 1
+    assert "generation" not in kube.create(PODS, _pod("p"), "ns")["metadata"]
+
+
+def test_a_budget_its_controller_has_not_counted_yet_allows_nothing() -> None:
+    kube = FakeKube()
+    uid = kube.seed(PODS, _running("a", {"app": "train"}), "default")["metadata"]["uid"]
+    bare = {"metadata": {"name": "new"}, "spec": {"selector": {"matchLabels": {"app": "train"}}}}
+    kube.create(POD_DISRUPTION_BUDGETS, bare, "default")  # no status yet
+    assert _refused(lambda: kube.evict("default", "a", uid))[:2] == (429, "TooManyRequests")
+
+
+def test_injected_failures_and_unserved_kinds_reach_a_replace() -> None:
+    kube = FakeKube()
+    kube.create(PODS, _pod("a"), "ns")
+    kube.fail_next("replace", ApiError(503, "ServiceUnavailable", "later"))
+    assert _refused(lambda: kube.replace(PODS, kube.get(PODS, "a", "ns"), "ns"))[0] == 503
+    kube.unserved.add("pods")
+    assert _refused(lambda: kube.replace(PODS, _pod("a"), "ns"))[0] == 404
+    kube.unserved.clear()
+    elsewhere = {**_pod("a"), "metadata": {"name": "a", "namespace": "other"}}
+    assert _refused(lambda: kube.replace(PODS, elsewhere, "ns"))[0] == 400
+    assert _refused(lambda: kube.replace(PODS, _pod("a"), None))[0] == 405
+    kube.create(NODES, {"metadata": {"name": "n"}})  # no status yet
+    told = {"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "4"}}}
+    assert "status" not in kube.replace(NODES, told)  # a status goes through its subresource
+
+
+def test_what_a_watch_hands_out_is_not_what_it_keeps() -> None:
+    kube = FakeKube()
+    start = kube.list(PODS).resource_version
+    kube.create(PODS, {"metadata": {"name": "a", "labels": {"k": "v"}}, "spec": {}}, "ns")
+    kube.merge_patch(PODS, "a", {"metadata": {"labels": {"k": "w"}}}, "ns")  # leaves
+    kube.delete(PODS, "a", "ns")
+    for event in kube.watch(PODS, start, label_selector="k=v", timeout_s=0):
+        event.object["metadata"]["labels"]["k"] = "changed"
+    again = [e.object["metadata"]["labels"]
+             for e in kube.watch(PODS, start, label_selector="k=v", timeout_s=0)]  # fmt: skip
+    assert again == [{"k": "v"}, {"k": "v"}]
+    for event in kube.watch(PODS, start, timeout_s=0):
+        event.object["metadata"]["labels"]["k"] = "changed"
+    assert [e.object["metadata"]["labels"]["k"] for e in kube.watch(PODS, start, timeout_s=0)] == [
+        "v",
+        "w",
+        "w",
+        "w",
+    ]
 
 
 def test_a_status_patch_changes_the_status_only() -> None:

@@ -6,21 +6,23 @@ resourceVersion or a PUT's, Binding's or eviction's UID precondition, and 422 fo
 patch that changes ``metadata.uid`` (each in the real server's words, the resource named
 as it names it: ``leases.coordination.k8s.io``); a PUT without a resourceVersion taken
 or refused per kind, and a PUT of a missing Lease or Event creating it; a create with no
-name refused (422); a UID and creation time set by the server, whatever the body says;
-a Node's allocatable defaulted to its capacity; ``Conflict`` when binding a bound, terminating or
-gated pod, and a binding's PodScheduled condition; a pod's deletion as a MODIFIED
-(``deletionTimestamp``) before its DELETED; watches that deliver every change
+name refused (422); a UID and creation time set by the server, whatever the body says; a
+Node's allocatable defaulted to its capacity; a budget's or custom resource's
+``generation`` kept by the server; ``Conflict`` when binding a bound,
+terminating or gated pod, and a binding's PodScheduled condition; a pod's deletion as a
+MODIFIED (``deletionTimestamp``) before its DELETED; watches that deliver every change
 after a resourceVersion, in order (with a selector, an object coming into it ADDED and
-leaving it DELETED), and ``Gone`` once that version has left the
-(bounded) history, or, from no version, an ADDED for each object there is; paged lists
-(``limit``) read from one snapshot, their continue tokens ``Gone`` on the same terms and
-a malformed one refused (400); label selectors in every form ``labels.Parse`` reads, and
-one it cannot read refused (400), as is a field selector on a label the real server
-does not index; a namespaced object written with no namespace in the call, or naming
-another than the call's, refused (405, 400); a written body whose ``apiVersion`` or
-``kind`` is not the resource's refused (400; absent, they are the resource's); a
-created object's status the server's own, not the body's (Pods Pending, and so on), where
-the kind has a status subresource -- ``seed`` writes one as a test's cluster would hold it.
+leaving it DELETED), and ``Gone`` once that version has left the (bounded) history, or,
+from no version, an ADDED for each object there is; paged lists (``limit``) read from
+one snapshot, their continue tokens ``Gone`` on the same terms and a malformed one
+refused (400); label selectors in every form ``labels.Parse`` reads, and one it cannot
+read refused (400), as is a field selector on a label the real server does not index; a
+namespaced object written with no namespace in the call, or naming another than the
+call's, refused (405, 400); a written body whose ``apiVersion`` or ``kind`` is not the
+resource's refused (400; absent, they are the resource's, but a custom resource's body
+must name both); a created object's status the
+server's own, not the body's (Pods Pending, and so on), where the kind has a status
+subresource -- ``seed`` writes one as a test's cluster would hold it.
 ``fail_next`` injects an error into the next call of an operation, the way a flaky server
 would. What it does not keep: namespaces (the real server refuses a write into one that
 does not exist, 404) and a deleted pod's grace period (it goes at once, as if its
@@ -75,6 +77,9 @@ STATUS_SET_ON_CREATE = WITH_STATUS - {NODES}
 CONDITIONAL_UPDATE = frozenset({GPUQUOTAS, LEASES, POD_DISRUPTION_BUDGETS})
 CREATE_ON_UPDATE = frozenset({EVENTS, LEASES})
 CUSTOM = frozenset({GPUQUOTAS})  # served from a CRD: a body must name its type
+# The kinds whose metadata.generation the server keeps (their controllers report the
+# generation they have observed).
+GENERATED = frozenset({GPUQUOTAS, POD_DISRUPTION_BUDGETS})
 
 
 def _resource(kind: Kind) -> str:
@@ -527,10 +532,23 @@ class FakeKube:
         meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._fresh_status(kind, obj)
         self._default(kind, obj)
+        self._generation(kind, obj, None)
         self._stamp(obj)
         self._objects[key] = obj
         self._record(kind, "ADDED", obj)
         return copy.deepcopy(obj)
+
+    @staticmethod
+    def _generation(kind: Kind, obj: Obj, stored: Obj | None) -> None:
+        """``metadata.generation`` is the server's, whatever a writer sends: 1 at
+        create, one more for each write that changes the spec (the update strategies of
+        PodDisruptionBudgets and of custom resources with a status subresource)."""
+        if kind not in GENERATED:
+            return
+        generation = 1 if stored is None else int(stored["metadata"].get("generation", 1))
+        if stored is not None and obj.get("spec") != stored.get("spec"):
+            generation += 1
+        obj["metadata"]["generation"] = generation
 
     def seed(self, kind: Kind, body: Obj, namespace: str | None = None) -> Obj:
         """``body`` as the cluster would hold it, status included: a create, then the
@@ -607,7 +625,6 @@ class FakeKube:
             stored = self._objects.get(key)
             if stored is None and kind in CREATE_ON_UPDATE:
                 obj = copy.deepcopy(body)
-                obj["metadata"].pop("resourceVersion", None)
                 if kind.namespaced:
                     obj["metadata"]["namespace"] = namespace
                 return self._insert(kind, key, obj)
@@ -626,6 +643,7 @@ class FakeKube:
                 if "status" in stored:
                     obj["status"] = copy.deepcopy(stored["status"])
             self._default(kind, obj)
+            self._generation(kind, obj, stored)
             self._stamp(obj)
             self._objects[key] = obj
             self._record(kind, "MODIFIED", obj)
@@ -657,6 +675,7 @@ class FakeKube:
             obj = merge_patch(stored, patch)
             obj["metadata"]["uid"] = stored["metadata"]["uid"]
             self._default(kind, obj)
+            self._generation(kind, obj, stored)
             self._stamp(obj)
             self._objects[key] = obj
             self._record(kind, "MODIFIED", obj)
