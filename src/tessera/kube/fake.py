@@ -341,7 +341,7 @@ class FakeKube:
         key = self._key(kind, meta["name"], meta.get("namespace"))
         now = copy.deepcopy(obj)
         # The history's copies are never changed: the state before is the last one kept.
-        before = self._last.pop(key, None) if type_ == "DELETED" else self._last.get(key)
+        before = self._last.pop(key, None)
         if type_ != "DELETED":
             self._last[key] = now
         self._history.append((self._rv, kind.plural, type_, now, before))
