@@ -95,6 +95,11 @@ def _type(kind: Kind) -> str:
     return f"{kind.kind}.{group}" if group else kind.kind
 
 
+def _utc(after_s: float = 0) -> str:
+    """A time as the API server writes it, to the second: now, or ``after_s`` from now."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + after_s))
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
@@ -247,7 +252,7 @@ def _set_scheduled(pod: Obj) -> None:
     (its reason and message go); the transition time moves only when the status does."""
     conditions = pod.setdefault("status", {}).setdefault("conditions", [])
     old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    now = _utc()
     new = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
            "lastTransitionTime": now}  # fmt: skip
     if old is None:
@@ -374,7 +379,7 @@ class FakeKube:
             status["allocatable"] = copy.deepcopy(status["capacity"])
         if kind.plural != "resourceslices":
             return
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        now = _utc()
         for dev in (obj.get("spec") or {}).get("devices") or []:
             for taint in dev.get("taints") or []:
                 taint.setdefault("timeAdded", now)
@@ -529,7 +534,7 @@ class FakeKube:
         meta = obj["metadata"]
         # The server's to set, whatever the body says (apiserver's BeforeCreate).
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        meta["creationTimestamp"] = _utc()
         self._fresh_status(kind, obj)
         self._default(kind, obj)
         self._generation(kind, obj, None)
@@ -701,9 +706,7 @@ class FakeKube:
         meta = pod["metadata"]
         if meta.get("deletionTimestamp"):
             return
-        meta["deletionTimestamp"] = time.strftime(
-            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + grace_s)
-        )
+        meta["deletionTimestamp"] = _utc(grace_s)
         meta["deletionGracePeriodSeconds"] = grace_s
         self._stamp(pod)
         self._record(PODS, "MODIFIED", pod)
@@ -780,9 +783,7 @@ class FakeKube:
             raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the "
                            "pod's disruption budget.")  # fmt: skip
         bstatus["disruptionsAllowed"] = allowed - 1
-        bstatus.setdefault("disruptedPods", {})[name] = time.strftime(
-            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
-        )
+        bstatus.setdefault("disruptedPods", {})[name] = _utc()
         self._stamp(budget)
         self._record(POD_DISRUPTION_BUDGETS, "MODIFIED", budget)
 
