@@ -85,14 +85,12 @@ GENERATED = frozenset({GPUQUOTAS, POD_DISRUPTION_BUDGETS})
 def _resource(kind: Kind) -> str:
     """The resource as the API server names it in its messages: ``pods``,
     ``leases.coordination.k8s.io``."""
-    group = kind.api_version.rpartition("/")[0]
-    return f"{kind.plural}.{group}" if group else kind.plural
+    return f"{kind.plural}.{kind.group}" if kind.group else kind.plural
 
 
 def _type(kind: Kind) -> str:
     """The type as a validation message names it: ``Pod``, ``Lease.coordination.k8s.io``."""
-    group = kind.api_version.rpartition("/")[0]
-    return f"{kind.kind}.{group}" if group else kind.kind
+    return f"{kind.kind}.{kind.group}" if kind.group else kind.kind
 
 
 def _utc(after_s: float = 0) -> str:

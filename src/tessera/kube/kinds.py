@@ -28,6 +28,11 @@ class Kind:
     plural: str
     namespaced: bool
 
+    @property
+    def group(self) -> str:
+        """The API group ("" for the core group's ``v1``)."""
+        return self.api_version.rpartition("/")[0]
+
     def path(self, namespace: str | None = None, name: str | None = None) -> str:
         """The REST path of the collection (``name`` None) or of one object."""
         base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
