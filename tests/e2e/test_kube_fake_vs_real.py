@@ -32,6 +32,14 @@ def api(testenv: TestEnv) -> Iterator[KubeClient]:
     client.delete(PODS, NAME, "default")
 
 
+def _pod(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A pod no scheduler places (kube-scheduler leaves ``schedulerName: nobody`` alone)."""
+    meta: dict[str, Any] = {"name": name, **({"labels": labels} if labels else {})}
+    containers = [{"name": "c", "image": "x"}]
+    return {"metadata": meta, "spec": {"schedulerName": "nobody", "containers": containers,
+                                       **spec}}  # fmt: skip
+
+
 def _refusal(write: Callable[[Any], Any], kube: Any) -> tuple[int, str, str]:
     """The refusal, with the stored pod's UID (the server's own, on each) as ``<uid>``."""
     uid = kube.get(PODS, NAME, "default")["metadata"]["uid"]
@@ -41,11 +49,7 @@ def _refusal(write: Callable[[Any], Any], kube: Any) -> tuple[int, str, str]:
 
 
 def test_a_write_with_another_uid_is_refused_alike(api: KubeClient) -> None:
-    containers = [{"name": "c", "image": "x"}]
-    body = {
-        "metadata": {"name": NAME},
-        "spec": {"schedulerName": "nobody", "containers": containers},
-    }
+    body = _pod(NAME)
     api.create(PODS, body, "default")
     fake = FakeKube()
     fake.create(PODS, body, "default")
@@ -78,10 +82,7 @@ def test_writes_tessera_makes_are_answered_alike(testenv: TestEnv) -> None:
     without a resourceVersion taken for a Pod and refused for a Lease, a PUT of a missing
     Lease creating it, a create with no name refused)."""
     api = KubeClient.from_kubeconfig(str(testenv.kubeconfig))
-    pod = {
-        "metadata": {"name": SEQUENCE},
-        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
-    }
+    pod = _pod(SEQUENCE)
     lease = {"metadata": {"name": SEQUENCE}, "spec": {"holderIdentity": "a"}}
 
     def unversioned(kind: Any, labels: dict[str, str]) -> Callable[[Any], Any]:
@@ -139,16 +140,13 @@ def _watched(kube: Any) -> list[tuple[str, str, Any]]:
     """A pod comes into a label selection, changes, leaves it, comes back and is
     deleted; another is bound: what a label-selected and a node-selected watch see."""
     start = kube.list(PODS, "default").resource_version
-    pod = {
-        "metadata": {"name": WATCHED},
-        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
-    }
+    pod = _pod(WATCHED)
     kube.create(PODS, pod, "default")
     for patch in ({"labels": {"k": "v"}}, {"annotations": {"n": "1"}}, {"labels": {"k": "w"}},
                   {"annotations": {"n": "2"}}, {"labels": {"k": "v"}}):  # fmt: skip
         kube.merge_patch(PODS, WATCHED, {"metadata": patch}, "default")
     kube.delete(PODS, WATCHED, "default")  # unbound: gone at once
-    kube.create(PODS, {**pod, "metadata": {"name": f"{WATCHED}-b"}}, "default")
+    kube.create(PODS, _pod(f"{WATCHED}-b"), "default")
     kube.bind("default", f"{WATCHED}-b", "", f"{WATCHED}-node", {})
 
     def seen(**selector: str) -> list[tuple[str, str, Any]]:
@@ -203,11 +201,9 @@ def test_evictions_under_budgets_are_answered_alike(testenv: TestEnv) -> None:
               evict(names[2])]  # fmt: skip
     try:
         for name in names:
-            api.create(PODS, {"metadata": {"name": name, "labels": {"app": "budgeted"}},
-                              "spec": {"schedulerName": "nobody", "nodeName": inv.name,
-                                       "tolerations": [{"operator": "Exists"}],
-                                       "containers": [{"name": "c", "image": "x"}]}},
-                       "default")  # fmt: skip
+            on_node = _pod(name, {"app": "budgeted"}, nodeName=inv.name,
+                           tolerations=[{"operator": "Exists"}])  # fmt: skip
+            api.create(PODS, on_node, "default")
         wait_for("kwok runs the pods",
                  lambda: all(_ready(api.get(PODS, n, "default")) for n in names))  # fmt: skip
         api.create(POD_DISRUPTION_BUDGETS, budget, "default")
