@@ -83,6 +83,7 @@ def pdb(name: str, app: str, allowed: int) -> dict[str, Any]:
             "disruptionsAllowed": allowed,
             "currentHealthy": 2,
             "desiredHealthy": 2 - allowed,
+            "expectedPods": 2,
             "observedGeneration": 1,
         },
     }

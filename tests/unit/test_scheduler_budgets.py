@@ -21,6 +21,7 @@ def budget(
     generation: int = 1,
     observed: int = 1,
     policy: str | None = None,
+    expected: int = 3,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"selector": selector if selector is not None else {
         "matchLabels": {"app": "train"}}}  # fmt: skip
@@ -34,6 +35,7 @@ def budget(
             "currentHealthy": healthy,
             "desiredHealthy": desired,
             "observedGeneration": observed,
+            "expectedPods": expected,
         },
     }
 
@@ -58,6 +60,16 @@ def test_a_budget_that_allows_none_refuses_and_says_why() -> None:
     )
     spare = book(budget(healthy=3, desired=2))  # the controller has not caught up yet
     assert spare.refusal(RUNNING) == "PodDisruptionBudget keep allows no disruption now"
+
+
+def test_a_budget_that_counts_no_expected_pods_says_so() -> None:
+    # maxUnavailable over bare pods: the controller counts two healthy, expects none,
+    # allows none (as the real one does; tests/e2e/test_eviction_forecast.py).
+    none_expected = book(budget(healthy=2, desired=0, expected=0))
+    assert none_expected.refusal(RUNNING) == (
+        "PodDisruptionBudget keep counts no expected pods, so allows no disruption "
+        "(maxUnavailable and percentages count only pods whose controller has a scale)"
+    )
 
 
 def test_each_victim_takes_one_of_the_allowed_disruptions() -> None:
@@ -100,6 +112,28 @@ def test_an_unready_pod_goes_when_its_budget_has_its_healthy_pods_or_always_allo
     spent: Counter[str] = Counter()
     assert book(budget(healthy=2, desired=2)).refusal(unready, spent) == ""
     assert spent == {}  # it does not count against the budget
+
+
+def test_a_budget_its_controller_cannot_count_says_why() -> None:
+    # A Job's pods under maxUnavailable: the sync fails, nothing counted, none allowed;
+    # said even before the first sync's generation is observed (the real one's status).
+    job = budget(healthy=0, desired=0, expected=0, generation=1, observed=0)
+    failed = {"type": "DisruptionAllowed", "status": "False", "reason": "SyncFailed",
+              "message": "jobs.batch does not implement the scale subresource"}  # fmt: skip
+    job["status"]["conditions"] = [failed]
+    assert book(job).refusal(RUNNING) == (
+        "PodDisruptionBudget keep allows no disruption: its controller cannot count it "
+        "(jobs.batch does not implement the scale subresource)"
+    )
+    job["status"]["conditions"] = [dict(failed, message="")]
+    assert book(job).refusal(RUNNING).endswith("cannot count it (SyncFailed)")
+    for other in ({"reason": "InsufficientPods"}, {"status": "True"}, {"type": "Other"}):
+        job["status"]["conditions"] = [dict(failed, **other)]
+        assert "cannot count" not in book(job).refusal(RUNNING)
+    unready = Disruptee("team-a", {"app": "train"}, ready=False, pending=False)
+    job["spec"]["unhealthyPodEvictionPolicy"] = "AlwaysAllow"
+    job["status"]["conditions"] = [failed]
+    assert book(job).refusal(unready) == ""  # the API lets it go all the same
 
 
 def test_a_status_field_that_is_not_a_number_counts_as_zero() -> None:

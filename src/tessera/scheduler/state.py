@@ -101,28 +101,6 @@ def _terminating(obj: Obj | None) -> bool:
     return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
 
 
-def _disruptee(key: str, obj: Obj | None) -> Disruptee:
-    """Labels, readiness and phase: what the Eviction API weighs against budgets. The
-    labels' strings are interned: pods of one workload repeat them, and each watch event
-    parses its own copies (at 50,000 pods of four labels, 15 MiB kept instead of 38)."""
-    obj = obj or {}
-    raw = (obj.get("metadata") or {}).get("labels")
-    labels = (
-        {sys.intern(k): sys.intern(v) for k, v in raw.items() if isinstance(v, str)}
-        if isinstance(raw, dict)
-        else {}
-    )
-    status = obj.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-        if isinstance(c, dict)
-    )
-    return Disruptee(
-        sys.intern(key.partition("/")[0]), labels, ready, status.get("phase") == "Pending"
-    )
-
-
 def _digest(text: str | None) -> bytes | None:
     """What tells an unchanged assignment annotation from a changed one: 16 bytes of
     BLAKE2b of its text, kept in place of the text (~350 bytes a bound pod)."""
@@ -433,7 +411,7 @@ class SchedulerState:
         raw = _annotations(obj).get(keys.ASSIGNMENT)
         text = raw if isinstance(raw, str) else None
         upd = PodUpdate(
-            key, uid, node_name, text, _digest(text), obj=obj, disruptee=_disruptee(key, obj),
+            key, uid, node_name, text, _digest(text), obj=obj, disruptee=Disruptee.of(key, obj),
             priority=pod_priority(obj), terminating=_terminating(obj), preempting=_preempting(obj),
         )  # fmt: skip
         known = self.pods.get(key)
