@@ -95,9 +95,10 @@ def _sync_failure(status: Mapping[str, Any]) -> str:
     failed sync (the pods' controller has no scale, say: a Job under maxUnavailable),
     or "". The controller then allows no disruption whatever the counts."""
     for c in status.get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "DisruptionAllowed":
-            if c.get("status") == "False" and c.get("reason") == "SyncFailed":
-                return str(c.get("message") or "SyncFailed")
+        if not isinstance(c, dict) or c.get("type") != "DisruptionAllowed":
+            continue
+        if c.get("status") == "False" and c.get("reason") == "SyncFailed":
+            return str(c.get("message") or "SyncFailed")
     return ""
 
 
