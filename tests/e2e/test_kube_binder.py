@@ -17,6 +17,7 @@ from kubernetes import config as k8s_config
 from tessera.kube import PODS, Conflict, Unavailable
 from tessera.kube.binder import AioBinder, Binder, ThreadedBinder
 from tessera.kube.client import KubeClient
+from tessera.kube.errors import NotSent, outcome_unknown
 from tessera.testenv import TestEnv
 from tessera.testenv.process import free_port
 
@@ -98,6 +99,8 @@ def test_aio_binder_says_unavailable_when_nothing_listens(testenv: TestEnv) -> N
     (result,) = _binds(AioBinder(KubeClient(cfg)), ("p", "uid", "n", {}))
     assert isinstance(result, Unavailable) and "binding" in str(result)
     assert (result.status, result.reason) == (0, "Unavailable")
+    # No connection, so nothing sent: the bind's cards need not be held in doubt.
+    assert isinstance(result, NotSent) and not outcome_unknown(result)
 
 
 def test_aio_binder_gives_up_on_an_api_server_that_never_answers() -> None:
@@ -112,4 +115,5 @@ def test_aio_binder_gives_up_on_an_api_server_that_never_answers() -> None:
         (result,) = _binds(AioBinder(KubeClient(cfg), timeout_s=0.5), ("p", "uid", "n", {}))
         waited = time.monotonic() - started
     assert isinstance(result, Unavailable) and "TimeoutError" in str(result)
+    assert outcome_unknown(result)  # taken, maybe read: it may have landed
     assert waited < 30  # the deadline, not aiohttp's five-minute default

@@ -4,6 +4,7 @@ server's own reason and message, and whether a failed write may have landed."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,20 @@ def test_a_service_account_token_that_does_not_read_is_unavailable_not_a_crash(
     with pytest.raises(Unavailable, match=r"^0 Unavailable: GET /api/v1/namespaces/ns/pods/p: "):
         api.get(PODS, "p", "ns")
     assert api.headers()["Authorization"] == "bearer t1"
+
+
+def test_a_write_with_no_connection_was_not_sent_and_one_unanswered_may_have_landed() -> None:
+    from kubernetes import client as k8s_client
+
+    cfg = k8s_client.Configuration()
+    cfg.host = f"http://127.0.0.1:{free_port()}"  # nothing listens: refused at connect
+    with pytest.raises(NotSent, match=r"^0 Unavailable: POST /api/v1/namespaces/ns/pods/p/evi"):
+        KubeClient(cfg).evict("ns", "p", "uid")
+    with socket.socket() as hung:  # the kernel takes the connection; nobody answers
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)
+        cfg.host = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        with pytest.raises(Unavailable) as unanswered:
+            KubeClient(cfg, timeout_s=0.2).evict("ns", "p", "uid")
+    assert not isinstance(unanswered.value, NotSent)
+    assert outcome_unknown(unanswered.value)

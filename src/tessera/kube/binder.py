@@ -13,11 +13,12 @@ server is saturated). A ``Binder`` does that write without holding the loop:
 
 Both keep one contract, ``bind_once``'s: the pod ends up bound to the node with the
 annotations, or an ``ApiError`` says why not (``Conflict`` when the pod is bound
-elsewhere or otherwise, or was replaced; ``Unavailable`` when the API server cannot be
-reached or does not answer in time). A pod that is already bound exactly so -- an
-earlier try of the same bind landed, and this one was sent again by a kube-scheduler
-that gave up waiting or reached a restarted replica -- counts as bound: the API server
-answers Conflict, and the binder reads the pod to tell the two apart.
+elsewhere or otherwise, or was replaced; ``Unavailable`` when the API server does not
+answer in time, ``NotSent`` when no connection to it could be made). A pod that is
+already bound exactly so -- an earlier try of the same bind landed, and this one was
+sent again by a kube-scheduler that gave up waiting or reached a restarted replica --
+counts as bound: the API server answers Conflict, and the binder reads the pod to tell
+the two apart.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Protocol
 import aiohttp
 
 from tessera.kube.client import KubeClient, binding_body
-from tessera.kube.errors import ApiError, Conflict, Unavailable, error_from_status
+from tessera.kube.errors import ApiError, Conflict, NotSent, Unavailable, error_from_status
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
 
@@ -147,6 +148,10 @@ class AioBinder:
                 server_hostname=self._client.server_hostname(),
             ) as resp:
                 return resp.status, await resp.read()
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # No connection (refused, unresolvable, TLS refused, none free in time): the
+            # Binding never went out, so its cards are free at once.
+            raise NotSent(0, "Unavailable", f"{method} {path}: {exc!r}") from exc
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise Unavailable(0, "Unavailable", f"{method} {path}: {exc!r}") from exc
 

@@ -150,6 +150,9 @@ class KubeClient:
             resp = self._pool.request(
                 method, url, body=data, headers=headers, timeout=self._timeout, retries=False
             )
+        except urllib3.exceptions.ConnectTimeoutError as exc:  # NewConnectionError too
+            # No connection, so no request: a write refused here cannot have landed.
+            raise NotSent(0, "Unavailable", f"{method} {path}: {exc}") from exc
         except urllib3.exceptions.HTTPError as exc:
             raise Unavailable(0, "Unavailable", f"{method} {path}: {exc}") from exc
         if resp.status >= 300:

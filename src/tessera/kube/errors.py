@@ -6,7 +6,7 @@ TesseraError
     ├── Conflict          409: a resourceVersion / UID precondition failed, or it exists
     ├── Gone              410: a watch's resourceVersion is too old; list again
     └── Unavailable       no answer: connection refused, reset or timed out
-        └── NotSent       no request went out: the credentials could not be read
+        └── NotSent       no request went out: no connection, or no credentials
 KubeconfigError           the kubeconfig (or the in-cluster config) does not load
 
 Every ApiError carries ``status`` (HTTP code, 0 when no answer), ``reason`` (the
@@ -60,8 +60,9 @@ class Unavailable(ApiError):
 
 
 class NotSent(Unavailable):
-    """No request went out (the credentials could not be read now): retried as any
-    Unavailable, but nothing it would have written can have landed."""
+    """No request went out (no connection could be made, or the credentials could not
+    be read now): retried as any Unavailable, but nothing it would have written can have
+    landed."""
 
 
 class KubeconfigError(TesseraError):
