@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from tessera.kube import PODS, FakeKube
-from tessera.kube.errors import MANY_BUDGETS, ApiError, NotFound, Unavailable, error_from_status
+from tessera.kube.errors import (
+    MANY_BUDGETS,
+    ApiError,
+    NotFound,
+    NotSent,
+    Unavailable,
+    error_from_status,
+)
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import EVENTS, POD_DISRUPTION_BUDGETS
 from tessera.model.annotations import (
@@ -719,6 +726,26 @@ def test_a_pod_whose_eviction_is_refused_is_passed_over_for_another() -> None:
         eventually(lambda: evictions(w) == ["default/p3", "default/p1"], timeout=5)
         assert "default/p3" in w.app.state.pods  # still there: its budget said no
         eventually(lambda: "default/p1" not in w.app.state.pods)
+    finally:
+        w.close()
+
+
+def test_an_eviction_never_sent_neither_refuses_nor_holds_its_victim() -> None:
+    """No connection to the API server: nothing was asked, so p3 is not passed over as
+    if its budget had refused (nor held as if it might have gone); the next try asks for
+    p3 again and it goes. Nothing tells the pod it was refused."""
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    try:
+        for i in range(4):  # a1: p0, p1; a2: p2 (all priority 10), p3 (priority 5)
+            assert w.schedule(w.create(prio_pod(f"p{i}", 10 if i < 3 else 5)))
+        confirmed(w)
+        w.app.preemptor.retry_s = 0.2
+        w.kube.fail_next("evict", NotSent(0, "Unavailable", "POST ...: connection refused"))
+        assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
+        eventually(lambda: evictions(w) == ["default/p3", "default/p3"], timeout=5)
+        eventually(lambda: "default/p3" not in w.app.state.pods)
+        assert blocked(w, "unanswered") == 1 and blocked(w, "refused") == 0
+        assert events(w, "TesseraPreemptionBlocked") == []
     finally:
         w.close()
 

@@ -18,7 +18,8 @@ tessera_scheduler_preemption_evictions_total   pods evicted for a higher-priorit
 tessera_scheduler_preemption_holds             nodes held for a preempting pod not yet placed
 tessera_scheduler_preemption_blocked_total{reason}  preemptions stopped: budget (budgets
                                                read ahead protect the victims), refused,
-                                               unanswered (the record or an eviction)
+                                               unanswered (the record or an eviction:
+                                               no answer, or never sent)
 tessera_scheduler_webhook_cert_expiry_timestamp_seconds  the serving certificate's end
 tessera_scheduler_webhook_cert_loads_total     serving certificates loaded (start, renewals)
 =============================================  =====================================

@@ -22,11 +22,13 @@ the leader only:
 4. evicts them through the Eviction API (``pods/eviction``, the victim's UID a
    precondition), so budgets and graceful termination apply. An eviction with no answer
    (a timeout) may have been made: its victim is held as if it were, until it goes or
-   ``hold_s`` passes without it seen going, and the rest wait. A refusal all the same
-   (429: a budget changed since it was read) stops that preemption, and it is tried
-   again every ``retry_s``. The refused pod is passed over for ``avoid_s``: the next tries
-   weigh the other candidates first and come back to it only if nothing else would make
-   room, so one budget does not hold up a preemption that pods elsewhere could make.
+   ``hold_s`` passes without it seen going, and the rest wait. One never sent (no
+   connection) stops the run as well, its victim neither held nor passed over. A
+   refusal all the same (429: a budget changed since it was read) stops that
+   preemption, and it is tried again every ``retry_s``. The refused pod is passed over
+   for ``avoid_s``: the next tries weigh the other candidates first and come back to it
+   only if nothing else would make room, so one budget does not hold up a preemption
+   that pods elsewhere could make.
    A retry is made only while its pod waits; one whose pod the watch has not shown yet
    is put off until it shows, for at most ``unseen_s``.
    When not every victim went, the record is written again with those that did (or
@@ -49,7 +51,14 @@ import time
 from collections.abc import Callable
 
 from tessera.errors import FormatError
-from tessera.kube.errors import MANY_BUDGETS, ApiError, Conflict, NotFound, outcome_unknown
+from tessera.kube.errors import (
+    MANY_BUDGETS,
+    ApiError,
+    Conflict,
+    NotFound,
+    NotSent,
+    outcome_unknown,
+)
 from tessera.kube.events import EventRecorder
 from tessera.kube.kinds import PODS
 from tessera.kube.port import KubeApi, Obj
@@ -382,6 +391,11 @@ class Preemptor:
                 continue
             except ApiError as exc:
                 out.stopped = True
+                if isinstance(exc, NotSent):  # nothing asked: the victim is as good as before
+                    self._count_blocked("unanswered")
+                    log.warning("preemption for %s on %s stopped at %s, whose eviction was "
+                                "not sent: %s", me, found.node, v.key, exc)  # fmt: skip
+                    break
                 if outcome_unknown(exc):  # it may have been evicted: held as if it were,
                     out.unknown.append(v.key)  # until it goes or hold_s passes unseen
                     self._count_blocked("unanswered")
