@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tessera.kube import LEASES, NODES, PODS, ApiError, Conflict
+from tessera.kube import EVENTS, LEASES, NODES, PODS, ApiError, Conflict
 from tessera.kube.kinds import (
     GPUQUOTAS,
     POD_DISRUPTION_BUDGETS,
@@ -75,6 +75,13 @@ def test_pod_with_garbage_spec_is_answered_not_crashed(world: World) -> None:
     assert out["NodeNames"] == [] and "spec.containers" in out["FailedAndUnresolvableNodes"]["n1"]
     status, out = world.post("prioritize", {"Pod": pod, "NodeNames": ["n1"]})
     assert status == 200 and out == [{"Host": "n1", "Score": 0}]
+    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
+    assert (
+        _sample(metrics, 'tessera_scheduler_failures_total{reason="bad-spec",verb="filter"}') == 1
+    )
+    world.app.events.flush()
+    [event] = world.kube.list(EVENTS, "default").items
+    assert event["reason"] == "TesseraInvalidSpec" and "spec.containers" in event["message"]
 
 
 def test_paths_and_methods(world: World) -> None:
@@ -104,8 +111,6 @@ def test_metrics_count_verbs_placements_and_cards(world: World) -> None:
 
 
 def test_unschedulable_pod_gets_a_summarised_event(world: World) -> None:
-    from tessera.kube import EVENTS
-
     pod = world.create(pod_obj("big", gpu=4))
     assert world.filter(pod)["NodeNames"] == []
     metrics = world.app.handle("GET", "/metrics", b"").body.decode()
@@ -137,8 +142,6 @@ def test_an_unschedulable_pod_goes_to_the_preemptor_only_with_preemption_on(
 
 
 def test_a_pod_that_fits_or_is_not_ours_gets_no_event(world: World) -> None:
-    from tessera.kube import EVENTS
-
     pod = world.create(pod_obj("cpu-only", gpu=None))
     assert world.filter(pod, ["n1", "elsewhere"])["NodeNames"] == ["n1", "elsewhere"]
     assert world.filter(world.create(pod_obj("fits")))["NodeNames"] == ["n1"]
@@ -168,6 +171,18 @@ def test_standby_refuses_extender_verbs_but_serves_the_webhook() -> None:
             "POST", "/filter", json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode()
         )
         assert r.status == 503 and "standby" in json.loads(r.body)["Error"]
+        holder = other.app.leader.holder
+        assert holder and holder != "other"
+        for verb, body in (("prioritize", {"Pod": pod, "NodeNames": ["n1"]}),
+                           ("bind", {"PodName": "p", "PodNamespace": "default",
+                                     "PodUID": pod["metadata"]["uid"], "Node": "n1"})):  # fmt: skip
+            r = other.app.handle("POST", f"/{verb}", json.dumps(body).encode())
+            assert (r.status, json.loads(r.body)) == (
+                503, {"Error": f"standby replica; the leader is {holder!r}"}), verb  # fmt: skip
+        text = other.app.metrics.exposition().decode()
+        for verb in ("filter", "prioritize", "bind"):
+            series = f'tessera_scheduler_failures_total{{reason="standby",verb="{verb}"}}'
+            assert _sample(text, series) == 1, verb
         assert other.app.handle("GET", "/readyz", b"") == Response(503, b"standby", TEXT)
         review = {"request": {"uid": "1", "operation": "CREATE", "object": pod_obj("q")}}
         assert other.app.handle("POST", "/mutate", json.dumps(review).encode()).status == 200
@@ -606,8 +621,13 @@ def test_scheduling_verbs_wait_for_both_lists() -> None:
     app = SchedulerApp(SchedulerConfig(leader_elect=False, watch_timeout_s=1), kube)
     pod = kube.create(PODS, pod_obj("p"), "default")
     body = json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode()
-    r = app.handle("POST", "/filter", body)  # nothing listed yet
-    assert r.status == 503 and "not synced yet" in json.loads(r.body)["Error"]
+    not_synced = {"Error": "not synced yet: the node and pod lists are not both in"}
+    binding = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"],
+               "Node": "n1"}  # fmt: skip
+    for verb, sent in (("filter", body), ("prioritize", body),
+                       ("bind", json.dumps(binding).encode())):  # fmt: skip
+        r = app.handle("POST", f"/{verb}", sent)  # nothing listed yet
+        assert (r.status, json.loads(r.body)) == (503, not_synced), verb
     app.start()
     try:
         assert app.wait_synced(5)
@@ -615,7 +635,9 @@ def test_scheduling_verbs_wait_for_both_lists() -> None:
     finally:
         app.stop()
     metrics = app.handle("GET", "/metrics", b"").body.decode()
-    assert 'tessera_scheduler_failures_total{reason="not-synced",verb="filter"} 1.0' in metrics
+    for verb in ("filter", "prioritize", "bind"):
+        series = f'tessera_scheduler_failures_total{{reason="not-synced",verb="{verb}"}}'
+        assert _sample(metrics, series) == 1, verb
 
 
 def test_a_cluster_without_quotas_or_claims_apis_is_served() -> None:
@@ -798,3 +820,98 @@ def test_webhook_answers_are_counted_by_hook_and_result(world: World) -> None:
         f'{name}{{hook="validate",result="allowed"}}': "1.0",
         f'{name}{{hook="validate",result="refused"}}': "2.0",
     }
+
+
+def _sample(metrics: str, series: str) -> float:
+    """The value of one series (name and labels as exposed) in a /metrics text."""
+    [value] = [line.rsplit(" ", 1)[1] for line in metrics.splitlines()
+               if line.startswith(series + " ")]  # fmt: skip
+    return float(value)
+
+
+def test_a_path_or_method_it_does_not_serve_is_answered_in_plain_text(world: World) -> None:
+    missing, wrong = Response(404, b"not found", TEXT), Response(405, b"method not allowed", TEXT)
+    assert world.app.handle("GET", "/nope", b"") == missing
+    assert world.app.handle("GET", "/", b"") == missing
+    assert world.app.handle("POST", "/nope", b"{}") == missing
+    assert world.app.handle("POST", "/filter?a=1?b=2", b"{").status == 400  # the verb's own
+    assert world.app.handle("PUT", "/filter", b"{}") == wrong
+    assert world.app.handle("DELETE", "/healthz", b"") == wrong
+    # Prometheus reads the text format's version from the content type.
+    metrics = world.app.handle("GET", "/metrics", b"")
+    assert metrics.content_type == "text/plain; version=0.0.4"
+
+
+def test_a_verb_that_raises_answers_500_with_the_error_type_and_counts_it(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(body: bytes) -> Response:
+        raise KeyError("a bug")
+
+    world.app._filter = broken  # type: ignore[method-assign]
+    r = world.app.handle("POST", "/filter", b"{}")
+    assert (r.status, json.loads(r.body)) == (500, {"Error": "internal error: KeyError"})
+    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
+    assert (
+        _sample(metrics, 'tessera_scheduler_failures_total{reason="internal",verb="filter"}') == 1
+    )
+    [record] = [r for r in caplog.records if r.name == "tessera.scheduler.app"]
+    assert record.getMessage() == "filter failed" and record.exc_info is not None
+
+
+def test_a_malformed_body_is_refused_with_what_is_wrong(world: World) -> None:
+    r = world.app.handle("POST", "/filter", b"{")
+    assert r.status == 400 and "JSON" in json.loads(r.body)["Error"]
+
+
+def test_verb_times_are_durations(world: World) -> None:
+    pod = world.create(pod_obj("p", gpu=2))
+    assert world.schedule(pod) == "n1"
+    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
+    for verb in ("filter", "bind"):
+        took = _sample(metrics, f'tessera_scheduler_verb_seconds_sum{{verb="{verb}"}}')
+        assert 0 <= took < 60, (verb, took)  # seconds since the call, not since boot
+
+
+def test_a_filter_for_a_pod_already_placed_is_counted_and_tells_nothing(world: World) -> None:
+    """kube-scheduler's retry racing its own bind: refused, counted apart, no event."""
+    pod = world.create(pod_obj("p", gpu=2))
+    assert world.schedule(pod) == "n1"
+    out = world.filter(pod)  # its bind in flight, or (once watched) bound
+    assert out["NodeNames"] == [] and "to n1" in out["FailedNodes"]["n1"]
+    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
+    series = 'tessera_scheduler_failures_total{reason="already-placed",verb="filter"}'
+    assert _sample(metrics, series) == 1
+    assert 'reason="unschedulable"' not in metrics
+    world.app.events.flush()
+    assert world.kube.list(EVENTS, "default").items == []
+
+
+def test_a_replica_that_lost_its_lease_names_the_leader_it_knows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = World([node_obj("n1", 2)], leader_elect=True, lease_namespace="default")
+    try:
+        assert w.app.leader is not None and w.app.leader.try_acquire_or_renew()
+        holder = w.app.leader.holder
+        assert holder
+        pod = w.create(pod_obj("p", gpu=2))
+        assert w.filter(pod)["NodeNames"] == ["n1"]
+        _lose_the_lease_once_a_bind_arrives(w)
+        caplog.set_level(logging.WARNING, logger="tessera.scheduler.app")
+        said = (f"pod default/p: this replica lost its leadership before the write (the "
+                f"leader is {holder!r}); nothing was written")  # fmt: skip
+        assert w.bind(pod, "n1")["Error"] == said
+        assert logged(caplog, "tessera.scheduler.app") == [f"bind {said}"]
+        metrics = w.app.metrics.exposition().decode()
+        assert 0 <= _sample(metrics, 'tessera_scheduler_verb_seconds_sum{verb="bind"}') < 60
+    finally:
+        w.close()
+
+
+def test_webhook_answers_carry_the_review_they_answer(world: World) -> None:
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "r-1", "operation": "CREATE", "object": pod_obj("q")}}  # fmt: skip
+    for hook in ("mutate", "validate"):
+        r = world.app.handle("POST", f"/{hook}", json.dumps(review).encode())
+        assert r.status == 200 and json.loads(r.body)["response"]["uid"] == "r-1", hook

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -241,7 +242,9 @@ def test_only_a_first_allocation_is_judged(world: World) -> None:
     assert 'tessera_scheduler_admissions_total{hook="claims",result="refused"} 1.0' in text
 
 
-def test_a_standby_refuses_as_unavailable_and_bad_reviews_are_named(world: World) -> None:
+def test_a_standby_refuses_as_unavailable_and_bad_reviews_are_named(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = world
     w.app.leading = lambda: False  # type: ignore[method-assign]
     out = answer(w, review(claim("a")))
@@ -249,6 +252,13 @@ def test_a_standby_refuses_as_unavailable_and_bad_reviews_are_named(world: World
     assert out["status"]["message"] == (
         "standby replica of the Tessera scheduler (the leader is ''); try again"
     )
+    # Under leader election it names the replica it knows leads.
+    monkeypatch.setattr(w.app, "leader", SimpleNamespace(holder="replica-b"))
+    out = answer(w, review(claim("a")))
+    assert out["status"]["message"] == (
+        "standby replica of the Tessera scheduler (the leader is 'replica-b'); try again"
+    )
+    monkeypatch.setattr(w.app, "leader", None)
     # Leading but not listed yet: unavailable too, saying so.
     w.app.leading = lambda: True  # type: ignore[method-assign]
     w.app.synced = lambda: False  # type: ignore[method-assign]
