@@ -117,6 +117,13 @@ def scraped(w: World, name: str, **labels: str) -> float:
     return 0.0
 
 
+def binding_args(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    """kube-scheduler's ExtenderBindingArgs for binding ``pod`` to ``node``."""
+    meta = pod["metadata"]
+    return {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
+            "Node": node}  # fmt: skip
+
+
 class World:
     """A FakeKube plus a synced SchedulerApp (no leader election unless asked)."""
 
@@ -151,12 +158,7 @@ class World:
         return dict(out)
 
     def bind(self, pod: dict[str, Any], node: str) -> dict[str, Any]:
-        meta = pod["metadata"]
-        status, out = self.post(
-            "bind",
-            {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
-             "Node": node},
-        )  # fmt: skip
+        status, out = self.post("bind", binding_args(pod, node))
         assert status == 200, out
         return dict(out)
 

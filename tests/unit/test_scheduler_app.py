@@ -31,7 +31,7 @@ from tessera.scheduler.http import serve
 from tessera.scheduler.web import MapBody, MapCache, _gzip_json, accepts_gzip
 from tessera.view.gpumap import Pending, assemble, map_json, map_parts
 from tests._logs import logged
-from tests.unit._scheduler_world import World, node_obj, pod_obj
+from tests.unit._scheduler_world import World, binding_args, node_obj, pod_obj
 from tests.unit._wait import eventually
 
 TEXT = "text/plain"
@@ -174,8 +174,7 @@ def test_standby_refuses_extender_verbs_but_serves_the_webhook() -> None:
         holder = other.app.leader.holder
         assert holder and holder != "other"
         for verb, body in (("prioritize", {"Pod": pod, "NodeNames": ["n1"]}),
-                           ("bind", {"PodName": "p", "PodNamespace": "default",
-                                     "PodUID": pod["metadata"]["uid"], "Node": "n1"})):  # fmt: skip
+                           ("bind", binding_args(pod, "n1"))):  # fmt: skip
             r = other.app.handle("POST", f"/{verb}", json.dumps(body).encode())
             assert (r.status, json.loads(r.body)) == (
                 503, {"Error": f"standby replica; the leader is {holder!r}"}), verb  # fmt: skip
@@ -312,9 +311,7 @@ def _bind_over_socket(world: World, port: int, name: str) -> tuple[int, Any]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     conn.request("POST", "/filter", body=json.dumps({"Pod": pod, "NodeNames": ["n1"]}))
     node = json.loads(conn.getresponse().read())["NodeNames"][0]
-    meta = pod["metadata"]
-    args = {"PodName": name, "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
-    conn.request("POST", "/bind", body=json.dumps(args))
+    conn.request("POST", "/bind", body=json.dumps(binding_args(pod, node)))
     resp = conn.getresponse()
     out = (resp.status, json.loads(resp.read()))
     conn.close()
@@ -367,8 +364,7 @@ def test_stop_does_not_wait_for_ever_on_a_bind_stuck_in_the_api(
     server.start()
     pod = world.create(pod_obj("p"))
     node = world.filter(pod)["NodeNames"][0]
-    meta = pod["metadata"]
-    args = {"PodName": "p", "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+    args = binding_args(pod, node)
 
     def client() -> None:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
@@ -622,10 +618,8 @@ def test_scheduling_verbs_wait_for_both_lists() -> None:
     pod = kube.create(PODS, pod_obj("p"), "default")
     body = json.dumps({"Pod": pod, "NodeNames": ["n1"]}).encode()
     not_synced = {"Error": "not synced yet: the node and pod lists are not both in"}
-    binding = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"],
-               "Node": "n1"}  # fmt: skip
     for verb, sent in (("filter", body), ("prioritize", body),
-                       ("bind", json.dumps(binding).encode())):  # fmt: skip
+                       ("bind", json.dumps(binding_args(pod, "n1")).encode())):  # fmt: skip
         r = app.handle("POST", f"/{verb}", sent)  # nothing listed yet
         assert (r.status, json.loads(r.body)) == (503, not_synced), verb
     app.start()
