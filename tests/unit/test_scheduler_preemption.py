@@ -711,15 +711,22 @@ def test_the_preemptor_acts_only_once_the_pods_are_listed() -> None:
         app.stop()
 
 
+def _p3_least_important() -> World:
+    """Two full nodes -- a1: p0, p1; a2: p2 (all priority 10), p3 (priority 5) -- and
+    preemption retried every 0.2 s."""
+    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    for i in range(4):
+        assert w.schedule(w.create(prio_pod(f"p{i}", 10 if i < 3 else 5)))
+    confirmed(w)
+    w.app.preemptor.retry_s = 0.2
+    return w
+
+
 def test_a_pod_whose_eviction_is_refused_is_passed_over_for_another() -> None:
     """A budget guards p3, the least important victim: the next try evicts p1 on the
     other node instead of asking for p3 again and again."""
-    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    w = _p3_least_important()
     try:
-        for i in range(4):  # a1: p0, p1; a2: p2 (all priority 10), p3 (priority 5)
-            assert w.schedule(w.create(prio_pod(f"p{i}", 10 if i < 3 else 5)))
-        confirmed(w)
-        w.app.preemptor.retry_s = 0.2
         budget = budget_refusal()
         w.kube.fail_next("evict", budget)
         assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
@@ -734,12 +741,8 @@ def test_an_eviction_never_sent_neither_refuses_nor_holds_its_victim() -> None:
     """No connection to the API server: nothing was asked, so p3 is not passed over as
     if its budget had refused (nor held as if it might have gone); the next try asks for
     p3 again and it goes. Nothing tells the pod it was refused."""
-    w = World([node_obj("a1", 2, "A100"), node_obj("a2", 2, "A100")])
+    w = _p3_least_important()
     try:
-        for i in range(4):  # a1: p0, p1; a2: p2 (all priority 10), p3 (priority 5)
-            assert w.schedule(w.create(prio_pod(f"p{i}", 10 if i < 3 else 5)))
-        confirmed(w)
-        w.app.preemptor.retry_s = 0.2
         w.kube.fail_next("evict", NotSent(0, "Unavailable", "POST ...: connection refused"))
         assert w.filter(w.create(prio_pod("urgent", 1000)))["NodeNames"] == []
         eventually(lambda: evictions(w) == ["default/p3", "default/p3"], timeout=5)
