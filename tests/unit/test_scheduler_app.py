@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
 import http.client
@@ -909,3 +910,32 @@ def test_webhook_answers_carry_the_review_they_answer(world: World) -> None:
     for hook in ("mutate", "validate"):
         r = world.app.handle("POST", f"/{hook}", json.dumps(review).encode())
         assert r.status == 200 and json.loads(r.body)["response"]["uid"] == "r-1", hook
+
+
+def test_its_events_name_the_scheduler_and_the_replica_and_it_tracks_only_its_pods() -> None:
+    w = World([node_obj("n1", 2)], identity="replica-a", scheduler_name="gpu-sched")
+    try:
+        ours = pod_obj("ours", gpu=4)
+        ours["spec"]["schedulerName"] = "gpu-sched"
+        theirs = pod_obj("theirs")
+        theirs["spec"]["schedulerName"] = "default-scheduler"
+        w.create(theirs)
+        assert w.filter(w.create(ours))["NodeNames"] == []  # an event says why
+        eventually(lambda: "default/ours" in w.app.state.pods)
+        assert "default/theirs" not in w.app.state.pods  # another scheduler's pod
+        w.app.events.flush()
+        [event] = w.kube.list(EVENTS, "default").items
+        assert event["source"] == {"component": "tessera-scheduler"}
+        assert (event["reportingComponent"], event["reportingInstance"]) == (
+            "tessera-scheduler",
+            "replica-a",
+        )
+        # The mutating webhook sends GPU pods to the profile it is configured with.
+        routed = pod_obj("routed")
+        routed["spec"]["schedulerName"] = "default-scheduler"
+        review = {"request": {"uid": "1", "operation": "CREATE", "object": routed}}
+        out = json.loads(w.app.handle("POST", "/mutate", json.dumps(review).encode()).body)
+        patch = json.loads(base64.b64decode(out["response"]["patch"]))
+        assert patch == [{"op": "add", "path": "/spec/schedulerName", "value": "gpu-sched"}]
+    finally:
+        w.close()
