@@ -76,9 +76,8 @@ def test_pod_with_garbage_spec_is_answered_not_crashed(world: World) -> None:
     assert out["NodeNames"] == [] and "spec.containers" in out["FailedAndUnresolvableNodes"]["n1"]
     status, out = world.post("prioritize", {"Pod": pod, "NodeNames": ["n1"]})
     assert status == 200 and out == [{"Host": "n1", "Score": 0}]
-    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
     assert (
-        _sample(metrics, 'tessera_scheduler_failures_total{reason="bad-spec",verb="filter"}') == 1
+        _value(world.app, "tessera_scheduler_failures_total", reason="bad-spec", verb="filter") == 1
     )
     world.app.events.flush()
     [event] = world.kube.list(EVENTS, "default").items
@@ -179,10 +178,11 @@ def test_standby_refuses_extender_verbs_but_serves_the_webhook() -> None:
             r = other.app.handle("POST", f"/{verb}", json.dumps(body).encode())
             assert (r.status, json.loads(r.body)) == (
                 503, {"Error": f"standby replica; the leader is {holder!r}"}), verb  # fmt: skip
-        text = other.app.metrics.exposition().decode()
         for verb in ("filter", "prioritize", "bind"):
-            series = f'tessera_scheduler_failures_total{{reason="standby",verb="{verb}"}}'
-            assert _sample(text, series) == 1, verb
+            failures = _value(
+                other.app, "tessera_scheduler_failures_total", reason="standby", verb=verb
+            )
+            assert failures == 1, verb
         assert other.app.handle("GET", "/readyz", b"") == Response(503, b"standby", TEXT)
         review = {"request": {"uid": "1", "operation": "CREATE", "object": pod_obj("q")}}
         assert other.app.handle("POST", "/mutate", json.dumps(review).encode()).status == 200
@@ -629,10 +629,9 @@ def test_scheduling_verbs_wait_for_both_lists() -> None:
         assert app.handle("POST", "/filter", body).status == 200
     finally:
         app.stop()
-    metrics = app.handle("GET", "/metrics", b"").body.decode()
     for verb in ("filter", "prioritize", "bind"):
-        series = f'tessera_scheduler_failures_total{{reason="not-synced",verb="{verb}"}}'
-        assert _sample(metrics, series) == 1, verb
+        failures = _value(app, "tessera_scheduler_failures_total", reason="not-synced", verb=verb)
+        assert failures == 1, verb
 
 
 def test_a_cluster_without_quotas_or_claims_apis_is_served() -> None:
@@ -817,11 +816,9 @@ def test_webhook_answers_are_counted_by_hook_and_result(world: World) -> None:
     }
 
 
-def _sample(metrics: str, series: str) -> float:
-    """The value of one series (name and labels as exposed) in a /metrics text."""
-    [value] = [line.rsplit(" ", 1)[1] for line in metrics.splitlines()
-               if line.startswith(series + " ")]  # fmt: skip
-    return float(value)
+def _value(app: Any, name: str, **labels: str) -> float | None:
+    """One series of the app's metrics (prometheus_client reads its own registry)."""
+    return app.metrics.registry.get_sample_value(name, labels)
 
 
 def test_a_path_or_method_it_does_not_serve_is_answered_in_plain_text(world: World) -> None:
@@ -846,9 +843,8 @@ def test_a_verb_that_raises_answers_500_with_the_error_type_and_counts_it(
     world.app._filter = broken  # type: ignore[method-assign]
     r = world.app.handle("POST", "/filter", b"{}")
     assert (r.status, json.loads(r.body)) == (500, {"Error": "internal error: KeyError"})
-    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
     assert (
-        _sample(metrics, 'tessera_scheduler_failures_total{reason="internal",verb="filter"}') == 1
+        _value(world.app, "tessera_scheduler_failures_total", reason="internal", verb="filter") == 1
     )
     [record] = [r for r in caplog.records if r.name == "tessera.scheduler.app"]
     assert record.getMessage() == "filter failed" and record.exc_info is not None
@@ -862,9 +858,9 @@ def test_a_malformed_body_is_refused_with_what_is_wrong(world: World) -> None:
 def test_verb_times_are_durations(world: World) -> None:
     pod = world.create(pod_obj("p", gpu=2))
     assert world.schedule(pod) == "n1"
-    metrics = world.app.handle("GET", "/metrics", b"").body.decode()
     for verb in ("filter", "bind"):
-        took = _sample(metrics, f'tessera_scheduler_verb_seconds_sum{{verb="{verb}"}}')
+        took = _value(world.app, "tessera_scheduler_verb_seconds_sum", verb=verb)
+        assert took is not None, verb
         assert 0 <= took < 60, (verb, took)  # seconds since the call, not since boot
 
 
@@ -875,8 +871,10 @@ def test_a_filter_for_a_pod_already_placed_is_counted_and_tells_nothing(world: W
     out = world.filter(pod)  # its bind in flight, or (once watched) bound
     assert out["NodeNames"] == [] and "to n1" in out["FailedNodes"]["n1"]
     metrics = world.app.handle("GET", "/metrics", b"").body.decode()
-    series = 'tessera_scheduler_failures_total{reason="already-placed",verb="filter"}'
-    assert _sample(metrics, series) == 1
+    failures = _value(
+        world.app, "tessera_scheduler_failures_total", reason="already-placed", verb="filter"
+    )
+    assert failures == 1
     assert 'reason="unschedulable"' not in metrics
     world.app.events.flush()
     assert world.kube.list(EVENTS, "default").items == []
@@ -898,8 +896,8 @@ def test_a_replica_that_lost_its_lease_names_the_leader_it_knows(
                 f"leader is {holder!r}); nothing was written")  # fmt: skip
         assert w.bind(pod, "n1")["Error"] == said
         assert logged(caplog, "tessera.scheduler.app") == [f"bind {said}"]
-        metrics = w.app.metrics.exposition().decode()
-        assert 0 <= _sample(metrics, 'tessera_scheduler_verb_seconds_sum{verb="bind"}') < 60
+        took = _value(w.app, "tessera_scheduler_verb_seconds_sum", verb="bind")
+        assert took is not None and 0 <= took < 60
     finally:
         w.close()
 
