@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import shutil
 import socket
@@ -63,7 +64,7 @@ class ScriptedAllocator:
 
 
 class Server:
-    def __init__(self, root: Path, poll_s: float = 0.1) -> None:
+    def __init__(self, root: Path, poll_s: float = 0.1, kubelet_check_s: float = 10.0) -> None:
         self.allocator = ScriptedAllocator()
         self.events = MemoryEvents()
         self.calls: list[tuple[str, str, float]] = []
@@ -76,6 +77,7 @@ class Server:
             slots_per_card=2,
             endpoint="tessera.sock",
             poll_s=poll_s,
+            kubelet_check_s=kubelet_check_s,
         )
         self.plugin.on_call = lambda call, result, s: self.calls.append((call, result, s))
         self.plugin.start()
@@ -387,6 +389,55 @@ def test_a_kubelet_that_never_answers_costs_one_register_deadline_and_not_the_se
     [line] = [r.getMessage() for r in caplog.records if "Register" in r.getMessage()]
     assert line.startswith("Register with kubelet failed (1 so far)")
     assert "DEADLINE_EXCEEDED" in line
+
+
+def stop_leaving_the_socket(server: grpc.Server, sock: Path) -> None:
+    """Stop a gRPC server as a killed kubelet stops: its socket file stays (same inode
+    and mtime, so the plugin sees the same kubelet), with nothing listening on it."""
+    kept = sock.with_name("kept")
+    os.link(sock, kept)
+    server.stop(0).wait(5)  # gRPC removes the socket it served
+    os.rename(kept, sock)
+
+
+def test_a_stopped_kubelet_is_noticed_at_the_next_check_and_registered_with_when_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registrar = Registrar()
+    kubelet = serve_kubelet(tmp_path, registrar)
+    server = Server(tmp_path, kubelet_check_s=0.5)
+    try:
+        eventually(lambda: server.plugin.registered)
+        time.sleep(1.2)  # two checks that find kubelet there: no second Register
+        assert (server.plugin.registrations, server.plugin.kubelet_silent) == (1, False)
+        stop_leaving_the_socket(kubelet, tmp_path / KUBELET_SOCKET)
+        eventually(lambda: not server.plugin.registered, timeout=3)
+        assert server.plugin.kubelet_silent
+        assert (
+            f"kubelet does not answer on {tmp_path / KUBELET_SOCKET} (stopped?): "
+            "registering again once it does"
+        ) in logged(caplog, PLUGIN_LOGGER)
+        eventually(lambda: server.plugin.register_failures >= 2)  # asked every turn
+        # kubelet back: a new kubelet.sock (it clears the folder first, as kubelet does).
+        (tmp_path / KUBELET_SOCKET).unlink()
+        server.plugin.socket_path.unlink()
+        kubelet = serve_kubelet(tmp_path, registrar)
+        eventually(lambda: server.plugin.registered)
+        assert (server.plugin.registrations, server.plugin.kubelet_silent) == (2, False)
+    finally:
+        server.close()
+        kubelet.stop(0).wait(5)
+
+
+def test_a_kubelet_whose_socket_is_gone_is_silent(tmp_path: Path, kubelet: Registrar) -> None:
+    server = Server(tmp_path)
+    try:
+        eventually(lambda: server.plugin.registered)
+        (tmp_path / KUBELET_SOCKET).unlink()
+        eventually(lambda: server.plugin.kubelet_silent)
+        assert not server.plugin.registered
+    finally:
+        server.close()
 
 
 def test_its_folder_is_made_and_made_again_and_stop_leaves_nothing_running(

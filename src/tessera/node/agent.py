@@ -362,7 +362,10 @@ class Agent:
                 self.plugin.registered, self.plugin.register_failures
             )
         if self.dra is not None:
-            out["dra"] = Registration(self.dra.registered.is_set(), self.dra.refusals)
+            # kubelet says nothing when it stops: the device plugin's check tells.
+            silent = self.plugin is not None and self.plugin.kubelet_silent
+            accepted = self.dra.registered.is_set() and not silent
+            out["dra"] = Registration(accepted, self.dra.refusals)
         return out
 
     @property

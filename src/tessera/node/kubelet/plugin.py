@@ -3,7 +3,10 @@
 Serves ``DevicePlugin`` on ``<plugin dir>/<endpoint>``, registers with kubelet on
 ``<plugin dir>/kubelet.sock`` only once serving, and watches the folder: when kubelet
 restarts it deletes every socket there and creates a new ``kubelet.sock``; the plugin
-then serves again and re-registers (polled every 100 ms, so well inside 2 s).
+then serves again and re-registers (polled every 100 ms, so well inside 2 s). A kubelet
+that stops leaves its socket behind and says nothing, so every 10 s the plugin also checks
+that something answers on ``kubelet.sock``; when nothing does it is no longer registered,
+and it registers again once kubelet is back.
 
 Errors from the allocator go back to kubelet as a gRPC status whose message names what
 is wrong, and as a Warning Event on the pod when the pod is known. Nothing raises out of
@@ -148,6 +151,7 @@ class DevicePluginServer:
         slots_per_card: int,
         endpoint: str,
         poll_s: float = 0.1,
+        kubelet_check_s: float = 10.0,
     ) -> None:
         self.allocator = allocator
         self.cards = tuple(cards)
@@ -157,6 +161,8 @@ class DevicePluginServer:
         self.slots_per_card = slots_per_card
         self.endpoint = endpoint
         self.poll_s = poll_s
+        self.kubelet_check_s = kubelet_check_s
+        self._checked_at = 0.0
         self._health: dict[str, bool] = {c.uuid: True for c in cards}
         self._version = 0
         self._cond = threading.Condition()
@@ -164,7 +170,11 @@ class DevicePluginServer:
         self._server: grpc.Server | None = None
         self._watcher: threading.Thread | None = None
         self._kubelet_id: tuple[int, int] | None = None
-        self.registered = False  # kubelet accepted our Register and has not restarted since
+        # kubelet accepted our Register, has not restarted since and still answers
+        self.registered = False
+        # Nothing answered on kubelet.sock at the last check and no Register has since
+        # succeeded: kubelet is down (the DRA driver's registration is then moot too).
+        self.kubelet_silent = False
         self.registrations = 0
         self.register_failures = 0
         self.on_register: Callable[[], None] | None = None
@@ -240,6 +250,29 @@ class DevicePluginServer:
             return None
         return (st.st_ino, st.st_mtime_ns)
 
+    def _kubelet_answers(self) -> bool:
+        """Whether a gRPC connection to ``kubelet.sock`` comes up (a full handshake, so
+        kubelet logs nothing about a client that said nothing)."""
+        with grpc.insecure_channel(f"unix://{self.plugin_dir / KUBELET_SOCKET}") as ch:
+            try:
+                grpc.channel_ready_future(ch).result(timeout=2.0)
+            except grpc.FutureTimeoutError:
+                return False
+        return True
+
+    def _check_kubelet(self) -> None:
+        now = time.monotonic()
+        if now - self._checked_at < self.kubelet_check_s:
+            return
+        self._checked_at = now
+        if not self._kubelet_answers():
+            log.warning(
+                "kubelet does not answer on %s (stopped?): registering again once it does",
+                self.plugin_dir / KUBELET_SOCKET,
+            )
+            self.registered = False
+            self.kubelet_silent = True
+
     def _register(self) -> bool:
         target = f"unix://{self.plugin_dir / KUBELET_SOCKET}"
         try:
@@ -285,10 +318,16 @@ class DevicePluginServer:
                     self.registered = False
                 if kubelet != self._kubelet_id:
                     self.registered = False
+                if kubelet is None:
+                    self.kubelet_silent = True
+                if self.registered:
+                    self._check_kubelet()
                 if not self.registered and kubelet is not None:
                     self.registered = self._register()
                     if self.registered:
                         self._kubelet_id = kubelet
+                        self._checked_at = time.monotonic()
+                        self.kubelet_silent = False
             except Exception:  # keep watching: the next turn may succeed
                 log.exception("device plugin watch")
             self._stopping.wait(self.poll_s)
