@@ -18,7 +18,7 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,9 @@ def world(testenv_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         containerd = ensure_binaries(["containerd"])["containerd"]
         cdi = root / "node" / "cdi"  # RealNode.cdi_dir: where containerd reads specs
         metrics = f"--metrics-port={free_port()}"
-        w = RealWorld(env, root, ["--claims-cards=1", f"--cdi-dir={cdi}", metrics], containerd)
+        faults = f"--fault-dir={root / 'faults'}"  # probe-fail: a card the probe finds broken
+        args = ["--claims-cards=1", f"--cdi-dir={cdi}", metrics, faults]
+        w = RealWorld(env, root, args, containerd)
         w.start(port)
         for doc in deployed("device-classes.yaml"):
             w.api.create(DEVICE_CLASSES, doc)
@@ -199,6 +201,46 @@ def test_a_claim_tenant_past_its_cap_is_killed_by_the_backstop(world: RealWorld)
     assert CARDS[1].uuid in message
     w.delete("bypasser")
     w.api.delete(RESOURCE_CLAIMS, "bypass", NS)
+
+
+def _device_health(w: RealWorld, pod: str) -> list[tuple[str, str, str, str]]:
+    """What kubelet shows of the pod's claim devices: (name, resource, health, message)."""
+    [status] = w.pod(pod)["status"].get("containerStatuses") or [{}]
+    shown = status.get("allocatedResourcesStatus") or []
+    return [
+        (s["name"], r["resourceID"], r["health"], r.get("message", ""))
+        for s in shown
+        for r in s["resources"]
+    ]
+
+
+def test_kubelet_shows_the_claim_cards_health_in_the_pod_status(world: RealWorld) -> None:
+    # kubelet (ResourceHealthStatus, on by default from 1.36) streams the DRA driver's
+    # device health into the status of the pods holding those devices.
+    w = world
+    wait_for("kubelet to register the DRA plugin", lambda: REGISTERED in w.agent.log(), 60, 0.2)
+    claim = w.api.create(RESOURCE_CLAIMS, _claim("watched", "1Gi", "10"), NS)
+    cdi = f"gpu.tessera.io/claim={claim['metadata']['uid']}"
+    w.create(_pod("watched", "watched", w.devices))
+    assert w.wait_phase("watched", ("Running", "Failed")) == "Running", w.diagnose("watched")
+
+    def shows(health: str, message: str = "") -> Callable[[], bool]:
+        return lambda: _device_health(w, "watched") == [("claim:gpu", cdi, health, message)]
+
+    shown = lambda: str(_device_health(w, "watched"))  # noqa: E731
+    wait_for("the card Healthy in the pod status", shows("Healthy"), 30, 0.5, shown)
+    faults = w.root / "faults"
+    faults.mkdir(exist_ok=True)
+    (faults / "probe-fail").write_text(CARDS[1].uuid + "\n")
+    wait_for("the card Unhealthy, with why", shows("Unhealthy", "probe failed"), 30, 0.5, shown)
+    (faults / "probe-fail").write_text("")
+    # Back after the agent's quiet period (30 s, its default), as the pod status says.
+    wait_for("the card Healthy again in the pod status", shows("Healthy"), 60, 0.5, shown)
+    # kubelet found the health service (without it: an error line every 5 s).
+    assert "Error receiving from WatchResources" not in w.node.log("kubelet").read_text()
+    w.delete("watched")
+    w.wait_phase("watched", ("Gone",), timeout=60)
+    w.api.delete(RESOURCE_CLAIMS, "watched", NS)
 
 
 def _get(w: RealWorld, kind: Any, name: str) -> dict[str, Any] | None:

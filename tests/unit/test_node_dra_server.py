@@ -4,10 +4,18 @@ this one checks every claim of a batch gets its own answer whatever the others d
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from tessera.claims.devices import DRIVER
@@ -18,6 +26,8 @@ from tessera.node.dra.prepare import ClaimPreparer, PreparedDevice
 from tessera.node.dra.server import DraPluginServer, _DraPlugin, _Registration
 from tessera.node.dra.v1 import dra_pb2 as pb
 from tessera.node.dra.v1 import registration_pb2 as reg
+from tessera.node.dra.v1alpha1 import health_pb2 as hpb
+from tessera.node.dra.v1alpha1 import health_pb2_grpc as hpbg
 from tessera.node.formats.layout import Layout
 from tessera.node.kube_source import KubeClaims
 from tests._logs import logged_levels
@@ -151,3 +161,95 @@ def test_registration_follows_what_kubelet_last_said_and_refusals_are_counted(
         ("INFO", f"kubelet registered DRA driver {DRIVER}"),
         ("ERROR", f"kubelet refused DRA driver {DRIVER}: driver name taken"),
     ]
+
+
+class HealthWatcher:
+    """kubelet's NodeWatchResources stream on the served socket, each response queued as
+    (pool, device, health name, message, timeout, last update) tuples."""
+
+    def __init__(self, srv: DraPluginServer) -> None:
+        self.channel = grpc.insecure_channel(f"unix://{srv.socket_path}")
+        stub = hpbg.DRAResourceHealthStub(self.channel)
+        self.stream = stub.NodeWatchResources(hpb.NodeWatchResourcesRequest())
+        self.got: queue.Queue[list[tuple[str, str, str, str, int, int]]] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(grpc.RpcError):  # cancelled at the end
+            for r in self.stream:
+                self.got.put([
+                    (d.device.pool_name, d.device.device_name, hpb.HealthStatus.Name(d.health),
+                     d.message, d.health_check_timeout_seconds, d.last_updated_time)
+                    for d in r.devices
+                ])  # fmt: skip
+
+    def next(self, within: float) -> list[tuple[str, str, str, str, int, int]] | None:
+        try:
+            return self.got.get(timeout=within)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self.stream.cancel()
+        self.reader.join(5)
+        self.channel.close()
+
+
+@pytest.fixture
+def served(kube_dir: Path) -> Iterator[DraPluginServer]:
+    srv, _ = server(kube_dir, FakeKube())
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def kube_dir() -> Iterator[Path]:
+    # unix socket paths are limited to 107 bytes: a short folder, not pytest's tmp_path.
+    root = Path(tempfile.mkdtemp(prefix="ts-dra-", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_health_stream_sends_each_change_at_once_and_repeats_while_checks_run(
+    served: DraPluginServer,
+) -> None:
+    srv = served
+    srv.health_repeat_s = 0.5
+    watcher = HealthWatcher(srv)
+    try:
+        assert watcher.next(1.2) is None  # no check yet: nothing to say
+        before = int(time.time())
+        srv.report_health({"gpu-1": "", "gpu-0": ""})
+        first = watcher.next(2)
+        assert first is not None
+        assert [d[:5] for d in first] == [
+            (NODE, "gpu-0", "HEALTHY", "", 30), (NODE, "gpu-1", "HEALTHY", "", 30)
+        ]  # fmt: skip
+        assert all(before <= d[5] <= time.time() for d in first)
+        srv.report_health({"gpu-1": "", "gpu-0": ""})  # the same, before the repeat is due
+        assert watcher.next(0.3) is None
+        srv.report_health({"gpu-1": "XID 79", "gpu-0": ""})  # a change goes at once
+        assert [d[:4] for d in watcher.next(0.3) or []] == [
+            (NODE, "gpu-0", "HEALTHY", ""), (NODE, "gpu-1", "UNHEALTHY", "XID 79")
+        ]  # fmt: skip
+        time.sleep(0.6)
+        assert watcher.next(0.6) is None  # due, but no check since: kubelet will say Unknown
+        srv.report_health({"gpu-1": "XID 79", "gpu-0": ""})  # a check, unchanged: repeated
+        again = watcher.next(0.5)
+        assert again is not None and [d[2] for d in again] == ["HEALTHY", "UNHEALTHY"]
+    finally:
+        watcher.close()
+
+
+def test_a_second_watcher_gets_the_health_as_it_stands(served: DraPluginServer) -> None:
+    served.report_health({"gpu-1": "probe failed"})
+    watcher = HealthWatcher(served)
+    try:
+        got = watcher.next(2)
+        assert got is not None and [d[1:4] for d in got] == [
+            ("gpu-1", "UNHEALTHY", "probe failed")
+        ]  # fmt: skip
+    finally:
+        watcher.close()

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
-from tessera.claims.devices import CLAIMS_LABEL, DRIVER, claims_pool
+from tessera.claims.devices import CLAIMS_LABEL, DRIVER, claims_pool, device_name
 from tessera.errors import SpecError
 from tessera.kube.errors import ApiError
 from tessera.kube.kinds import NODES
@@ -172,6 +172,13 @@ class Agent:
             except Exception:
                 log.exception("could not write the ResourceSlice of %s; will retry", self.cfg.node)
                 self.slices.forget()
+        if self.dra is not None and self.tracker is not None:  # kubelet's pod status shows it
+            health = {
+                device_name(c): "" if c.healthy else self.tracker.reason(c.uuid) or "unhealthy"
+                for c in cards
+                if c.uuid in self.claim_cards
+            }
+            self.dra.report_health(health)
 
     # --- lifecycle -------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""Regenerate the Python code of the kubelet APIs (device plugin, pod-resources, DRA and
-plugin registration) from the checked-in ``.proto`` files.
+"""Regenerate the Python code of the kubelet APIs (device plugin, pod-resources, DRA, DRA
+resource health and plugin registration) from the checked-in ``.proto`` files.
 
     .venv/bin/python -m tessera.node.deviceplugin.generate
 
@@ -22,6 +22,7 @@ PROTOS = (
     ("deviceplugin/v1beta1", "podresources.proto"),
     ("dra/v1", "dra.proto"),
     ("dra/v1", "registration.proto"),
+    ("dra/v1alpha1", "health.proto"),
 )
 
 
